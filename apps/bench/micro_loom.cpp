@@ -1,0 +1,144 @@
+// micro_loom — loom's micro rows, measured the same way as the peers
+// (micro_boostfiber, micro_pthread, micro_fcontext; see harness.hpp).
+//
+// One processor for yield and create_join: each row makes its own
+// loom::Cluster(1) and runs the timed loop inside a fibre on it. That is
+// chosen over LOOM_PROCESSORS=1 because it does not depend on the
+// environment or on the affinity mask the default cluster is sized from, and
+// it keeps main's processor out of the measurement (main only waits in
+// join(), asleep). The cluster still takes its SchedConfig from LOOM_*
+// variables, and a non-default one is named in the row's `variant`.
+//
+//   yield        two fibres on that processor each call this_fibre::yield()
+//                n times while the timing fibre waits in join(); ns per
+//                yield = time / 2n (the same shape as the Boost.Fiber and
+//                pthread rows).
+//   create_join  loom::Fibre with an empty lambda, then join(); ns per pair.
+//   migrate      two clusters of 1 processor each; a fibre does
+//                migrate(b); migrate(a) n times; ns per round trip. Under
+//                scripts/bench both processors share CPU 1, so a round trip
+//                includes the kernel switches between the two processors'
+//                threads (each one sleeps when its fibre leaves).
+//
+// Rows to come (a later issue): mutex_handoff and sem_pingpong, once
+// loom's public API has a Mutex and a Semaphore. Add each as a RowInfo
+// below and a block in main() like the others; the peers get the same row.
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "harness.hpp"
+#include "loom/loom.hpp"
+#include "loom_variant.hpp"
+
+namespace {
+
+// Every Fibre here is made with an explicit `const FibreAttr&`: with the
+// fibre.hpp of this writing, Fibre(F&&, Args&&...) also matches a FibreAttr
+// given as a non-const or temporary value — including the one it passes to
+// itself when called without attributes — and recurses until the compiler
+// gives up (see docs/BENCHMARKS.md, "API notes").
+const loom::FibreAttr kSameCluster{};
+
+// Runs `timed` (which returns nanoseconds) in a fibre on `c`, waits for it
+// from main, and returns what it measured.
+template <typename F>
+double in_fibre(loom::Cluster& c, F timed) {
+  loom::FibreAttr attr;
+  attr.cluster = &c;
+  double ns = 0;
+  loom::Fibre f(std::as_const(attr), [&ns, &timed] { ns = timed(); });
+  f.join();
+  return ns;
+}
+
+double yield_pair(loom::Cluster& c, std::uint64_t n) {
+  return in_fibre(c, [n] {
+    auto loop = [n] {
+      for (std::uint64_t i = 0; i < n; ++i) loom::this_fibre::yield();
+    };
+    std::uint64_t t0 = bench::now_ns();
+    loom::Fibre a(kSameCluster, loop), b(kSameCluster, loop);
+    a.join();
+    b.join();
+    return double(bench::now_ns() - t0) / 2;  // per yield: 2n yields
+  });
+}
+
+double create_join(loom::Cluster& c, std::uint64_t n) {
+  return in_fibre(c, [n] {
+    std::uint64_t t0 = bench::now_ns();
+    for (std::uint64_t i = 0; i < n; ++i) {
+      loom::Fibre f(kSameCluster, [] {});
+      f.join();
+    }
+    return double(bench::now_ns() - t0);
+  });
+}
+
+double migrate_round_trip(loom::Cluster& a, loom::Cluster& b, std::uint64_t n) {
+  return in_fibre(a, [n, &a, &b] {
+    std::uint64_t t0 = bench::now_ns();
+    for (std::uint64_t i = 0; i < n; ++i) {
+      loom::this_fibre::migrate(b);
+      loom::this_fibre::migrate(a);
+    }
+    double ns = double(bench::now_ns() - t0);
+    if (loom::Cluster::current().id() != a.id()) {
+      std::fprintf(stderr, "micro_loom: migrate: fibre is on cluster %u after migrate(cluster %u)\n",
+                   loom::Cluster::current().id(), a.id());
+      std::exit(1);
+    }
+    return ns;
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<bench::RowInfo> rows = {
+      {"yield", "two fibres on one processor ping-ponging with this_fibre::yield(); ns per yield"},
+      {"create_join", "create a fibre with an empty lambda and join it, on one processor; ns per pair"},
+      {"migrate", "a fibre migrating between two clusters of 1 processor each; ns per round trip"},
+      // mutex_handoff, sem_pingpong: next issue (need loom::Mutex, loom::Semaphore).
+  };
+  bench::Options o = bench::parse_micro(
+      "micro_loom", "loom", argc, argv, rows,
+      "The scheduler configuration comes from LOOM_* variables (loom/config.hpp); a non-default one\n"
+      "is named in each row's variant.\n");
+  const loom::SchedConfig config = loom::SchedConfig::from_env();
+  const std::string variant = bench::loom_variant(config);
+
+  if (o.wants("yield") || o.wants("create_join")) {
+    loom::Cluster c(1, config);
+    const char* setup = "loom::Cluster(1); timed inside a fibre on it; main waits in join()";
+    if (o.wants("yield")) {
+      bench::Measurement m = bench::measure(o, [&c](std::uint64_t n) { return yield_pair(c, n); });
+      bench::micro_row("yield", "loom", variant, m, "this_fibre::yield")
+          .add("processors", 1u)
+          .add("setup", setup)
+          .add("config", config.describe())
+          .print();
+    }
+    if (o.wants("create_join")) {
+      bench::Measurement m = bench::measure(o, [&c](std::uint64_t n) { return create_join(c, n); });
+      bench::micro_row("create_join", "loom", variant, m, "Fibre+join")
+          .add("processors", 1u)
+          .add("stack_bytes", std::uint64_t(config.stack_size))
+          .add("setup", setup)
+          .add("config", config.describe())
+          .print();
+    }
+  }
+  if (o.wants("migrate")) {
+    loom::Cluster a(1, config), b(1, config);
+    bench::Measurement m = bench::measure(o, [&a, &b](std::uint64_t n) { return migrate_round_trip(a, b, n); });
+    bench::micro_row("migrate", "loom", variant, m, "migrate(b)+migrate(a)")
+        .add("processors", 1u)
+        .add("setup", "two loom::Cluster(1); one fibre migrating a->b->a")
+        .add("config", config.describe())
+        .print();
+  }
+  // mutex_handoff, sem_pingpong: a block here per row, same shape as above.
+  return 0;
+}

@@ -1,0 +1,64 @@
+// loom/config.hpp — run-time configuration of a cluster's scheduler.
+//
+// Every scheduler variant loom offers is chosen here, never by editing code:
+// either fill a SchedConfig and pass it to Cluster's constructor, or set the
+// LOOM_* environment variables that SchedConfig::from_env() reads (the
+// default cluster is configured from the environment).
+//
+//   LOOM_PROCESSORS=N          processors of the default cluster
+//                              (default: CPUs allowed by affinity and cgroup)
+//   LOOM_QUEUE=nemesis|locked|shared
+//   LOOM_PLACEMENT=push|share  new fibres: round robin to processors (push)
+//                              or to the cluster's staging queue (share)
+//   LOOM_STEAL=on|off
+//   LOOM_STEAL_POLICY=longest-busy|random
+//   LOOM_STICKY=N              victim queue length from which a stolen fibre
+//                              stays with its thief (0 = never sticky)
+//   LOOM_SPIN=N                polls of the queues before an idle processor
+//                              sleeps (0 = sleep at once)
+//   LOOM_STACK_SIZE=BYTES      default fibre stack size
+//
+// A malformed value is reported on stderr, naming the variable, and the
+// default is kept: a typo must not silently change the scheduler.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace loom {
+
+// How a processor's ready queue is built (thesis §4.2, figure 4.1).
+enum class QueueKind {
+  nemesis,  // intrusive lock-free MPSC queue per processor (default)
+  locked,   // intrusive FIFO behind a spin lock per processor
+  shared,   // one locked queue for the whole cluster
+};
+
+// Where a newly created fibre is placed.
+enum class Placement {
+  push,   // round robin over the cluster's processors (work pushing)
+  share,  // the cluster's staging queue (work sharing)
+};
+
+inline constexpr std::size_t kStackDefault = 64 * 1024;
+inline constexpr std::size_t kStackMin = 16 * 1024;
+
+struct SchedConfig {
+  QueueKind queue = QueueKind::nemesis;
+  Placement placement = Placement::push;
+  bool stealing = true;
+  std::string steal_policy = "longest-busy";
+  std::size_t sticky_threshold = 8;
+  unsigned spin = 0;
+  std::size_t stack_size = kStackDefault;
+
+  // The defaults above, overridden by LOOM_* variables that are set.
+  static SchedConfig from_env();
+  // Human-readable summary, e.g. "queue=nemesis placement=push steal=on".
+  std::string describe() const;
+};
+
+const char* to_string(QueueKind);
+const char* to_string(Placement);
+
+}  // namespace loom

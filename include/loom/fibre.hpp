@@ -1,0 +1,114 @@
+// loom/fibre.hpp — fibres: user-level threads with their own stacks.
+//
+//   loom::Fibre f([] { ... });   // runs on a processor of the current cluster
+//   f.join();                    // or detach(); the destructor joins
+//   loom::this_fibre::yield();
+//
+// Semantics follow std::thread where it has any, with two differences: the
+// destructor of a joinable Fibre joins (as std::jthread) rather than calling
+// std::terminate, and returning from main() ends the process without waiting
+// for other fibres, as with pthreads. An exception escaping a fibre's
+// function calls std::terminate.
+//
+// Every call here may be made from a fibre or from any kernel thread. From a
+// kernel thread that is not a loom processor, join() blocks that thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <new>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "loom/cluster.hpp"
+
+namespace loom {
+
+namespace rt {
+class Fibre;
+}
+
+// Static priority levels: every ready queue is an array of FIFO queues, one
+// per level, searched from `high` down.
+enum class Priority : unsigned char { high = 0, normal = 1, low = 2 };
+inline constexpr unsigned kPriorities = 3;
+
+struct FibreAttr {
+  std::size_t stack_size = 0;  // 0: the cluster's default (64 KiB); min kStackMin
+  Priority priority = Priority::normal;
+  Cluster* cluster = nullptr;  // nullptr: the creating fibre's cluster
+  bool background = false;     // place in the cluster's background queue
+  const char* name = nullptr;  // shown in diagnostics; must outlive the fibre
+};
+
+class Fibre {
+ public:
+  Fibre() noexcept = default;
+  template <typename F, typename... Args,
+            typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, FibreAttr> && !std::is_same_v<std::decay_t<F>, Fibre>>>
+  explicit Fibre(F&& f, Args&&... args) : Fibre(FibreAttr{}, std::forward<F>(f), std::forward<Args>(args)...) {}
+  // The callable and its arguments are stored on the new fibre's own stack:
+  // creating a fibre allocates nothing else.
+  template <typename F, typename... Args>
+  Fibre(const FibreAttr& attr, F&& f, Args&&... args) {
+    using Call = std::tuple<std::decay_t<F>, std::decay_t<Args>...>;
+    void* mem = nullptr;
+    f_ = prepare(attr, sizeof(Call), alignof(Call), &mem);
+    try {
+      new (mem) Call(std::forward<F>(f), std::forward<Args>(args)...);
+    } catch (...) {
+      abandon();
+      throw;
+    }
+    launch(&Fibre::invoke<Call>, mem);
+  }
+  // The C-style entry: fn(arg) runs on the new fibre.
+  Fibre(const FibreAttr& attr, void (*fn)(void*), void* arg) {
+    f_ = prepare(attr, 0, 1, nullptr);
+    launch(fn, arg);
+  }
+
+  Fibre(Fibre&& o) noexcept : f_(std::exchange(o.f_, nullptr)) {}
+  Fibre& operator=(Fibre&& o) noexcept;
+  Fibre(const Fibre&) = delete;
+  Fibre& operator=(const Fibre&) = delete;
+  ~Fibre();
+
+  bool joinable() const noexcept { return f_ != nullptr; }
+  // Waits for the fibre to finish. Precondition: joinable() and not self.
+  void join();
+  void detach();
+  // A process-unique id, never reused; 0 for a non-joinable handle.
+  std::uint64_t id() const noexcept;
+
+ private:
+  template <typename Call>
+  static void invoke(void* p) {
+    Call& call = *static_cast<Call*>(p);
+    std::apply([](auto& fn, auto&... args) { std::invoke(std::move(fn), std::move(args)...); }, call);
+    call.~Call();
+  }
+  // Reserves a fibre and `size` bytes (aligned to `align`) on its stack.
+  static rt::Fibre* prepare(const FibreAttr& attr, std::size_t size, std::size_t align, void** mem);
+  void launch(void (*fn)(void*), void* arg);  // makes the prepared fibre runnable
+  void abandon() noexcept;                    // releases a prepared, unlaunched fibre
+  rt::Fibre* f_ = nullptr;
+};
+
+namespace this_fibre {
+// Lets other ready fibres of equal or higher priority run first.
+void yield();
+// The calling fibre's id (kernel threads that are not processors: 0).
+std::uint64_t id();
+Priority priority();
+void set_priority(Priority p);
+// Moves the calling fibre to a processor of `to`; returns once it runs there.
+void migrate(Cluster& to);
+// Index of the processor running the caller within its cluster, or -1 on a
+// kernel thread that is not a loom processor.
+int processor_index();
+}  // namespace this_fibre
+
+}  // namespace loom

@@ -1,0 +1,6 @@
+// loom/loom.hpp — everything of loom's C++ API.
+#pragma once
+
+#include "loom/cluster.hpp"
+#include "loom/config.hpp"
+#include "loom/fibre.hpp"

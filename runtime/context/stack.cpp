@@ -1,0 +1,58 @@
+#include "context/stack.hpp"
+
+#include <sys/mman.h>
+
+#include <new>
+
+#include "context/context.hpp"
+
+namespace loom::rt {
+
+Stack stack_allocate(std::size_t size) {
+  size = (size + kGuardSize - 1) & ~(kGuardSize - 1);
+  void* p = mmap(nullptr, size + kGuardSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  if (mprotect(p, kGuardSize, PROT_NONE) != 0) {
+    munmap(p, size + kGuardSize);
+    throw std::bad_alloc();
+  }
+  Stack s;
+  s.base = static_cast<char*>(p);
+  s.size = size;
+  s.valgrind_id = tools_register_stack(s.lo(), s.hi());
+  return s;
+}
+
+void stack_release(Stack& s) noexcept {
+  if (!s.base) return;
+  tools_deregister_stack(s.valgrind_id);
+  munmap(s.base, s.size + kGuardSize);
+  s = Stack{};
+}
+
+StackCache::~StackCache() {
+  while (n_) stack_release(slots_[--n_]);
+}
+
+Stack StackCache::get(std::size_t size) {
+  size = (size + kGuardSize - 1) & ~(kGuardSize - 1);
+  for (std::size_t i = n_; i-- > 0;) {
+    if (slots_[i].size == size) {
+      Stack s = slots_[i];
+      slots_[i] = slots_[--n_];
+      // The previous fibre's frames left ASan poison behind.
+      sanitizer_unpoison(s.lo(), s.size);
+      return s;
+    }
+  }
+  return stack_allocate(size);
+}
+
+void StackCache::put(Stack s) noexcept {
+  if (n_ < kCapacity)
+    slots_[n_++] = s;
+  else
+    stack_release(s);
+}
+
+}  // namespace loom::rt

@@ -1,0 +1,53 @@
+// context/stack.hpp — fibre stacks.
+//
+// A stack is one anonymous mapping: a PROT_NONE guard page at the low end,
+// then `size` bytes of stack growing down towards it. Pages are committed by
+// the kernel only when touched (MAP_NORESERVE), so a 64 KiB stack whose fibre
+// uses 3 KiB costs one or two pages of memory. Stacks are registered with
+// valgrind so that its memcheck follows switches onto them.
+//
+// StackCache keeps a few freed stacks per processor, so that creating a fibre
+// normally makes no system call. It is touched only by its own processor.
+// The cache is bounded (kCacheCapacity stacks), so memory returns to its
+// baseline after a burst of fibres, up to that bound per processor.
+#pragma once
+
+#include <cstddef>
+
+namespace loom::rt {
+
+inline constexpr std::size_t kGuardSize = 4096;
+
+struct Stack {
+  char* base = nullptr;  // start of the mapping: the guard page
+  std::size_t size = 0;  // usable bytes above the guard page
+  unsigned valgrind_id = 0;
+
+  char* lo() const { return base + kGuardSize; }  // lowest usable byte
+  char* hi() const { return base + kGuardSize + size; }  // one past the top
+  bool in_guard(const void* p) const {
+    auto c = static_cast<const char*>(p);
+    return base && c >= base && c < base + kGuardSize;
+  }
+  explicit operator bool() const { return base != nullptr; }
+};
+
+// Rounds `size` up to whole pages. Throws std::bad_alloc when the kernel
+// refuses the mapping (out of memory or vm.max_map_count reached).
+Stack stack_allocate(std::size_t size);
+void stack_release(Stack& s) noexcept;
+
+class StackCache {
+ public:
+  static constexpr std::size_t kCapacity = 64;
+  ~StackCache();
+  Stack get(std::size_t size);  // from the cache if one of that size is there
+  void put(Stack s) noexcept;   // keeps it, or releases it when full
+  std::size_t cached() const { return n_; }
+
+ private:
+  Stack slots_[kCapacity];
+  std::size_t n_ = 0;
+};
+
+}  // namespace loom::rt

@@ -1,0 +1,180 @@
+// sched/api.cpp — the public C++ API (loom/fibre.hpp, loom/cluster.hpp) and
+// the runtime's start-up.
+//
+// Start-up: a constructor in the library turns the thread that loads it —
+// the main thread — into processor 0 of the default cluster before main()
+// runs, and starts the cluster's other processors. Runtime objects are never
+// destroyed: main() returning ends the process while other processors may
+// still be running fibres, as with pthreads, and no destructor may pull the
+// scheduler from under them.
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+
+#include "base/options.hpp"
+#include "loom/cluster.hpp"
+#include "loom/fibre.hpp"
+#include "sched/cluster.hpp"
+#include "sched/overflow.hpp"
+#include "sched/processor.hpp"
+
+namespace loom {
+
+namespace {
+std::atomic<unsigned> cluster_ids{0};
+Cluster* default_facade = nullptr;
+}  // namespace
+
+void rt::boot_runtime() {
+  rt::install_overflow_handler();
+  loom::SchedConfig config = loom::SchedConfig::from_env();
+  std::size_t n = rt::env_size("LOOM_PROCESSORS", rt::usable_cpus(), 1, rt::Cluster::kMaxProcessors);
+  auto* c = new rt::Cluster(config, cluster_ids.fetch_add(1));
+  default_facade = new loom::Cluster(c);
+  c->add_processors(n, /*adopt=*/true);
+}
+
+namespace {
+
+void ensure_runtime() {
+  static std::once_flag once;
+  std::call_once(once, rt::boot_runtime);
+}
+
+__attribute__((constructor(101))) void start_runtime_before_main() { ensure_runtime(); }
+
+}  // namespace
+
+// ---- Cluster -------------------------------------------------------------------
+
+Cluster::Cluster(rt::Cluster* adopted) : impl_(adopted), owned_(false) { impl_->facade = this; }
+
+Cluster::Cluster(std::size_t processors, const SchedConfig& config)
+    : impl_(new rt::Cluster(config, (ensure_runtime(), cluster_ids.fetch_add(1)))), owned_(true) {
+  impl_->facade = this;
+  impl_->add_processors(processors < 1 ? 1 : processors);
+}
+
+Cluster::~Cluster() {
+  if (!owned_) return;
+  rt::Fibre* self = rt::this_fibre_or_null();
+  if (self && self->cluster == impl_) {
+    std::fprintf(stderr, "loom: cluster %u destroyed by one of its own fibres\n", impl_->id());
+    std::abort();
+  }
+  if (long n = impl_->fibres.load(std::memory_order_acquire)) {
+    std::fprintf(stderr, "loom: cluster %u destroyed while it still holds %ld fibre(s)\n", impl_->id(), n);
+    std::abort();
+  }
+  delete impl_;
+}
+
+Cluster& Cluster::default_cluster() {
+  ensure_runtime();
+  return *default_facade;
+}
+
+Cluster& Cluster::current() {
+  if (rt::Fibre* f = rt::this_fibre_or_null()) return *f->cluster->facade;
+  return default_cluster();
+}
+
+std::size_t Cluster::add_processors(std::size_t n) { return impl_->add_processors(n); }
+std::size_t Cluster::processors() const { return impl_->size(); }
+unsigned Cluster::id() const { return impl_->id(); }
+const SchedConfig& Cluster::config() const { return impl_->config(); }
+ClusterStats Cluster::stats() const { return impl_->stats(); }
+
+// ---- Fibre ---------------------------------------------------------------------
+
+rt::Fibre* Fibre::prepare(const FibreAttr& attr, std::size_t size, std::size_t align, void** mem) {
+  ensure_runtime();
+  return rt::create_fibre(attr, size, align, mem);
+}
+
+void Fibre::launch(void (*fn)(void*), void* arg) { rt::start_fibre(f_, fn, arg); }
+
+void Fibre::abandon() noexcept {
+  rt::release_fibre(f_);
+  f_ = nullptr;
+}
+
+Fibre& Fibre::operator=(Fibre&& o) noexcept {
+  if (this != &o) {
+    if (f_) rt::join_fibre(f_);
+    f_ = std::exchange(o.f_, nullptr);
+  }
+  return *this;
+}
+
+Fibre::~Fibre() {
+  if (f_) rt::join_fibre(f_);
+}
+
+void Fibre::join() {
+  if (!f_) throw std::invalid_argument("loom: join of a fibre that is not joinable");
+  if (f_ == rt::this_fibre_or_null()) throw std::invalid_argument("loom: a fibre cannot join itself");
+  rt::join_fibre(std::exchange(f_, nullptr));
+}
+
+void Fibre::detach() {
+  if (!f_) throw std::invalid_argument("loom: detach of a fibre that is not joinable");
+  rt::detach_fibre(std::exchange(f_, nullptr));
+}
+
+std::uint64_t Fibre::id() const noexcept { return f_ ? f_->id : 0; }
+
+// ---- this_fibre ------------------------------------------------------------------
+
+namespace this_fibre {
+
+void yield() {
+  if (rt::Processor* p = rt::this_processor())
+    p->yield();
+  else
+    sched_yield();
+}
+
+std::uint64_t id() {
+  rt::Fibre* f = rt::this_fibre_or_null();
+  return f ? f->id : 0;
+}
+
+Priority priority() {
+  rt::Fibre* f = rt::this_fibre_or_null();
+  return f ? static_cast<Priority>(f->priority) : Priority::normal;
+}
+
+void set_priority(Priority p) {
+  if (static_cast<unsigned>(p) >= kPriorities) throw std::invalid_argument("loom: fibre priority out of range");
+  if (rt::Fibre* f = rt::this_fibre_or_null()) f->priority = static_cast<unsigned char>(p);
+}
+
+namespace {
+void post_migrate(rt::Fibre* prev, void* arg) {
+  auto* to = static_cast<rt::Cluster*>(arg);
+  prev->cluster->fibres.fetch_sub(1, std::memory_order_relaxed);
+  to->fibres.fetch_add(1, std::memory_order_relaxed);
+  prev->cluster = to;
+  prev->affinity = nullptr;
+  to->place_new(prev);
+}
+}  // namespace
+
+void migrate(Cluster& to) {
+  rt::Processor* p = rt::this_processor();
+  if (!p) throw std::logic_error("loom: migrate called from a kernel thread that is not a loom processor");
+  rt::Cluster* target = &to.impl();
+  if (p->current()->cluster == target) return;
+  p->suspend(&post_migrate, target);
+}
+
+int processor_index() {
+  rt::Processor* p = rt::this_processor();
+  return p ? int(p->index()) : -1;
+}
+
+}  // namespace this_fibre
+
+}  // namespace loom

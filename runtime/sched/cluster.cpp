@@ -1,0 +1,207 @@
+#include "sched/cluster.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace loom::rt {
+
+Cluster::Cluster(const SchedConfig& config, unsigned id)
+    : config_(config), id_(id), staging_(QueueKind::nemesis), background_(QueueKind::nemesis), shared_(QueueKind::locked) {
+  policy_ = make_steal_policy(config_.steal_policy);
+  if (!policy_) {
+    std::fprintf(stderr, "loom: cluster %u: unknown steal policy '%s'; using longest-busy\n", id, config_.steal_policy.c_str());
+    config_.steal_policy = "longest-busy";
+    policy_ = make_steal_policy(config_.steal_policy);
+  }
+}
+
+Cluster::~Cluster() {
+  std::size_t n = size();
+  for (std::size_t i = 0; i < n; ++i) processor(i)->request_stop();
+  for (std::size_t i = 0; i < n; ++i) processor(i)->join_thread();
+  for (std::size_t i = 0; i < n; ++i) delete processor(i);
+}
+
+std::size_t Cluster::add_processors(std::size_t n, bool adopt) {
+  SpinGuard g(grow_lock_);
+  std::size_t have = nprocs_.load(std::memory_order_relaxed);
+  if (have + n > kMaxProcessors) {
+    std::fprintf(stderr, "loom: cluster %u: at most %zu processors\n", id_, kMaxProcessors);
+    n = kMaxProcessors - have;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    // Publish before the thread starts: it may look itself up at once.
+    auto* p = new Processor(*this, unsigned(have + i), adopt && i == 0);
+    procs_[have + i].store(p, std::memory_order_release);
+    nprocs_.store(have + i + 1, std::memory_order_release);
+  }
+  return nprocs_.load(std::memory_order_relaxed);
+}
+
+void Cluster::place_new(Fibre* f) {
+  if (f->background) {
+    push_background(f);
+  } else if (config_.placement == Placement::share || config_.queue == QueueKind::shared) {
+    push_staging(f);
+  } else {
+    std::size_t n = size();
+    Processor* p = processor(rr_.fetch_add(1, std::memory_order_relaxed) % n);
+    f->affinity = p;
+    p->push(f);
+  }
+}
+
+void Cluster::push_staging(Fibre* f) {
+  staging_.push(f);
+  wake_one();
+}
+
+void Cluster::push_background(Fibre* f) {
+  background_.push(f);
+  wake_one();
+}
+
+Fibre* Cluster::pop_staging(Processor& p) {
+  Fibre* f = staging_.pop();
+  if (f) f->affinity = &p;
+  return f;
+}
+
+Fibre* Cluster::pop_background(Processor& p) {
+  Fibre* f = background_.pop();
+  if (f) f->affinity = &p;
+  return f;
+}
+
+Fibre* Cluster::steal(Processor& thief) {
+  Processor* victims[64];
+  std::size_t n = 0;
+  {
+    SpinGuard g(list_lock_);
+    for (Processor* p = busy_head_; p && n < 64; p = p->list_next)
+      if (p != &thief && p->ready_queue().maybe_nonempty()) victims[n++] = p;
+  }
+  if (n == 0) return nullptr;
+  n = policy_->order(thief, victims, n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::size_t length = 0;
+    Fibre* f = victims[i]->ready_queue().steal(&length);
+    if (!f) continue;
+    thief.steals.store(thief.steals.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    // Transient by default: the fibre keeps its affinity and goes home when
+    // it next blocks. Past the threshold the victim is overloaded: stay.
+    if (config_.sticky_threshold && length >= config_.sticky_threshold) {
+      f->affinity = &thief;
+      thief.sticky_steals.store(thief.sticky_steals.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    }
+    return f;
+  }
+  return nullptr;
+}
+
+// ---- idle and busy lists ------------------------------------------------------
+
+void Cluster::list_remove(Processor& p) {
+  Processor*& head = p.list_state == ListState::busy ? busy_head_ : idle_head_;
+  Processor*& tail = p.list_state == ListState::busy ? busy_tail_ : idle_tail_;
+  if (p.list_state == ListState::none) return;
+  (p.list_prev ? p.list_prev->list_next : head) = p.list_next;
+  (p.list_next ? p.list_next->list_prev : tail) = p.list_prev;
+  if (p.list_state == ListState::idle) idle_count_.fetch_sub(1, std::memory_order_relaxed);
+  p.list_prev = p.list_next = nullptr;
+  p.list_state = ListState::none;
+}
+
+void Cluster::list_append(Processor& p, ListState s) {
+  Processor*& head = s == ListState::busy ? busy_head_ : idle_head_;
+  Processor*& tail = s == ListState::busy ? busy_tail_ : idle_tail_;
+  p.list_prev = tail;
+  p.list_next = nullptr;
+  (tail ? tail->list_next : head) = &p;
+  tail = &p;
+  p.list_state = s;
+  if (s == ListState::idle) idle_count_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Cluster::go_idle(Processor& p) {
+  {
+    SpinGuard g(list_lock_);
+    list_remove(p);
+    list_append(p, ListState::idle);
+    p.idle.store(true, std::memory_order_relaxed);
+  }
+  // Announce before the last look (invariant 3).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+void Cluster::go_busy(Processor& p) {
+  {
+    SpinGuard g(list_lock_);
+    if (p.list_state != ListState::busy) {
+      list_remove(p);
+      list_append(p, ListState::busy);
+    }
+    p.idle.store(false, std::memory_order_relaxed);
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+void Cluster::leave(Processor& p) {
+  SpinGuard g(list_lock_);
+  list_remove(p);
+  p.idle.store(false, std::memory_order_relaxed);
+}
+
+void Cluster::wake(Processor& p) {
+  // Publish the work before reading the idle mark (invariant 3).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!p.idle.load(std::memory_order_relaxed)) {
+    // p is busy and its backlog grew: if a processor sleeps, wake one to
+    // steal — but only one thief at a time, or every push would wake a
+    // processor that finds nothing.
+    if (stealing() && idle_count_.load(std::memory_order_relaxed) > 0 && !thief_waking_.exchange(true))
+      if (!wake_one()) thief_waking_.store(false, std::memory_order_relaxed);
+    return;
+  }
+  {
+    SpinGuard g(list_lock_);
+    if (p.list_state != ListState::idle) return;  // somebody woke it already
+    list_remove(p);
+    list_append(p, ListState::busy);
+    p.idle.store(false, std::memory_order_relaxed);
+  }
+  p.wakes.fetch_add(1, std::memory_order_relaxed);
+  p.wake_flag.post();
+}
+
+bool Cluster::wake_one() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (idle_count_.load(std::memory_order_relaxed) == 0) return false;
+  Processor* p;
+  {
+    SpinGuard g(list_lock_);
+    p = idle_head_;
+    if (!p) return false;
+    list_remove(*p);
+    list_append(*p, ListState::busy);
+    p->idle.store(false, std::memory_order_relaxed);
+  }
+  p->wakes.fetch_add(1, std::memory_order_relaxed);
+  p->wake_flag.post();
+  return true;
+}
+
+ClusterStats Cluster::stats() const {
+  ClusterStats s;
+  std::size_t n = size();
+  for (std::size_t i = 0; i < n; ++i) {
+    Processor* p = processor(i);
+    s.steals += p->steals.load(std::memory_order_relaxed);
+    s.sticky_steals += p->sticky_steals.load(std::memory_order_relaxed);
+    s.sleeps += p->sleeps.load(std::memory_order_relaxed);
+    s.wakes += p->wakes.load(std::memory_order_relaxed);
+  }
+  return s;
+}
+
+}  // namespace loom::rt

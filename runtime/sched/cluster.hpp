@@ -1,0 +1,88 @@
+// sched/cluster.hpp — a cluster: processors that share staging and
+// background queues, an idle list and a busy list, and one StealPolicy.
+//
+// All scheduler state is per cluster: nothing here is process-wide, so two
+// clusters with different configurations never interfere (FIELD.md: a
+// peer's stealing kept statics and allowed one pool per process).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+
+#include "base/spinlock.hpp"
+#include "loom/cluster.hpp"
+#include "sched/processor.hpp"
+#include "sched/ready_queue.hpp"
+#include "sched/steal_policy.hpp"
+
+namespace loom::rt {
+
+class Cluster {
+ public:
+  static constexpr std::size_t kMaxProcessors = 256;
+
+  Cluster(const SchedConfig& config, unsigned id);
+  ~Cluster();
+
+  const SchedConfig& config() const { return config_; }
+  unsigned id() const { return id_; }
+
+  // Starts n processors; the first one adopts the calling thread if `adopt`.
+  std::size_t add_processors(std::size_t n, bool adopt = false);
+  std::size_t size() const { return nprocs_.load(std::memory_order_acquire); }
+  Processor* processor(std::size_t i) const { return procs_[i].load(std::memory_order_acquire); }
+
+  // Placement of a new fibre (work pushing or sharing, per the config).
+  void place_new(Fibre* f);
+  // Queues shared by the cluster's processors. Pushing wakes an idle one.
+  void push_staging(Fibre* f);
+  void push_background(Fibre* f);
+  Fibre* pop_staging(Processor& p);
+  Fibre* pop_background(Processor& p);
+  ReadyQueue* shared_queue() { return config_.queue == QueueKind::shared ? &shared_ : nullptr; }
+  bool stealing() const { return config_.stealing && config_.queue != QueueKind::shared; }
+  Fibre* steal(Processor& thief);
+
+  // Idle and busy lists (thesis §3.2.3).
+  void go_idle(Processor& p);
+  void go_busy(Processor& p);
+  // A stopping processor leaves both lists.
+  void leave(Processor& p);
+  // Call after publishing work on p's queue: wakes p if it is idle, or, if
+  // p is busy, one idle processor to steal from it.
+  void wake(Processor& p);
+  // Wakes the processor at the front of the idle list, if any.
+  bool wake_one();
+  // A processor woken to steal has looked for work: another may be woken.
+  void thief_done() { thief_waking_.store(false, std::memory_order_relaxed); }
+
+  std::atomic<long> fibres{0};  // live fibres that belong to this cluster
+  loom::Cluster* facade = nullptr;  // the public object for this cluster
+  ClusterStats stats() const;
+
+ private:
+  void list_remove(Processor& p);
+  void list_append(Processor& p, ListState s);
+
+  SchedConfig config_;
+  unsigned id_;
+  std::atomic<Processor*> procs_[kMaxProcessors] = {};
+  std::atomic<std::size_t> nprocs_{0};
+  SpinLock grow_lock_;
+  std::atomic<unsigned> rr_{0};
+  ReadyQueue staging_;
+  ReadyQueue background_;
+  ReadyQueue shared_;
+  std::unique_ptr<StealPolicy> policy_;
+
+  SpinLock list_lock_;
+  Processor* busy_head_ = nullptr;  // longest busy first
+  Processor* busy_tail_ = nullptr;
+  Processor* idle_head_ = nullptr;
+  Processor* idle_tail_ = nullptr;
+  std::atomic<int> idle_count_{0};
+  std::atomic<bool> thief_waking_{false};
+};
+
+}  // namespace loom::rt

@@ -1,0 +1,38 @@
+#include "loom/config.hpp"
+
+#include "base/options.hpp"
+
+namespace loom {
+
+const char* to_string(QueueKind k) {
+  switch (k) {
+    case QueueKind::nemesis: return "nemesis";
+    case QueueKind::locked: return "locked";
+    case QueueKind::shared: return "shared";
+  }
+  return "?";
+}
+
+const char* to_string(Placement p) { return p == Placement::push ? "push" : "share"; }
+
+SchedConfig SchedConfig::from_env() {
+  using namespace rt;
+  SchedConfig c;
+  c.queue = static_cast<QueueKind>(env_choice("LOOM_QUEUE", {"nemesis", "locked", "shared"}, int(c.queue)));
+  c.placement = static_cast<Placement>(env_choice("LOOM_PLACEMENT", {"push", "share"}, int(c.placement)));
+  c.stealing = env_bool("LOOM_STEAL", c.stealing);
+  int policy = env_choice("LOOM_STEAL_POLICY", {"longest-busy", "random"}, 0);
+  c.steal_policy = policy == 0 ? "longest-busy" : "random";
+  c.sticky_threshold = env_size("LOOM_STICKY", c.sticky_threshold, 0, 1 << 20);
+  c.spin = unsigned(env_size("LOOM_SPIN", c.spin, 0, 1 << 24));
+  c.stack_size = env_size("LOOM_STACK_SIZE", c.stack_size, kStackMin, std::size_t(1) << 30);
+  return c;
+}
+
+std::string SchedConfig::describe() const {
+  return std::string("queue=") + to_string(queue) + " placement=" + to_string(placement) +
+         " steal=" + (stealing ? steal_policy : std::string("off")) + " sticky=" + std::to_string(sticky_threshold) +
+         " spin=" + std::to_string(spin) + " stack=" + std::to_string(stack_size / 1024) + "KiB";
+}
+
+}  // namespace loom

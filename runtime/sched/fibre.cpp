@@ -1,0 +1,102 @@
+#include "sched/fibre.hpp"
+
+#include <cstdint>
+#include <new>
+#include <stdexcept>
+
+#include "base/futex.hpp"
+#include "sched/cluster.hpp"
+#include "sched/processor.hpp"
+
+namespace loom::rt {
+
+namespace {
+
+std::atomic<std::uint64_t> fibre_ids{1};
+
+inline char* align_down(char* p, std::size_t a) {
+  return reinterpret_cast<char*>(reinterpret_cast<std::uintptr_t>(p) & ~(std::uintptr_t(a) - 1));
+}
+
+// A joiner registers itself after its context is saved (see fibre.hpp).
+void post_register_joiner(Fibre* joiner, void* arg) {
+  auto* f = static_cast<Fibre*>(arg);
+  std::uintptr_t expected = kJoinRunning;
+  if (!f->join.compare_exchange_strong(expected, reinterpret_cast<std::uintptr_t>(joiner), std::memory_order_acq_rel))
+    schedule(joiner);  // it finished meanwhile: nobody else will wake us
+}
+
+}  // namespace
+
+std::uint64_t next_fibre_id() noexcept { return fibre_ids.fetch_add(1, std::memory_order_relaxed); }
+
+Fibre* create_fibre(const FibreAttr& attr, std::size_t payload, std::size_t align, void** payload_out) {
+  if (static_cast<unsigned>(attr.priority) >= kPriorities) throw std::invalid_argument("loom: fibre priority out of range");
+  Cluster* c;
+  if (attr.cluster) {
+    c = &attr.cluster->impl();
+  } else if (Fibre* self = this_fibre_or_null()) {
+    c = self->cluster;
+  } else {
+    c = &loom::Cluster::default_cluster().impl();
+  }
+  std::size_t size = attr.stack_size ? attr.stack_size : c->config().stack_size;
+  if (size < kStackMin) size = kStackMin;
+  if (payload > size / 2) throw std::length_error("loom: fibre function object larger than half its stack");
+
+  Processor* p = this_processor();
+  Stack s = p ? p->stacks().get(size) : stack_allocate(size);
+  auto* f = new (align_down(s.hi() - sizeof(Fibre), 64)) Fibre;
+  char* below = reinterpret_cast<char*>(f);
+  if (payload) {
+    below = align_down(below - payload, align < 16 ? 16 : align);
+    *payload_out = below;
+  }
+  f->stack = s;
+  f->cluster = c;
+  f->priority = static_cast<unsigned char>(attr.priority);
+  f->background = attr.background;
+  f->name = attr.name;
+  f->id = next_fibre_id();
+  below = align_down(below, 64);
+  start_fibre_context(f, s.lo(), std::size_t(below - s.lo()));
+  return f;
+}
+
+void start_fibre(Fibre* f, void (*fn)(void*), void* arg) {
+  f->fn = fn;
+  f->arg = arg;
+  f->cluster->fibres.fetch_add(1, std::memory_order_relaxed);
+  f->cluster->place_new(f);
+}
+
+void release_fibre(Fibre* f) noexcept {
+  Stack s = f->stack;
+  f->~Fibre();
+  if (Processor* p = this_processor())
+    p->stacks().put(s);
+  else
+    stack_release(s);
+}
+
+void join_fibre(Fibre* f) {
+  if (f->join.load(std::memory_order_acquire) != kJoinDone) {
+    if (Processor* p = this_processor()) {
+      p->suspend(&post_register_joiner, f);
+    } else {
+      // A kernel thread that is not a processor blocks on the futex.
+      std::uintptr_t expected = kJoinRunning;
+      if (f->join.compare_exchange_strong(expected, kJoinForeign, std::memory_order_acq_rel)) {
+        while (f->done.load(std::memory_order_acquire) == 0) futex_wait(&f->done, 0);
+      }
+    }
+  }
+  release_fibre(f);
+}
+
+void detach_fibre(Fibre* f) noexcept {
+  std::uintptr_t expected = kJoinRunning;
+  if (!f->join.compare_exchange_strong(expected, kJoinDetached, std::memory_order_acq_rel)) release_fibre(f);
+}
+
+}  // namespace loom::rt

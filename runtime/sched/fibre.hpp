@@ -1,0 +1,66 @@
+// sched/fibre.hpp — the fibre control block.
+//
+// A Fibre lives at the top of its own stack (so creating one maps nothing
+// but the stack, and the stack comes from the processor's cache). Native
+// fibres — main() and the processors' idle loops on their kernel threads'
+// own stacks — have no mmap'ed stack and live elsewhere.
+//
+// Join protocol (the `join` word): 0 while running; a joiner stores itself
+// there (kJoinForeign for a kernel thread) or detach() stores kJoinDetached.
+// The fibre's exit is a post-switch action (it runs after the dying fibre is
+// off its stack, DESIGN.md invariant 1) that exchanges kJoinDone in and acts
+// on what it found: wakes the joiner, or frees a detached fibre's stack. A
+// joiner registers itself also in a post-switch action, after its context
+// is saved, so the exiting fibre can never resume a joiner that is still
+// running. Whoever sees the other's mark second does the work: exactly one.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "context/context.hpp"
+#include "context/stack.hpp"
+#include "loom/fibre.hpp"
+
+namespace loom::rt {
+
+class Processor;
+class Cluster;
+
+inline constexpr std::uintptr_t kJoinRunning = 0;
+inline constexpr std::uintptr_t kJoinDone = 1;
+inline constexpr std::uintptr_t kJoinDetached = 2;
+inline constexpr std::uintptr_t kJoinForeign = 3;
+
+class Fibre {
+ public:
+  std::atomic<Fibre*> next{nullptr};  // ready-queue link (intrusive)
+  Context ctx;
+  Stack stack;                 // empty for native fibres
+  Processor* affinity = nullptr;  // where it runs and returns when unblocked
+  Cluster* cluster = nullptr;
+  unsigned char priority = 1;
+  bool background = false;
+  std::atomic<std::uintptr_t> join{kJoinRunning};
+  std::atomic<int> done{0};  // futex word for a foreign (kernel-thread) joiner
+  void (*fn)(void*) = nullptr;
+  void* arg = nullptr;
+  std::uint64_t id = 0;
+  const char* name = nullptr;
+};
+
+// Creates a fibre whose control block and `payload` bytes sit at the top of
+// a fresh stack; *payload_out receives the payload's address. Not yet
+// runnable: start_fibre() places it.
+Fibre* create_fibre(const FibreAttr& attr, std::size_t payload, std::size_t align, void** payload_out);
+void start_fibre(Fibre* f, void (*fn)(void*), void* arg);
+// Frees a fibre that never started, or that finished and was joined.
+void release_fibre(Fibre* f) noexcept;
+void join_fibre(Fibre* f);
+void detach_fibre(Fibre* f) noexcept;
+// A process-unique, never reused fibre id.
+std::uint64_t next_fibre_id() noexcept;
+// Prepares f's context to start in the runtime's fibre entry on [lo, lo+size).
+void start_fibre_context(Fibre* f, void* lo, std::size_t size);
+
+}  // namespace loom::rt

@@ -1,0 +1,269 @@
+#include "sched/processor.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include "sched/cluster.hpp"
+#include "sched/overflow.hpp"
+
+namespace loom::rt {
+
+namespace {
+
+// initial-exec: one %fs-relative load, no __tls_get_addr call through the
+// shared library (a profile of libfibre found 11% of yield in such lookups).
+thread_local Processor* tls_processor __attribute__((tls_model("initial-exec"))) = nullptr;
+
+// What a switching fibre leaves for the next one: lives on the old fibre's
+// stack, which stays frozen until the post action has published it.
+struct SwitchNote {
+  Fibre* prev;
+  PostFn post;
+  void* arg;
+};
+
+inline void after_switch(transfer_t t) {
+  auto* note = static_cast<SwitchNote*>(t.data);
+  Fibre* prev = note->prev;
+  PostFn post = note->post;
+  void* arg = note->arg;
+  prev->ctx.fctx = t.fctx;  // saved: from here on prev may be published
+  if (post) post(prev, arg);
+}
+
+void post_requeue(Fibre* prev, void*) {
+  if (prev->background)
+    prev->cluster->push_background(prev);
+  else
+    this_processor()->push(prev);
+}
+
+}  // namespace
+
+__attribute__((noinline)) Processor* this_processor() noexcept {
+  Processor* p = tls_processor;
+  asm volatile("" ::: "memory");
+  return p;
+}
+
+__attribute__((noinline)) Fibre* this_fibre_or_null() noexcept {
+  Processor* p = tls_processor;
+  return p ? p->current() : nullptr;
+}
+
+// ---- fibre start and exit --------------------------------------------------
+
+namespace {
+
+[[noreturn]] void fibre_exit();
+
+void post_exit(Fibre* prev, void*) {
+  prev->cluster->fibres.fetch_sub(1, std::memory_order_relaxed);
+  context_destroy(prev->ctx);
+  std::uintptr_t w = prev->join.exchange(kJoinDone, std::memory_order_acq_rel);
+  if (w == kJoinDetached) {
+    release_fibre(prev);
+  } else if (w == kJoinForeign) {
+    // The joiner unmaps the stack as soon as it sees `done`: touch nothing
+    // of prev after this store. A wake that finds the page gone fails with
+    // EFAULT, harmlessly.
+    std::atomic<int>* word = &prev->done;
+    word->store(1, std::memory_order_release);
+    futex_wake(word, 1);
+  } else if (w != kJoinRunning) {
+    schedule(reinterpret_cast<Fibre*>(w));
+  }
+}
+
+void post_exit_to_joiner(Fibre* prev, void*) {
+  prev->cluster->fibres.fetch_sub(1, std::memory_order_relaxed);
+  context_destroy(prev->ctx);
+  prev->join.store(kJoinDone, std::memory_order_release);
+}
+
+void fibre_entry(transfer_t t) {
+  Fibre* self = this_processor()->current();
+  context_arrived(self->ctx);
+  after_switch(t);
+  try {
+    self->fn(self->arg);
+  } catch (...) {
+    std::fprintf(stderr, "loom: exception escaped fibre %llu%s%s\n", (unsigned long long)self->id,
+                 self->name ? " " : "", self->name ? self->name : "");
+    std::terminate();
+  }
+  fibre_exit();
+}
+
+[[noreturn]] void fibre_exit() {
+  Processor* p = this_processor();
+  Fibre* self = p->current();
+  std::uintptr_t w = self->join.load(std::memory_order_acquire);
+  auto* joiner = reinterpret_cast<Fibre*>(w);
+  if (w > kJoinForeign && joiner->cluster == &p->cluster() && !joiner->background) {
+    // The joiner is parked (it registered after its context was saved):
+    // hand the processor straight to it.
+    joiner->affinity = p;
+    p->switch_to(joiner, &post_exit_to_joiner, nullptr, true);
+  } else {
+    Fibre* next = p->next_ready();
+    p->switch_to(next ? next : &p->idle_fibre(), &post_exit, nullptr, true);
+  }
+  __builtin_unreachable();
+}
+
+}  // namespace
+
+void processor_idle_entry(transfer_t t) {
+  Processor* p = this_processor();
+  context_arrived(p->idle_.ctx);
+  after_switch(t);
+  p->idle_loop();
+  std::fprintf(stderr, "loom: the main thread's processor cannot stop\n");
+  std::abort();
+}
+
+void start_fibre_context(Fibre* f, void* lo, std::size_t size) { context_make(f->ctx, lo, size, &fibre_entry); }
+
+// ---- Processor ----------------------------------------------------------------
+
+Processor::Processor(Cluster& cluster, unsigned index, bool adopt)
+    : cluster_(&cluster), index_(index), own_rq_(cluster.config().queue) {
+  rq_ = cluster.shared_queue() ? cluster.shared_queue() : &own_rq_;
+  idle_.cluster = &cluster;
+  idle_.affinity = this;
+  idle_.name = "idle loop";
+  if (adopt) {
+    enter_thread();
+    context_adopt_thread(main_.ctx);
+    main_.cluster = &cluster;
+    main_.affinity = this;
+    main_.name = "main";
+    main_.id = next_fibre_id();
+    cluster.fibres.fetch_add(1, std::memory_order_relaxed);
+    current_ = &main_;
+    idle_stack_ = stack_allocate(kStackDefault);
+    context_make(idle_.ctx, idle_stack_.lo(), idle_stack_.size, &processor_idle_entry);
+    cluster.go_busy(*this);
+  } else {
+    if (int e = pthread_create(&thread_, nullptr, &Processor::thread_main, this)) {
+      std::fprintf(stderr, "loom: cannot start a processor thread for cluster %u: error %d\n", cluster.id(), e);
+      std::abort();
+    }
+    has_thread_ = true;
+  }
+}
+
+Processor::~Processor() { leave_signal_stack(altstack_); }
+
+void Processor::enter_thread() {
+  tls_processor = this;
+  altstack_ = enter_signal_stack();
+}
+
+void* Processor::thread_main(void* self) {
+  auto* p = static_cast<Processor*>(self);
+  p->enter_thread();
+  context_adopt_thread(p->idle_.ctx);
+  p->current_ = &p->idle_;
+  p->cluster_->go_busy(*p);
+  p->idle_loop();
+  p->cluster_->leave(*p);
+  tls_processor = nullptr;
+  return nullptr;
+}
+
+void Processor::request_stop() {
+  stop_.store(true, std::memory_order_seq_cst);
+  wake_flag.post();
+}
+
+void Processor::join_thread() {
+  if (has_thread_) pthread_join(thread_, nullptr);
+  has_thread_ = false;
+}
+
+void Processor::switch_to(Fibre* next, PostFn post, void* arg, bool dying) {
+  Fibre* self = current_;
+  SwitchNote note{self, post, arg};
+  current_ = next;
+  transfer_t t = context_jump(self->ctx, next->ctx, &note, dying);
+  // Resumed, perhaps on another kernel thread: `this` is stale from here.
+  context_arrived(self->ctx);
+  after_switch(t);
+}
+
+Fibre* Processor::next_ready(unsigned max_level) {
+  Fibre* f;
+  if ((++tick_ & 63) == 0 && (f = cluster_->pop_staging(*this))) return f;
+  if ((f = rq_->pop(max_level))) return f;
+  return cluster_->pop_staging(*this);
+}
+
+void Processor::suspend(PostFn post, void* arg) {
+  Fibre* next = next_ready();
+  switch_to(next ? next : &idle_, post, arg);
+}
+
+void Processor::yield() {
+  Fibre* next = next_ready(current_->priority);
+  if (next) switch_to(next, &post_requeue, nullptr);
+}
+
+void Processor::push(Fibre* f) {
+  rq_->push(f);
+  if (rq_ != &own_rq_)
+    cluster_->wake_one();
+  else if (this_processor() != this)
+    cluster_->wake(*this);
+}
+
+Fibre* Processor::find_work() {
+  if (Fibre* f = next_ready()) return f;
+  if (cluster_->stealing())
+    if (Fibre* f = cluster_->steal(*this)) return f;
+  return cluster_->pop_background(*this);
+}
+
+void Processor::run(Fibre* f) { switch_to(f, nullptr, nullptr); }
+
+void Processor::idle_loop() {
+  // Runs on the idle fibre; every switch back here returns into run().
+  // Re-read `this` is not needed: the idle fibre never leaves its processor.
+  for (;;) {
+    Fibre* f = find_work();
+    for (unsigned i = 0; !f && i < cluster_->config().spin; ++i) {
+      cpu_relax();
+      f = find_work();
+    }
+    if (!f) {
+      if (stop_.load(std::memory_order_acquire)) return;
+      cluster_->go_idle(*this);
+      f = find_work();  // the last look, after announcing idle
+      if (!f && !stop_.load(std::memory_order_acquire)) {
+        sleeps.store(sleeps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        wake_flag.wait();
+      }
+      cluster_->go_busy(*this);
+      if (!f) {
+        f = find_work();
+        cluster_->thief_done();
+        if (!f) continue;
+      }
+    }
+    run(f);
+  }
+}
+
+void schedule(Fibre* f) {
+  if (f->background) {
+    f->cluster->push_background(f);
+  } else if (Processor* a = f->affinity; a && &a->cluster() == f->cluster) {
+    a->push(f);
+  } else {
+    f->cluster->push_staging(f);
+  }
+}
+
+}  // namespace loom::rt

@@ -1,0 +1,120 @@
+// sched/processor.hpp — a processor: one kernel thread running fibres.
+//
+// Switching. Every switch goes through Processor::switch_to(next, post, arg):
+// the running fibre stops, `next` runs, and the first thing `next` does is
+// run post(prev, arg) — on the processor that made the switch, after prev's
+// context has been saved. Anything that makes prev visible to other
+// processors (putting it in a ready queue, registering it as a waiter,
+// unlocking the lock that guards a wait list, freeing a dead fibre's stack)
+// is such a post action. That is DESIGN.md invariant 1, "publish after
+// save": a processor that finds prev can always resume it, because by then
+// its registers are on its stack.
+//
+// Finding work, in order: local ready queue → cluster staging → steal from
+// busy processors (longest busy first, or as the cluster's StealPolicy says)
+// → cluster background queue → sleep. Every 64th pick looks at staging first
+// so that new fibres and arrivals are not starved by two fibres that keep
+// yielding to each other.
+//
+// Idle (invariant 3, "no lost wake-up"): a processor that found nothing
+// marks itself idle (seq_cst) *before* its last look at the queues; whoever
+// pushes work marks the queue (seq_cst) *before* checking the idle mark.
+// One of the two sees the other; WakeFlag keeps a wake that arrives before
+// the sleep.
+//
+// Thread-locals (invariant 4): the running processor is a thread-local, and
+// a fibre may resume on another kernel thread after any switch. It is read
+// only through this_processor(), an out-of-line function, so the compiler
+// cannot keep its address from before a switch.
+#pragma once
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "base/futex.hpp"
+#include "context/stack.hpp"
+#include "sched/fibre.hpp"
+#include "sched/ready_queue.hpp"
+
+namespace loom::rt {
+
+class Cluster;
+using PostFn = void (*)(Fibre* prev, void* arg);
+
+enum class ListState : unsigned char { none, busy, idle };
+
+class Processor {
+ public:
+  // adopt: the calling thread becomes this processor and keeps running its
+  // current code as a fibre; otherwise a new kernel thread is started.
+  Processor(Cluster& cluster, unsigned index, bool adopt);
+  ~Processor();
+
+  Cluster& cluster() const { return *cluster_; }
+  unsigned index() const { return index_; }
+  Fibre* current() const { return current_; }
+
+  // Switches to `next`, which runs post(prev, arg) first.
+  void switch_to(Fibre* next, PostFn post, void* arg, bool dying = false);
+  // The running fibre stops; post(self, arg) publishes it wherever it must
+  // wait. Runs the next ready fibre, or the idle loop.
+  void suspend(PostFn post, void* arg);
+  void yield();
+  // The next fibre to run without sleeping or stealing (local, staging).
+  Fibre* next_ready(unsigned max_level = kPriorities - 1);
+  // Pushes onto this processor's ready queue and wakes it if it sleeps.
+  void push(Fibre* f);
+  ReadyQueue& ready_queue() { return *rq_; }
+
+  StackCache& stacks() { return stacks_; }
+  Fibre& idle_fibre() { return idle_; }
+  void request_stop();
+  void join_thread();
+
+  // Per-processor counters, written only by the owner.
+  std::atomic<std::uint64_t> steals{0}, sticky_steals{0}, sleeps{0}, wakes{0};
+
+  // Owned by the cluster, guarded by its list lock.
+  ListState list_state = ListState::none;
+  Processor* list_prev = nullptr;
+  Processor* list_next = nullptr;
+  std::atomic<bool> idle{false};  // on the idle list (read by pushers)
+  WakeFlag wake_flag;
+
+ private:
+  friend void processor_idle_entry(transfer_t);
+  static void* thread_main(void* self);
+  void idle_loop();
+  Fibre* find_work();
+  void run(Fibre* f);
+  void enter_thread();  // per-thread set-up on the processor's kernel thread
+
+  Cluster* cluster_;
+  unsigned index_;
+  ReadyQueue own_rq_;
+  ReadyQueue* rq_;
+  Fibre* current_ = nullptr;
+  Fibre idle_;        // the idle loop's fibre
+  Fibre main_;        // the adopted thread's original code (adopt only)
+  Stack idle_stack_;  // adopt only: the idle loop needs a stack of its own
+  StackCache stacks_;
+  unsigned tick_ = 0;
+  std::atomic<bool> stop_{false};
+  pthread_t thread_{};
+  bool has_thread_ = false;
+  void* altstack_ = nullptr;
+};
+
+// The processor the calling kernel thread is, or nullptr (out of line: see
+// invariant 4 above).
+Processor* this_processor() noexcept;
+// The running fibre, or nullptr on a kernel thread that is not a processor.
+Fibre* this_fibre_or_null() noexcept;
+
+// Makes a blocked or new fibre runnable where it belongs: its affinity
+// processor, or the staging queue of its cluster, or the background queue.
+void schedule(Fibre* f);
+
+}  // namespace loom::rt

@@ -1,0 +1,46 @@
+#include "sched/steal_policy.hpp"
+
+#include <atomic>
+#include <utility>
+
+namespace loom::rt {
+
+namespace {
+
+class LongestBusy final : public StealPolicy {
+ public:
+  const char* name() const override { return "longest-busy"; }
+  std::size_t order(Processor&, Processor**, std::size_t n) override { return n; }
+};
+
+class RandomVictim final : public StealPolicy {
+ public:
+  const char* name() const override { return "random"; }
+  std::size_t order(Processor&, Processor** victims, std::size_t n) override {
+    // Fisher-Yates with a per-cluster xorshift state; a lost update between
+    // two thieves only repeats a random number.
+    for (std::size_t i = n; i > 1; --i) std::swap(victims[i - 1], victims[next() % i]);
+    return n;
+  }
+
+ private:
+  std::uint64_t next() {
+    std::uint64_t x = state_.load(std::memory_order_relaxed);
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    state_.store(x, std::memory_order_relaxed);
+    return x;
+  }
+  std::atomic<std::uint64_t> state_{0x9E3779B97F4A7C15ull};
+};
+
+}  // namespace
+
+std::unique_ptr<StealPolicy> make_steal_policy(const std::string& name) {
+  if (name == "longest-busy") return std::make_unique<LongestBusy>();
+  if (name == "random") return std::make_unique<RandomVictim>();
+  return nullptr;
+}
+
+}  // namespace loom::rt

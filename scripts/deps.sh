@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages loom needs, only those missing.
+#   scripts/deps.sh build   compiler, Boost.Context, hwloc
+#   scripts/deps.sh test    build + GoogleTest, valgrind, curl, python3
+#   scripts/deps.sh bench   test + Boost.Fiber, wrk, nginx, Go, memcached, gnuplot
+# Idempotent: a second run installs nothing and does not touch the network.
+set -euo pipefail
+
+group=${1:-test}
+build=(g++ make cmake pkg-config libboost-context-dev libhwloc-dev)
+test=("${build[@]}" libgtest-dev googletest valgrind curl python3 libboost-fiber-dev)
+bench=("${test[@]}" wrk nginx-light golang-go memcached libmemcached-tools gnuplot-nox)
+
+case "$group" in
+  build) want=("${build[@]}") ;;
+  test) want=("${test[@]}") ;;
+  bench|all) want=("${bench[@]}") ;;
+  *) echo "deps.sh: unknown group '$group' (build, test, bench)" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${want[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps.sh: installing ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
