@@ -17,6 +17,7 @@
 #pragma once
 
 #include <sched.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -44,10 +45,18 @@ inline std::string json_quote(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -184,7 +193,8 @@ class ArgWalker {
   const char* inline_value_ = nullptr;
 };
 
-inline void print_micro_help(const char* prog, const char* system, const std::vector<RowInfo>& rows, const char* extra) {
+inline void print_micro_help(const char* prog, const char* system, const std::vector<RowInfo>& rows,
+                             const char* extra) {
   std::printf(
       "usage: %s [--bench ROW[,ROW...]] [--iterations N | --duration S] [--warmup S] [--repeats R]\n"
       "Measures %s; prints one JSON object per row on stdout (ns_per_op = median of the repeats).\n"
@@ -249,10 +259,10 @@ inline double median(std::vector<double> v) {
 }
 
 struct Measurement {
-  double ns_per_op = 0;         // median of samples
-  std::vector<double> samples;  // ns per op, one per repeat
-  std::uint64_t iterations = 0; // operations per repeat
-  double warmup_s = 0;          // spent warming up (and sizing)
+  double ns_per_op = 0;          // median of samples
+  std::vector<double> samples;   // ns per op, one per repeat
+  std::uint64_t iterations = 0;  // operations per repeat
+  double warmup_s = 0;           // spent warming up (and sizing)
 };
 
 // run(n) performs n operations and returns the nanoseconds they took.
@@ -305,6 +315,13 @@ inline std::string allowed_cpus() {
   return s;
 }
 
+// Peak resident memory of this process so far (getrusage), in KiB.
+inline std::uint64_t max_rss_kib() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<std::uint64_t>(ru.ru_maxrss);
+}
+
 // The common part of a micro row; the caller adds its own keys and prints.
 inline Json micro_row(const char* bench, const char* system, const std::string& variant, const Measurement& m,
                       const char* op) {
@@ -320,7 +337,8 @@ inline Json micro_row(const char* bench, const char* system, const std::string& 
       .add("min_ns", *std::min_element(m.samples.begin(), m.samples.end()))
       .add("max_ns", *std::max_element(m.samples.begin(), m.samples.end()))
       .add("warmup_s", m.warmup_s)
-      .add("cpus", allowed_cpus());
+      .add("cpus", allowed_cpus())
+      .add("max_rss_kib", max_rss_kib());
   return j;
 }
 

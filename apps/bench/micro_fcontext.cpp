@@ -45,7 +45,9 @@ int main(int argc, char** argv) {
       for (std::uint64_t i = 0; i < n; ++i) other = ctx::jump_fcontext(other, nullptr).fctx;
       return double(bench::now_ns() - t0);
     });
-    bench::micro_row("yield", "fcontext", "", m, "round trip (2 jumps)").add("stack_bytes", std::uint64_t(kStack)).print();
+    bench::micro_row("yield", "fcontext", "", m, "round trip (2 jumps)")
+        .add("stack_bytes", std::uint64_t(kStack))
+        .print();
   }
   // The bounce context is abandoned, never finished: nothing on its stack
   // needs unwinding.

@@ -25,20 +25,12 @@
 // below and a block in main() like the others; the peers get the same row.
 #include <cstdio>
 #include <cstdlib>
-#include <utility>
 
 #include "harness.hpp"
 #include "loom/loom.hpp"
 #include "loom_variant.hpp"
 
 namespace {
-
-// Every Fibre here is made with an explicit `const FibreAttr&`: with the
-// fibre.hpp of this writing, Fibre(F&&, Args&&...) also matches a FibreAttr
-// given as a non-const or temporary value — including the one it passes to
-// itself when called without attributes — and recurses until the compiler
-// gives up (see docs/BENCHMARKS.md, "API notes").
-const loom::FibreAttr kSameCluster{};
 
 // Runs `timed` (which returns nanoseconds) in a fibre on `c`, waits for it
 // from main, and returns what it measured.
@@ -47,7 +39,7 @@ double in_fibre(loom::Cluster& c, F timed) {
   loom::FibreAttr attr;
   attr.cluster = &c;
   double ns = 0;
-  loom::Fibre f(std::as_const(attr), [&ns, &timed] { ns = timed(); });
+  loom::Fibre f(attr, [&ns, &timed] { ns = timed(); });
   f.join();
   return ns;
 }
@@ -58,7 +50,7 @@ double yield_pair(loom::Cluster& c, std::uint64_t n) {
       for (std::uint64_t i = 0; i < n; ++i) loom::this_fibre::yield();
     };
     std::uint64_t t0 = bench::now_ns();
-    loom::Fibre a(kSameCluster, loop), b(kSameCluster, loop);
+    loom::Fibre a(loop), b(loop);
     a.join();
     b.join();
     return double(bench::now_ns() - t0) / 2;  // per yield: 2n yields
@@ -69,7 +61,7 @@ double create_join(loom::Cluster& c, std::uint64_t n) {
   return in_fibre(c, [n] {
     std::uint64_t t0 = bench::now_ns();
     for (std::uint64_t i = 0; i < n; ++i) {
-      loom::Fibre f(kSameCluster, [] {});
+      loom::Fibre f([] {});
       f.join();
     }
     return double(bench::now_ns() - t0);

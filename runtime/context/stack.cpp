@@ -30,13 +30,16 @@ void stack_release(Stack& s) noexcept {
   s = Stack{};
 }
 
-StackCache::~StackCache() {
-  while (n_) stack_release(slots_[--n_]);
+StackCache::~StackCache() { trim(0); }
+
+void StackCache::trim(std::size_t keep) noexcept {
+  while (n_ > keep) stack_release(slots_[--n_]);
 }
 
 Stack StackCache::get(std::size_t size) {
   size = (size + kGuardSize - 1) & ~(kGuardSize - 1);
-  for (std::size_t i = n_; i-- > 0;) {
+  constexpr std::size_t kSearch = 8;
+  for (std::size_t i = n_; i-- > 0 && i + kSearch >= n_;) {
     if (slots_[i].size == size) {
       Stack s = slots_[i];
       slots_[i] = slots_[--n_];

@@ -41,7 +41,10 @@ std::size_t Cluster::add_processors(std::size_t n, bool adopt) {
 void Cluster::place_new(Fibre* f) {
   if (f->background) {
     push_background(f);
-  } else if (config_.placement == Placement::share || config_.queue == QueueKind::shared) {
+  } else if (config_.queue == QueueKind::shared) {
+    shared_.push(f);  // the cluster's one ready queue
+    wake_one();
+  } else if (config_.placement == Placement::share) {
     push_staging(f);
   } else {
     std::size_t n = size();

@@ -32,9 +32,14 @@ inline void after_switch(transfer_t t) {
   if (post) post(prev, arg);
 }
 
+// A yielding fibre goes to the back of the queue it would be placed in if it
+// were new: under work sharing that is the staging queue, or two fibres that
+// yield to each other through the local queue would starve staged ones.
 void post_requeue(Fibre* prev, void*) {
   if (prev->background)
     prev->cluster->push_background(prev);
+  else if (prev->cluster->config().placement == Placement::share)
+    prev->cluster->push_staging(prev);
   else
     this_processor()->push(prev);
 }
@@ -242,6 +247,7 @@ void Processor::idle_loop() {
       cluster_->go_idle(*this);
       f = find_work();  // the last look, after announcing idle
       if (!f && !stop_.load(std::memory_order_acquire)) {
+        stacks_.trim(StackCache::kKeepIdle);  // a burst is over: give memory back
         sleeps.store(sleeps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         wake_flag.wait();
       }

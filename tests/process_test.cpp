@@ -1,0 +1,111 @@
+// Whole-process behaviour: start-up sizing, exit, idle CPU, stack overflow.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "loom/loom.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+struct Result {
+  int status = -1;  // exit status, or 128 + signal
+  std::string out;
+};
+
+Result run(const std::string& cmd) {
+  Result r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  std::array<char, 512> buf;
+  while (std::fgets(buf.data(), int(buf.size()), p)) r.out += buf.data();
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+const std::string probe = LOOM_PROBE;
+
+TEST(Process, ProcessorsFollowTheEnvironment) {
+  EXPECT_EQ(run("LOOM_PROCESSORS=3 " + probe + " processors").out, "3\n");
+  EXPECT_EQ(run("LOOM_PROCESSORS=1 " + probe + " processors").out, "1\n");
+}
+
+TEST(Process, ProcessorsFollowTheAffinityMask) {
+  Result r = run("taskset -c 0 " + probe + " processors");
+  EXPECT_EQ(r.out, "1\n");
+}
+
+TEST(Process, MalformedSettingIsReportedAndIgnored) {
+  Result r = run("LOOM_PROCESSORS=lots taskset -c 0 " + probe + " processors");
+  EXPECT_NE(r.out.find("loom: LOOM_PROCESSORS=lots: expected an integer"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n1\n"), std::string::npos) << r.out;
+  r = run("LOOM_QUEUE=fast " + probe + " processors");
+  EXPECT_NE(r.out.find("loom: LOOM_QUEUE=fast: expected nemesis|locked|shared; using nemesis"), std::string::npos)
+      << r.out;
+}
+
+TEST(Process, ReturningFromMainEndsTheProcess) {
+  Result r = run("timeout 20 " + probe + " main-returns");
+  EXPECT_EQ(r.status, 7) << r.out;
+  EXPECT_NE(r.out.find("main returns"), std::string::npos);
+}
+
+TEST(Process, StackOverflowNamesTheFibre) {
+  Result r = run("timeout 20 " + probe + " overflow");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("loom: fibre "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"deep\" overflowed its 16 KiB stack (guard page hit at 0x"), std::string::npos) << r.out;
+}
+
+TEST(ProcessDeathTest, StackOverflowKillsWithSegv) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto deep = [] {
+    loom::FibreAttr a;
+    a.name = "deep";
+    a.stack_size = 16 * 1024;
+    loom::Fibre f(a, [] {
+      std::function<void(int)> rec = [&](int d) {
+        volatile char pad[256];
+        pad[0] = char(d);
+        rec(d + 1);
+        asm volatile("" ::"r"(pad) : "memory");
+      };
+      rec(0);
+    });
+    f.join();
+  };
+  EXPECT_EXIT(deep(), testing::KilledBySignal(SIGSEGV), "\"deep\" overflowed its 16 KiB stack");
+}
+
+double process_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
+}
+
+TEST(Process, AnIdleRuntimeUsesNoCpu) {
+  loom::Cluster c(2);
+  {
+    // Work first, so that the processors have been busy and gone idle.
+    loom::FibreAttr a;
+    a.cluster = &c;
+    std::vector<loom::Fibre> v;
+    for (int i = 0; i < 1000; ++i) v.emplace_back(a, [] { loom::this_fibre::yield(); });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  double t0 = process_cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  double used = process_cpu_seconds() - t0;
+  // Every processor of both clusters is idle: under 2% of one core.
+  EXPECT_LT(used, 0.02) << "seconds of CPU burnt in one idle second";
+}
+
+}  // namespace

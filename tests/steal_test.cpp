@@ -1,0 +1,164 @@
+// Work stealing, driven from inside: fibres are pushed straight onto one
+// processor's queue to build the imbalance stealing exists for.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "loom/loom.hpp"
+#include "sched/cluster.hpp"
+#include "sched/processor.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using loom::Cluster;
+using loom::SchedConfig;
+namespace rt = loom::rt;
+
+struct Record {
+  std::atomic<int> runs{0};
+  std::atomic<int> running{0};  // 1 while some processor runs it
+  int ran_on = -1;
+  int affinity = -1;
+  int iterations = 0;
+};
+
+void spin_for(std::chrono::microseconds d) {
+  auto end = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < end) {
+  }
+}
+
+struct Job {
+  Record* rec;
+  int yields;
+  std::atomic<int>* finished;
+};
+
+void job_body(void* arg) {
+  auto* j = static_cast<Job*>(arg);
+  Record& r = *j->rec;
+  r.runs.fetch_add(1);
+  for (int i = 0; i <= j->yields; ++i) {
+    // Never on two processors at once: a fibre run twice would overlap.
+    if (r.running.exchange(1) != 0) std::abort();
+    rt::Fibre* self = rt::this_fibre_or_null();
+    r.ran_on = loom::this_fibre::processor_index();
+    r.affinity = int(self->affinity->index());
+    spin_for(std::chrono::microseconds(50));
+    ++r.iterations;
+    r.running.store(0);
+    if (i < j->yields) loom::this_fibre::yield();
+  }
+  j->finished->fetch_add(1);
+}
+
+// Starts n fibres, all queued on processor 0 of `c`, and waits for them.
+std::vector<std::unique_ptr<Record>> run_on_first(Cluster& c, int n, int yields) {
+  std::vector<std::unique_ptr<Record>> recs;
+  std::vector<Job> jobs(static_cast<std::size_t>(n));
+  std::vector<rt::Fibre*> fibres;
+  std::atomic<int> finished{0};
+  rt::Processor* p0 = c.impl().processor(0);
+  loom::FibreAttr attr;
+  attr.cluster = &c;
+  for (int i = 0; i < n; ++i) {
+    recs.push_back(std::make_unique<Record>());
+    jobs[std::size_t(i)] = Job{recs.back().get(), yields, &finished};
+    rt::Fibre* f = rt::create_fibre(attr, 0, 1, nullptr);
+    f->fn = &job_body;
+    f->arg = &jobs[std::size_t(i)];
+    f->affinity = p0;
+    c.impl().fibres.fetch_add(1);
+    fibres.push_back(f);
+  }
+  for (rt::Fibre* f : fibres) p0->push(f);
+  for (rt::Fibre* f : fibres) rt::join_fibre(f);
+  EXPECT_EQ(finished.load(), n);
+  return recs;
+}
+
+SchedConfig with_stealing(bool on, std::size_t sticky, const char* policy = "longest-busy") {
+  SchedConfig c;
+  c.stealing = on;
+  c.sticky_threshold = sticky;
+  c.steal_policy = policy;
+  return c;
+}
+
+class Steal : public testing::TestWithParam<const char*> {};
+
+TEST_P(Steal, ImbalanceIsStolenTransientlyAndNothingRunsTwice) {
+  Cluster c(2, with_stealing(true, 0, GetParam()));
+  auto recs = run_on_first(c, 200, 0);
+  int on_thief = 0;
+  for (auto& r : recs) {
+    EXPECT_EQ(r->runs.load(), 1);
+    EXPECT_EQ(r->iterations, 1);
+    on_thief += r->ran_on == 1;
+    EXPECT_EQ(r->affinity, 0) << "transient stealing keeps the victim's affinity";
+  }
+  EXPECT_GT(c.stats().steals, 0u);
+  EXPECT_GT(on_thief, 0);
+}
+
+TEST_P(Steal, PastTheThresholdStolenFibresStick) {
+  Cluster c(2, with_stealing(true, 2, GetParam()));
+  auto recs = run_on_first(c, 200, 0);
+  int sticky = 0;
+  for (auto& r : recs) {
+    EXPECT_EQ(r->runs.load(), 1);
+    sticky += r->ran_on == 1 && r->affinity == 1;
+  }
+  EXPECT_GT(c.stats().sticky_steals, 0u);
+  EXPECT_GT(sticky, 0);
+}
+
+TEST_P(Steal, YieldingFibresUnderStealingRunEveryIterationOnce) {
+  Cluster c(4, with_stealing(true, 8, GetParam()));
+  const int yields = int(loom::test::scaled(50));
+  auto recs = run_on_first(c, 64, yields);
+  for (auto& r : recs) {
+    EXPECT_EQ(r->runs.load(), 1);
+    EXPECT_EQ(r->iterations, yields + 1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, Steal, testing::Values("longest-busy", "random"),
+                         [](const testing::TestParamInfo<const char*>& i) {
+                           return std::string(i.param) == "random" ? "random" : "longest_busy";
+                         });
+
+TEST(StealOff, NothingIsStolen) {
+  Cluster c(2, with_stealing(false, 0));
+  auto recs = run_on_first(c, 100, 0);
+  for (auto& r : recs) {
+    EXPECT_EQ(r->runs.load(), 1);
+    EXPECT_EQ(r->ran_on, 0);
+  }
+  EXPECT_EQ(c.stats().steals, 0u);
+}
+
+TEST(StealOff, SharedQueueNeedsNoStealing) {
+  SchedConfig cfg;
+  cfg.queue = loom::QueueKind::shared;
+  Cluster c(2, cfg);
+  auto recs = run_on_first(c, 100, 0);
+  int on_second = 0;
+  for (auto& r : recs) {
+    EXPECT_EQ(r->runs.load(), 1);
+    on_second += r->ran_on == 1;
+  }
+  EXPECT_EQ(c.stats().steals, 0u);
+  EXPECT_GT(on_second, 0) << "both processors serve the one shared queue";
+}
+
+TEST(StealPolicy, UnknownNameFallsBackToTheDefault) {
+  Cluster c(1, with_stealing(true, 0, "no-such-policy"));
+  EXPECT_EQ(c.config().steal_policy, "longest-busy");
+}
+
+}  // namespace
