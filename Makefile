@@ -40,7 +40,7 @@ asan: deps-test
 tsan: deps-test
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread >/dev/null
 	@cmake --build build-tsan -j $(JOBS)
-	@cd build-tsan && LOOM_TEST_SCALE=10 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -L sanitize --timeout 600
+	@cd build-tsan && LOOM_TEST_SCALE=1000 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -L sanitize --timeout 600
 
 # Until the web server lands, the demo is the micro-benchmark table.
 demo: deps-bench

@@ -2,6 +2,7 @@
 // process can show: start-up, exit, environment, fatal diagnostics.
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "loom/loom.hpp"
 
@@ -29,6 +30,22 @@ int main(int argc, char** argv) {
     loom::this_fibre::yield();
     std::printf("main returns\n");
     return 7;
+  }
+  if (!std::strcmp(what, "work")) {
+    // A little of everything, for valgrind: creation, yields, migration.
+    loom::Cluster other(1);
+    std::vector<loom::Fibre> v;
+    for (int i = 0; i < 50; ++i)
+      v.emplace_back([&other, i] {
+        for (int r = 0; r < 10; ++r) loom::this_fibre::yield();
+        if (i % 5 == 0) {
+          loom::this_fibre::migrate(other);
+          loom::this_fibre::migrate(loom::Cluster::default_cluster());
+        }
+      });
+    v.clear();
+    std::printf("work done\n");
+    return 0;
   }
   if (!std::strcmp(what, "overflow")) {
     loom::FibreAttr a;

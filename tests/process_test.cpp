@@ -65,6 +65,13 @@ TEST(Process, StackOverflowNamesTheFibre) {
   EXPECT_NE(r.out.find("\"deep\" overflowed its 16 KiB stack (guard page hit at 0x"), std::string::npos) << r.out;
 }
 
+TEST(Process, ValgrindFollowsFibreSwitches) {
+  if (run("command -v valgrind").status != 0) GTEST_SKIP() << "valgrind not installed";
+  Result r = run("timeout 300 valgrind --error-exitcode=9 --quiet " + probe + " work");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("work done"), std::string::npos) << r.out;
+}
+
 TEST(ProcessDeathTest, StackOverflowKillsWithSegv) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   auto deep = [] {

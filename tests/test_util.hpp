@@ -14,6 +14,14 @@ inline long scaled(long n) {
   return k > 1 ? n / k : n;
 }
 
+constexpr bool sanitized() {
+#if defined(LOOM_ASAN) || defined(LOOM_TSAN)
+  return true;
+#else
+  return false;
+#endif
+}
+
 // Resident set size of this process in KiB.
 inline long rss_kib() {
   std::ifstream f("/proc/self/statm");

@@ -33,16 +33,26 @@ void stack_release(Stack& s) noexcept {
 StackCache::~StackCache() { trim(0); }
 
 void StackCache::trim(std::size_t keep) noexcept {
-  while (n_ > keep) stack_release(slots_[--n_]);
+  while (slots_.size() > keep) {
+    stack_release(slots_.back());
+    slots_.pop_back();
+  }
+}
+
+void StackCache::clear() noexcept {
+  trim(0);
+  std::vector<Stack>().swap(slots_);
 }
 
 Stack StackCache::get(std::size_t size) {
   size = (size + kGuardSize - 1) & ~(kGuardSize - 1);
   constexpr std::size_t kSearch = 8;
-  for (std::size_t i = n_; i-- > 0 && i + kSearch >= n_;) {
+  const std::size_t n = slots_.size();
+  for (std::size_t i = n; i-- > 0 && i + kSearch >= n;) {
     if (slots_[i].size == size) {
       Stack s = slots_[i];
-      slots_[i] = slots_[--n_];
+      slots_[i] = slots_.back();
+      slots_.pop_back();
       // The previous fibre's frames left ASan poison behind.
       sanitizer_unpoison(s.lo(), s.size);
       return s;
@@ -52,10 +62,15 @@ Stack StackCache::get(std::size_t size) {
 }
 
 void StackCache::put(Stack s) noexcept {
-  if (n_ < kCapacity)
-    slots_[n_++] = s;
-  else
-    stack_release(s);
+  if (slots_.size() >= kCapacity) return stack_release(s);
+  if (slots_.capacity() == 0) {
+    try {
+      slots_.reserve(kCapacity);
+    } catch (...) {
+      return stack_release(s);
+    }
+  }
+  slots_.push_back(s);  // within capacity: cannot throw
 }
 
 }  // namespace loom::rt

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 namespace loom::rt {
 
@@ -49,11 +50,11 @@ class StackCache {
   Stack get(std::size_t size);
   void put(Stack s) noexcept;  // keeps it, or releases it when full
   void trim(std::size_t keep) noexcept;  // releases all but `keep`
-  std::size_t cached() const { return n_; }
+  void clear() noexcept;                 // releases everything, slots too
+  std::size_t cached() const { return slots_.size(); }
 
  private:
-  Stack slots_[kCapacity];
-  std::size_t n_ = 0;
+  std::vector<Stack> slots_;  // reserved to kCapacity on first use
 };
 
 }  // namespace loom::rt

@@ -67,7 +67,8 @@ Cluster::~Cluster() {
     std::fprintf(stderr, "loom: cluster %u destroyed while it still holds %ld fibre(s)\n", impl_->id(), n);
     std::abort();
   }
-  delete impl_;
+  impl_->facade = nullptr;
+  impl_->shutdown();  // the rt::Cluster is kept: see rt::Cluster::shutdown
 }
 
 Cluster& Cluster::default_cluster() {

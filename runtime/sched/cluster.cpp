@@ -15,11 +15,19 @@ Cluster::Cluster(const SchedConfig& config, unsigned id)
   }
 }
 
-Cluster::~Cluster() {
+namespace {
+// Retired clusters stay reachable (for LeakSanitizer, and for debuggers).
+std::atomic<Cluster*> retired{nullptr};
+}  // namespace
+
+void Cluster::shutdown() {
+  Cluster* head = retired.load(std::memory_order_relaxed);
+  do next_retired_ = head;
+  while (!retired.compare_exchange_weak(head, this, std::memory_order_release, std::memory_order_relaxed));
   std::size_t n = size();
   for (std::size_t i = 0; i < n; ++i) processor(i)->request_stop();
   for (std::size_t i = 0; i < n; ++i) processor(i)->join_thread();
-  for (std::size_t i = 0; i < n; ++i) delete processor(i);
+  for (std::size_t i = 0; i < n; ++i) processor(i)->retire();
 }
 
 std::size_t Cluster::add_processors(std::size_t n, bool adopt) {

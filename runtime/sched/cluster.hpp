@@ -23,7 +23,13 @@ class Cluster {
   static constexpr std::size_t kMaxProcessors = 256;
 
   Cluster(const SchedConfig& config, unsigned id);
-  ~Cluster();
+  // Stops the processors, joins their threads and frees their stacks. The
+  // Cluster and Processor objects themselves are never freed (about 1 KiB
+  // per processor): a thread that has just published work for one of them
+  // may still be waking it — push, then wake, is the protocol — when the
+  // last fibre finishes and the owner destroys the cluster. Type-stable
+  // memory turns that late wake into a harmless spurious one.
+  void shutdown();
 
   const SchedConfig& config() const { return config_; }
   unsigned id() const { return id_; }
@@ -83,6 +89,7 @@ class Cluster {
   Processor* idle_tail_ = nullptr;
   std::atomic<int> idle_count_{0};
   std::atomic<bool> thief_waking_{false};
+  Cluster* next_retired_ = nullptr;
 };
 
 }  // namespace loom::rt

@@ -160,7 +160,11 @@ Processor::Processor(Cluster& cluster, unsigned index, bool adopt)
   }
 }
 
-Processor::~Processor() { leave_signal_stack(altstack_); }
+void Processor::retire() {
+  stacks_.clear();
+  leave_signal_stack(altstack_);
+  altstack_ = nullptr;
+}
 
 void Processor::enter_thread() {
   tls_processor = this;

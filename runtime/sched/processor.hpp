@@ -50,7 +50,6 @@ class Processor {
   // adopt: the calling thread becomes this processor and keeps running its
   // current code as a fibre; otherwise a new kernel thread is started.
   Processor(Cluster& cluster, unsigned index, bool adopt);
-  ~Processor();
 
   Cluster& cluster() const { return *cluster_; }
   unsigned index() const { return index_; }
@@ -72,6 +71,7 @@ class Processor {
   Fibre& idle_fibre() { return idle_; }
   void request_stop();
   void join_thread();
+  void retire();  // after join_thread: frees the stacks and signal stack
 
   // Per-processor counters, written only by the owner.
   std::atomic<std::uint64_t> steals{0}, sticky_steals{0}, sleeps{0}, wakes{0};
