@@ -102,7 +102,7 @@ TEST_P(Steal, ImbalanceIsStolenTransientlyAndNothingRunsTwice) {
     EXPECT_EQ(r->affinity, 0) << "transient stealing keeps the victim's affinity";
   }
   EXPECT_GT(c.stats().steals, 0u);
-  EXPECT_GT(on_thief, 0);
+  EXPECT_GT(on_thief, 0) << "sleeps " << c.stats().sleeps << " wakes " << c.stats().wakes;
 }
 
 TEST_P(Steal, PastTheThresholdStolenFibresStick) {

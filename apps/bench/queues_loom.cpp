@@ -11,9 +11,9 @@
 //     all (default 10, as in the thesis: five round trips), then exits.
 // So every processor creates N fibres per wave, 2*P*N are alive at once, and
 // a wave is 2*P*N*hops migrations. The thesis had every processor create 1
-// million fibres at once; that many 64 KiB stacks (each a mapping plus a
-// guard mapping) exceeds vm.max_map_count (65530) here, so N is a flag
-// (default 1000) and the run is repeated in waves instead.
+// million fibres; with all of a wave's fibres alive at once, that many 64 KiB
+// stacks (each a mapping plus a guard page) would exceed vm.max_map_count
+// (65530) here, so N is a flag (default 1000) and a run is repeated waves.
 //
 // migrations_per_s = migrations / wall time from the first spawner created
 // to the last one joined, so creating, starting and ending the fibres is

@@ -4,3 +4,4 @@
 #include "loom/cluster.hpp"
 #include "loom/config.hpp"
 #include "loom/fibre.hpp"
+#include "loom/sync.hpp"

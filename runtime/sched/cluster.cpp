@@ -202,6 +202,29 @@ bool Cluster::wake_one() {
   return true;
 }
 
+void Cluster::add_timer(TimerNode* n) {
+  if (!timers.add(n)) return;  // an earlier deadline is already armed
+  if (Processor* k = keeper_.load(std::memory_order_seq_cst))
+    k->wake_flag.post();  // re-arm for the new, earlier deadline
+  else
+    wake_one();  // it fires or becomes the keeper; if all are busy, they
+                 // fire it at their next scheduling point
+}
+
+void Cluster::fire_timers() {
+  if (timers.pending()) timers.fire(now_ns());
+}
+
+bool Cluster::claim_keeper(Processor& p) {
+  Processor* none = nullptr;
+  return keeper_.compare_exchange_strong(none, &p, std::memory_order_seq_cst);
+}
+
+void Cluster::release_keeper(Processor& p) {
+  Processor* me = &p;
+  keeper_.compare_exchange_strong(me, nullptr, std::memory_order_seq_cst);
+}
+
 ClusterStats Cluster::stats() const {
   ClusterStats s;
   std::size_t n = size();

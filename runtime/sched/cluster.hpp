@@ -15,6 +15,7 @@
 #include "sched/processor.hpp"
 #include "sched/ready_queue.hpp"
 #include "sched/steal_policy.hpp"
+#include "sched/timer.hpp"
 
 namespace loom::rt {
 
@@ -63,6 +64,13 @@ class Cluster {
   // A processor woken to steal has looked for work: another may be woken.
   void thief_done() { thief_waking_.store(false, std::memory_order_relaxed); }
 
+  // Timers (see sched/timer.hpp). add_timer wakes whoever must re-arm.
+  void add_timer(TimerNode* n);
+  void fire_timers();
+  TimerHeap timers;
+  bool claim_keeper(Processor& p);
+  void release_keeper(Processor& p);
+
   std::atomic<long> fibres{0};  // live fibres that belong to this cluster
   loom::Cluster* facade = nullptr;  // the public object for this cluster
   ClusterStats stats() const;
@@ -89,6 +97,7 @@ class Cluster {
   Processor* idle_tail_ = nullptr;
   std::atomic<int> idle_count_{0};
   std::atomic<bool> thief_waking_{false};
+  std::atomic<Processor*> keeper_{nullptr};
   Cluster* next_retired_ = nullptr;
 };
 

@@ -152,6 +152,9 @@ Processor::Processor(Cluster& cluster, unsigned index, bool adopt)
     context_make(idle_.ctx, idle_stack_.lo(), idle_stack_.size, &processor_idle_entry);
     cluster.go_busy(*this);
   } else {
+    // Busy from birth: work may be pushed to it before its thread runs, and
+    // a thief only looks at processors on the busy list.
+    cluster.go_busy(*this);
     if (int e = pthread_create(&thread_, nullptr, &Processor::thread_main, this)) {
       std::fprintf(stderr, "loom: cannot start a processor thread for cluster %u: error %d\n", cluster.id(), e);
       std::abort();
@@ -176,7 +179,6 @@ void* Processor::thread_main(void* self) {
   p->enter_thread();
   context_adopt_thread(p->idle_.ctx);
   p->current_ = &p->idle_;
-  p->cluster_->go_busy(*p);
   p->idle_loop();
   p->cluster_->leave(*p);
   tls_processor = nullptr;
@@ -205,7 +207,9 @@ void Processor::switch_to(Fibre* next, PostFn post, void* arg, bool dying) {
 
 Fibre* Processor::next_ready(unsigned max_level) {
   Fibre* f;
-  if ((++tick_ & 63) == 0 && (f = cluster_->pop_staging(*this))) return f;
+  ++tick_;
+  if ((tick_ & 15) == 0 && cluster_->timers.pending()) cluster_->fire_timers();
+  if ((tick_ & 63) == 0 && (f = cluster_->pop_staging(*this))) return f;
   if ((f = rq_->pop(max_level))) return f;
   return cluster_->pop_staging(*this);
 }
@@ -229,6 +233,7 @@ void Processor::push(Fibre* f) {
 }
 
 Fibre* Processor::find_work() {
+  cluster_->fire_timers();
   if (Fibre* f = next_ready()) return f;
   if (cluster_->stealing())
     if (Fibre* f = cluster_->steal(*this)) return f;
@@ -253,7 +258,15 @@ void Processor::idle_loop() {
       if (!f && !stop_.load(std::memory_order_acquire)) {
         stacks_.trim(StackCache::kKeepIdle);  // a burst is over: give memory back
         sleeps.store(sleeps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-        wake_flag.wait();
+        // One idle processor (the keeper) sleeps only until the earliest
+        // timer; the others sleep until woken.
+        bool keeper = cluster_->claim_keeper(*this);
+        std::int64_t deadline = keeper ? cluster_->timers.next() : kNoDeadline;
+        if (deadline == kNoDeadline)
+          wake_flag.wait();
+        else if (deadline > now_ns())
+          wake_flag.wait(deadline);
+        if (keeper) cluster_->release_keeper(*this);
       }
       cluster_->go_busy(*this);
       if (!f) {

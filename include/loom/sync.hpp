@@ -1,0 +1,292 @@
+// loom/sync.hpp — blocking synchronisation for fibres, all with timeouts.
+//
+// A fibre that waits frees its processor; it is woken exactly once, by a
+// signal or by its timeout, never both (the loser of that race backs off
+// without side effects, so a semaphore's count is conserved).
+//
+// Deadlines are CLOCK_MONOTONIC (std::chrono::steady_clock) points. Every
+// blocking call has a try_ form (never blocks) and a timed form; the timed
+// forms return false (or ETIMEDOUT) at, never before, the deadline.
+//
+// Called from a kernel thread that is not a loom processor, every primitive
+// works: the thread itself blocks (on a futex) instead of a fibre. The same
+// object may be shared by fibres and such threads.
+//
+// The errno-style members (`*_errno`, returning 0 or an errno value) are
+// what the C API exposes; the C++ members throw std::system_error where
+// those return an error a correct program cannot see (EDEADLK, EPERM).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstddef>
+#include <utility>
+
+#include "loom/detail/spinlock.hpp"
+#include "loom/fibre.hpp"
+
+namespace loom {
+
+using Clock = std::chrono::steady_clock;
+
+namespace rt {
+struct WaitList;
+}
+
+// Absolute CLOCK_MONOTONIC deadline in ns; kForever = no deadline, and
+// kNow = do not wait at all (the try_ forms).
+using Deadline = std::int64_t;
+inline constexpr Deadline kForever = -1;
+inline constexpr Deadline kNow = 0;
+Deadline to_deadline(Clock::time_point t);
+Deadline deadline_after(std::chrono::nanoseconds d);
+
+namespace this_fibre {
+void sleep_for(std::chrono::nanoseconds d);
+void sleep_until(Clock::time_point t);
+}  // namespace this_fibre
+
+// The wait queue every primitive is built on (opaque here; see
+// runtime/sync/wait.hpp for the protocol).
+class WaitQueue {
+ public:
+  WaitQueue() = default;
+  WaitQueue(const WaitQueue&) = delete;
+  WaitQueue& operator=(const WaitQueue&) = delete;
+
+ private:
+  friend struct rt::WaitList;
+  void* head_ = nullptr;
+  void* tail_ = nullptr;
+};
+
+// ---- Semaphore ----------------------------------------------------------------
+
+class Semaphore {
+ public:
+  static constexpr unsigned kMax = 0x7fffffff;
+  // A counting semaphore; max = 1 makes a binary one (releases collapse).
+  explicit Semaphore(unsigned initial = 0, unsigned max = kMax);
+  void acquire();
+  bool try_acquire();
+  bool try_acquire_until(Clock::time_point t);
+  template <class R, class P>
+  bool try_acquire_for(std::chrono::duration<R, P> d) {
+    return acquire_errno(deadline_after(d)) == 0;
+  }
+  // Wakes one waiter or raises the count; EOVERFLOW past the maximum of a
+  // counting semaphore (a binary one just stays at 1).
+  int release_errno();
+  void release();
+  unsigned value() const;
+
+  // 0, or ETIMEDOUT (EAGAIN for kNow) when the deadline passed first.
+  int acquire_errno(Deadline d);
+
+ private:
+  mutable detail::SpinLock lock_;
+  unsigned count_;
+  unsigned max_;
+  WaitQueue waiters_;
+};
+
+class BinarySemaphore : public Semaphore {
+ public:
+  explicit BinarySemaphore(bool available = false) : Semaphore(available ? 1 : 0, 1) {}
+};
+
+// ---- Mutex ----------------------------------------------------------------------
+
+// The barging spectrum (thesis §3.3, figure 3.4):
+//   blocking  unlock wakes the first waiter, who then competes for the lock
+//             with newcomers (default);
+//   spin      like blocking, but a locker first spins a while (adaptive to
+//             short critical sections on other processors);
+//   baton     unlock hands ownership to the first waiter: strict FIFO;
+//   hybrid    barging, but a waiter that has waited longer than a threshold
+//             (100 us) gets the lock handed to it.
+enum class MutexPolicy { blocking, spin, baton, hybrid };
+enum class MutexType { normal, recursive, errorcheck };
+
+// The process default: LOOM_MUTEX=blocking|spin|baton|hybrid.
+MutexPolicy default_mutex_policy();
+const char* to_string(MutexPolicy);
+
+class Mutex {
+ public:
+  explicit Mutex(MutexType type = MutexType::normal, MutexPolicy policy = default_mutex_policy());
+  explicit Mutex(MutexPolicy policy) : Mutex(MutexType::normal, policy) {}
+  ~Mutex();
+
+  // std::Lockable / TimedLockable. lock() of an error-checking mutex the
+  // caller holds throws std::system_error(EDEADLK); unlock() by a
+  // non-owner of an error-checking or recursive mutex throws EPERM.
+  void lock();
+  bool try_lock();
+  bool try_lock_until(Clock::time_point t);
+  template <class R, class P>
+  bool try_lock_for(std::chrono::duration<R, P> d) {
+    return lock_errno(deadline_after(d)) == 0;
+  }
+  void unlock();
+
+  // 0, EBUSY (kNow and held), ETIMEDOUT, EDEADLK (errorcheck relock, or a
+  // normal mutex relocked with a deadline: it could only time out),
+  // EAGAIN (recursion count overflow).
+  int lock_errno(Deadline d);
+  // 0, or EPERM when the caller does not hold it (errorcheck, recursive).
+  int unlock_errno();
+
+  MutexType type() const { return type_; }
+  MutexPolicy policy() const { return policy_; }
+  bool held_by_caller() const;
+
+ private:
+  friend class CondVar;
+  int slow_lock(Deadline d, const void* self);
+  std::atomic<const void*> owner_{nullptr};  // the owning fibre (or kernel thread)
+  detail::SpinLock lock_;  // guards waiters_
+  MutexType type_;
+  MutexPolicy policy_;
+  unsigned recursion_ = 0;
+  std::atomic<unsigned> waiting_{0};  // queued waiters (read by unlock without the lock)
+  WaitQueue waiters_;
+};
+
+// ---- CondVar --------------------------------------------------------------------
+
+class CondVar {
+ public:
+  CondVar() = default;
+  ~CondVar();
+  // The mutex must be held by the caller (EPERM otherwise, for
+  // error-checking and recursive mutexes). It is released while waiting
+  // and held again on return, also after a timeout.
+  void wait(Mutex& m);
+  template <class Pred>
+  void wait(Mutex& m, Pred p) {
+    while (!p()) wait(m);
+  }
+  // false on timeout.
+  bool wait_until(Mutex& m, Clock::time_point t);
+  template <class R, class P>
+  bool wait_for(Mutex& m, std::chrono::duration<R, P> d) {
+    return wait_errno(m, deadline_after(d)) == 0;
+  }
+  void notify_one();
+  void notify_all();
+
+  // 0, ETIMEDOUT, EPERM.
+  int wait_errno(Mutex& m, Deadline d);
+
+ private:
+  detail::SpinLock lock_;
+  WaitQueue waiters_;
+};
+
+// ---- RWLock ---------------------------------------------------------------------
+
+enum class RWPreference {
+  writer,  // a waiting writer blocks new readers: no writer starvation (default)
+  reader,  // readers join while any reader holds it; writers may starve
+};
+
+class RWLock {
+ public:
+  explicit RWLock(RWPreference pref = RWPreference::writer) : pref_(pref) {}
+  ~RWLock();
+  void lock_shared();
+  bool try_lock_shared();
+  bool try_lock_shared_until(Clock::time_point t);
+  void unlock_shared();
+  void lock();
+  bool try_lock();
+  bool try_lock_until(Clock::time_point t);
+  void unlock();
+
+  // 0, EBUSY (kNow), ETIMEDOUT, EDEADLK (write lock held by the caller),
+  // EAGAIN (too many readers).
+  int lock_shared_errno(Deadline d);
+  int lock_errno(Deadline d);
+  // 0, or EPERM when not held in that mode (the write side knows its owner).
+  int unlock_errno();
+
+ private:
+  bool writer_may_enter() const;
+  void wake_after_release();
+  detail::SpinLock lock_;
+  RWPreference pref_;
+  unsigned readers_ = 0;
+  const void* writer_ = nullptr;
+  unsigned writers_waiting_ = 0;
+  WaitQueue readers_q_;
+  WaitQueue writers_q_;
+};
+
+// ---- Barrier --------------------------------------------------------------------
+
+class Barrier {
+ public:
+  // count >= 1 (std::invalid_argument otherwise).
+  explicit Barrier(unsigned count);
+  ~Barrier();
+  // Blocks until `count` callers have arrived; returns true for exactly one
+  // of them per phase (the serial one, as PTHREAD_BARRIER_SERIAL_THREAD).
+  bool arrive_and_wait();
+
+ private:
+  detail::SpinLock lock_;
+  unsigned count_;
+  unsigned arrived_ = 0;
+  std::uint64_t phase_ = 0;
+  WaitQueue waiters_;
+};
+
+// ---- Once -----------------------------------------------------------------------
+
+class OnceFlag {
+ public:
+  constexpr OnceFlag() = default;
+
+ private:
+  template <class F>
+  friend void call_once(OnceFlag& flag, F&& f);
+  bool begin();           // true: the caller runs the function
+  void finish(bool done); // done=false: the function threw, let another try
+  detail::SpinLock lock_;
+  std::uint8_t state_ = 0;  // 0 not run, 1 running, 2 done
+  WaitQueue waiters_;
+};
+
+// Runs f exactly once per flag; concurrent callers wait until it returned.
+// If f throws, the exception propagates and a later caller runs f again.
+template <class F>
+void call_once(OnceFlag& flag, F&& f) {
+  if (!flag.begin()) return;
+  try {
+    std::forward<F>(f)();
+  } catch (...) {
+    flag.finish(false);
+    throw;
+  }
+  flag.finish(true);
+}
+
+// ---- fibre-local keys -----------------------------------------------------------
+
+// Like pthread keys, per fibre (per kernel thread for callers that are not
+// fibres). At a fibre's exit, destructors of non-null values run, repeated
+// up to kKeyDestructorRounds times while values remain, as POSIX says.
+inline constexpr unsigned kKeysMax = 128;
+inline constexpr unsigned kKeyDestructorRounds = 4;
+using Key = unsigned;
+// 0, or EAGAIN when all kKeysMax keys are in use.
+int key_create(Key* key, void (*destructor)(void*));
+// 0, or EINVAL for a key that is not in use.
+int key_delete(Key key);
+void* get_specific(Key key);  // null for an invalid key
+// 0, EINVAL (invalid key), ENOMEM.
+int set_specific(Key key, const void* value);
+
+}  // namespace loom
