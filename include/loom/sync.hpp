@@ -32,6 +32,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace rt {
 struct WaitList;
+struct WakeBatch;
 }
 
 // Absolute CLOCK_MONOTONIC deadline in ns; kForever = no deadline, and
@@ -131,9 +132,9 @@ class Mutex {
   }
   void unlock();
 
-  // 0, EBUSY (kNow and held), ETIMEDOUT, EDEADLK (errorcheck relock, or a
-  // normal mutex relocked with a deadline: it could only time out),
-  // EAGAIN (recursion count overflow).
+  // 0, EBUSY (kNow and held), ETIMEDOUT, EDEADLK (error-checking relock;
+  // a normal mutex relocked by its owner deadlocks, or times out, as POSIX
+  // says), EAGAIN (recursion count overflow).
   int lock_errno(Deadline d);
   // 0, or EPERM when the caller does not hold it (errorcheck, recursive).
   int unlock_errno();
@@ -213,8 +214,9 @@ class RWLock {
   int unlock_errno();
 
  private:
+  friend struct RWLockAccess;
   bool writer_may_enter() const;
-  void wake_after_release();
+  void wake_after_release_into(rt::WakeBatch& batch, bool writer_left);
   detail::SpinLock lock_;
   RWPreference pref_;
   unsigned readers_ = 0;

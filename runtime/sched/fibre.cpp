@@ -28,6 +28,8 @@ void post_register_joiner(Fibre* joiner, void* arg) {
 
 }  // namespace
 
+void (*fibre_exit_hook)(Fibre*) = nullptr;
+
 std::uint64_t next_fibre_id() noexcept { return fibre_ids.fetch_add(1, std::memory_order_relaxed); }
 
 Fibre* create_fibre(const FibreAttr& attr, std::size_t payload, std::size_t align, void** payload_out) {

@@ -47,7 +47,11 @@ class Fibre {
   void* arg = nullptr;
   std::uint64_t id = 0;
   const char* name = nullptr;
+  void* specific = nullptr;  // fibre-local key values (sync/keys.cpp)
 };
+
+// Called at a fibre's exit, on the fibre, when it has key values.
+extern void (*fibre_exit_hook)(Fibre*);
 
 // Creates a fibre whose control block and `payload` bytes sit at the top of
 // a fresh stack; *payload_out receives the payload's address. Not yet

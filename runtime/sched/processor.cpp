@@ -98,6 +98,7 @@ void fibre_entry(transfer_t t) {
                  self->name ? " " : "", self->name ? self->name : "");
     std::terminate();
   }
+  if (self->specific && fibre_exit_hook) fibre_exit_hook(self);
   fibre_exit();
 }
 

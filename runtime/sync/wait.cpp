@@ -1,0 +1,148 @@
+#include "sync/wait.hpp"
+
+#include "sched/cluster.hpp"
+#include "sched/processor.hpp"
+
+namespace loom::rt {
+
+namespace {
+
+thread_local char thread_identity;
+
+bool timer_expire(TimerNode* n) {
+  auto* w = reinterpret_cast<Waiter*>(n);
+  int expected = kWaiting;
+  return w->state.compare_exchange_strong(expected, kTimedOut, std::memory_order_acq_rel);
+}
+
+// Unqueue a waiter whose timeout won; the lock keeps it from running early.
+void unqueue_timed_out(Waiter* w, WakeBatch& batch) {
+  if (w->queued) WaitList::remove(*w->queue, w);
+  if (w->on_timeout) w->on_timeout(w, batch);
+}
+
+void timer_complete(TimerNode* n) {
+  auto* w = reinterpret_cast<Waiter*>(n);
+  WakeBatch batch;
+  Fibre* f = w->fibre;
+  if (w->lock) {
+    w->lock->lock();
+    unqueue_timed_out(w, batch);
+    w->lock->unlock();
+  }
+  batch.wake_all();
+  schedule(f);  // from here on w may be gone
+}
+
+void post_block(Fibre*, void* arg) {
+  auto* w = static_cast<Waiter*>(arg);
+  SpinLock* lock = w->lock;
+  if (w->timer.deadline != kNoDeadline) w->cluster->add_timer(&w->timer);
+  if (lock) lock->unlock();
+}
+
+}  // namespace
+
+const void* identity() noexcept {
+  if (Fibre* f = this_fibre_or_null()) return f;
+  return &thread_identity;
+}
+
+void WakeBatch::wake_all() {
+  while (head) {
+    Waiter* w = head;
+    head = w->next;
+    wake(w);
+  }
+}
+
+void WaitList::push_back(WaitQueue& q, Waiter* w) {
+  w->next = nullptr;
+  w->prev = static_cast<Waiter*>(q.tail_);
+  if (w->prev)
+    w->prev->next = w;
+  else
+    q.head_ = w;
+  q.tail_ = w;
+  w->queued = true;
+  w->queue = &q;
+}
+
+void WaitList::remove(WaitQueue& q, Waiter* w) {
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    q.head_ = w->next;
+  if (w->next)
+    w->next->prev = w->prev;
+  else
+    q.tail_ = w->prev;
+  w->next = w->prev = nullptr;
+  w->queued = false;
+}
+
+Waiter* WaitList::signal_one(WaitQueue& q) {
+  while (Waiter* w = front(q)) {
+    remove(q, w);
+    int expected = kWaiting;
+    if (w->state.compare_exchange_strong(expected, kSignalled, std::memory_order_acq_rel)) return w;
+    // It timed out: its timer's complete() finds it unqueued and moves on.
+  }
+  return nullptr;
+}
+
+void wake(Waiter* w) {
+  if (Fibre* f = w->fibre) {
+    schedule(f);
+  } else {
+    std::atomic<int>* word = &w->state;
+    futex_wake(word, 1);
+  }
+}
+
+bool wait_on(WaitQueue& q, SpinLock& lock, Waiter& w, Deadline d) {
+  w.lock = &lock;
+  w.since = now_ns();
+  WaitList::push_back(q, &w);
+  if (Processor* p = this_processor()) {
+    Fibre* self = p->current();
+    w.fibre = self;
+    if (!w.ident) w.ident = self;
+    if (d != kForever) {
+      w.cluster = self->cluster;
+      w.timer.deadline = d;
+      w.timer.expire = &timer_expire;
+      w.timer.complete = &timer_complete;
+    }
+    p->suspend(&post_block, &w);
+    // Resumed (maybe elsewhere): signalled, or timed out and unqueued.
+    if (w.state.load(std::memory_order_acquire) == kSignalled) {
+      if (d != kForever) w.cluster->timers.remove(&w.timer);
+      return true;
+    }
+    return false;
+  }
+  // A kernel thread that is not a processor blocks itself (step 5).
+  w.fibre = nullptr;
+  if (!w.ident) w.ident = &thread_identity;
+  lock.unlock();
+  for (;;) {
+    int s = w.state.load(std::memory_order_acquire);
+    if (s != kWaiting) return s == kSignalled;
+    if (d != kForever && now_ns() >= d) {
+      int expected = kWaiting;
+      if (w.state.compare_exchange_strong(expected, kTimedOut, std::memory_order_acq_rel)) {
+        WakeBatch batch;
+        lock.lock();
+        unqueue_timed_out(&w, batch);
+        lock.unlock();
+        batch.wake_all();
+        return false;
+      }
+      return true;  // a signal won meanwhile
+    }
+    futex_wait(&w.state, kWaiting, d == kForever ? -1 : d);
+  }
+}
+
+}  // namespace loom::rt

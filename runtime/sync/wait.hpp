@@ -1,0 +1,115 @@
+// sync/wait.hpp — the one waiting mechanism under every primitive.
+//
+// A Waiter is a record on the waiting fibre's (or kernel thread's) stack:
+//
+//   state    kWaiting → kSignalled   set by a signaller, with a CAS
+//            kWaiting → kTimedOut    set by the timer (or the thread's own
+//                                    futex timeout), with a CAS
+// Exactly one CAS succeeds; its winner makes the waiter runnable, exactly
+// once. The loser backs off and leaves no trace:
+//  - a signaller that loses (the waiter timed out) has already taken the
+//    waiter off the queue under the primitive's lock; it just tries the next
+//    waiter, so nothing it meant to give (a semaphore unit, a mutex, a
+//    barrier phase) is lost;
+//  - a timer that loses does nothing (it has already left the timer heap).
+//
+// Protocol, step by step, and why each order is safe:
+//  1. The waiter takes the primitive's spin lock, finds it must wait,
+//     enqueues its record (queued = true) and calls block(). For fibres,
+//     block() suspends with a post-switch action that (a) arms the timer,
+//     then (b) releases the primitive's lock. Both happen after the fibre's
+//     context is saved (DESIGN.md invariant 1): no signaller can see the
+//     record, and no timer can fire for it, before the fibre can be resumed.
+//     (a) before (b): a signaller that wins and wakes the fibre finds the
+//     timer armed, so the fibre's own cancel (step 4) cannot miss it.
+//  2. A signaller, holding the primitive's lock, pops records from the front
+//     and CASes each until one succeeds (signal_one), and after releasing the
+//     lock makes it runnable (wake): schedule() for a fibre, a futex wake for
+//     a kernel thread.
+//  3. The timer's expire() (under the timer heap lock) CASes; on success its
+//     complete() takes the primitive's lock, removes the record if a
+//     signaller has not popped it, runs the primitive's on_timeout hook
+//     (e.g. a waiting writer leaving lets readers in), releases the lock and
+//     schedules the fibre. The record is still queued until then, so the
+//     fibre cannot run and free it early.
+//  4. A fibre woken by a signal cancels its timer: TimerHeap::remove() takes
+//     the heap lock, so an expire() that lost the CAS has finished with the
+//     record before the fibre returns and its stack frame is reused.
+//  5. A kernel thread (not a loom processor) waits on a futex on `state`
+//     with its deadline; at the deadline it CASes for itself and, if it won,
+//     takes the primitive's lock to unqueue itself. A late futex wake from a
+//     signaller can hit the thread's stack after it returned: that is at
+//     worst a spurious wake of whoever waits at that address next, which
+//     every futex user tolerates.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "base/futex.hpp"
+#include "base/spinlock.hpp"
+#include "loom/sync.hpp"
+#include "sched/fibre.hpp"
+#include "sched/timer.hpp"
+
+namespace loom::rt {
+
+class Cluster;
+struct WakeBatch;
+
+enum WaitState : int { kWaiting = 0, kSignalled = 1, kTimedOut = 2 };
+
+struct Waiter {
+  TimerNode timer;  // first member: TimerNode* → Waiter*
+  Waiter* next = nullptr;
+  Waiter* prev = nullptr;
+  bool queued = false;
+  std::atomic<int> state{kWaiting};
+  Fibre* fibre = nullptr;    // null for a kernel thread
+  const void* ident = nullptr;  // who waits (see identity())
+  SpinLock* lock = nullptr;  // the primitive's lock
+  WaitQueue* queue = nullptr;
+  Cluster* cluster = nullptr;  // whose timer heap
+  // Primitive-specific: runs under the primitive's lock after a timed-out
+  // waiter left its queue; may add waiters to wake.
+  void (*on_timeout)(Waiter* w, WakeBatch& batch) = nullptr;
+  void* owner_object = nullptr;  // the primitive, for on_timeout
+  std::uintptr_t tag = 0;        // primitive-specific (reader/writer, ...)
+  std::int64_t since = 0;        // when it started waiting (hybrid mutex)
+  bool handed_over = false;      // ownership was passed with the signal
+};
+
+// The waiters a primitive decided to wake while holding its lock; woken
+// after the lock is released.
+struct WakeBatch {
+  Waiter* head = nullptr;
+  void add(Waiter* w) {
+    w->next = head;
+    head = w;
+  }
+  void wake_all();  // wakes each (reads `next` before waking)
+};
+
+// FIFO list operations on a WaitQueue; the primitive's lock is held.
+struct WaitList {
+  static void push_back(WaitQueue& q, Waiter* w);
+  static Waiter* front(WaitQueue& q) { return static_cast<Waiter*>(q.head_); }
+  static bool empty(const WaitQueue& q) { return q.head_ == nullptr; }
+  static void remove(WaitQueue& q, Waiter* w);
+  // Pops waiters until one is won from kWaiting (step 2); null if none.
+  static Waiter* signal_one(WaitQueue& q);
+};
+
+// The caller's identity for ownership: its Fibre, or a per-kernel-thread
+// address for threads that are not processors.
+const void* identity() noexcept;
+
+// Step 1: with `lock` held and `w` filled in, enqueue on q and wait until
+// signalled (true) or timed out (false). Returns with `lock` released.
+bool wait_on(WaitQueue& q, SpinLock& lock, Waiter& w, Deadline d);
+// Makes a waiter won by signal_one runnable (call without the lock).
+void wake(Waiter* w);
+
+inline bool expired(Deadline d) { return d != kForever && (d == kNow || now_ns() >= d); }
+
+}  // namespace loom::rt
