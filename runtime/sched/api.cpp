@@ -131,7 +131,7 @@ std::uint64_t Fibre::id() const noexcept { return f_ ? f_->id : 0; }
 namespace this_fibre {
 
 void yield() {
-  if (rt::Processor* p = rt::this_processor())
+  if (rt::Processor* p = rt::this_processor_at_entry())
     p->yield();
   else
     sched_yield();
@@ -153,7 +153,7 @@ void set_priority(Priority p) {
 }
 
 namespace {
-void post_migrate(rt::Fibre* prev, void* arg) {
+void post_migrate(rt::Processor&, rt::Fibre* prev, void* arg) {
   auto* to = static_cast<rt::Cluster*>(arg);
   prev->cluster->fibres.fetch_sub(1, std::memory_order_relaxed);
   to->fibres.fetch_add(1, std::memory_order_relaxed);

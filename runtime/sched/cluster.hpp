@@ -46,6 +46,7 @@ class Cluster {
   void push_staging(Fibre* f);
   void push_background(Fibre* f);
   Fibre* pop_staging(Processor& p);
+  bool staging_nonempty() const { return staging_.maybe_nonempty(); }
   Fibre* pop_background(Processor& p);
   ReadyQueue* shared_queue() { return config_.queue == QueueKind::shared ? &shared_ : nullptr; }
   bool stealing() const { return config_.stealing && config_.queue != QueueKind::shared; }

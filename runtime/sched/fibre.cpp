@@ -19,7 +19,7 @@ inline char* align_down(char* p, std::size_t a) {
 }
 
 // A joiner registers itself after its context is saved (see fibre.hpp).
-void post_register_joiner(Fibre* joiner, void* arg) {
+void post_register_joiner(Processor&, Fibre* joiner, void* arg) {
   auto* f = static_cast<Fibre*>(arg);
   std::uintptr_t expected = kJoinRunning;
   if (!f->join.compare_exchange_strong(expected, reinterpret_cast<std::uintptr_t>(joiner), std::memory_order_acq_rel))

@@ -41,7 +41,8 @@
 namespace loom::rt {
 
 class Cluster;
-using PostFn = void (*)(Fibre* prev, void* arg);
+// Runs on `here`, the processor that made the switch, right after it.
+using PostFn = void (*)(Processor& here, Fibre* prev, void* arg);
 
 enum class ListState : unsigned char { none, busy, idle };
 
@@ -65,6 +66,8 @@ class Processor {
   Fibre* next_ready(unsigned max_level = kPriorities - 1);
   // Pushes onto this processor's ready queue and wakes it if it sleeps.
   void push(Fibre* f);
+  // push() by the processor itself: nobody to wake.
+  void push_local(Fibre* f);
   ReadyQueue& ready_queue() { return *rq_; }
 
   StackCache& stacks() { return stacks_; }
@@ -110,6 +113,12 @@ class Processor {
 // The processor the calling kernel thread is, or nullptr (out of line: see
 // invariant 4 above).
 Processor* this_processor() noexcept;
+
+extern thread_local Processor* tls_processor __attribute__((tls_model("initial-exec")));
+// The same, inline: only for the first read in an entry point, before the
+// function has switched (a compiler may keep this address across a switch
+// later in the same function; this_processor() cannot be cached so).
+inline Processor* this_processor_at_entry() noexcept { return tls_processor; }
 // The running fibre, or nullptr on a kernel thread that is not a processor.
 Fibre* this_fibre_or_null() noexcept;
 

@@ -34,7 +34,7 @@ void timer_complete(TimerNode* n) {
   schedule(f);  // from here on w may be gone
 }
 
-void post_block(Fibre*, void* arg) {
+void post_block(Processor&, Fibre*, void* arg) {
   auto* w = static_cast<Waiter*>(arg);
   SpinLock* lock = w->lock;
   if (w->timer.deadline != kNoDeadline) w->cluster->add_timer(&w->timer);
