@@ -15,8 +15,12 @@ namespace loom {
 
 namespace {
 
+// A slot's generation changes with every key_create, so a value set under
+// a deleted key is never seen through a new key that reuses its slot (POSIX:
+// a new key starts null in every thread).
 struct KeySlot {
   std::atomic<bool> used{false};
+  std::atomic<unsigned> generation{0};
   std::atomic<void (*)(void*)> destructor{nullptr};
 };
 KeySlot keys[kKeysMax];
@@ -24,7 +28,13 @@ std::mutex registry;  // key_create/delete only
 
 struct Table {
   void* values[kKeysMax] = {};
+  unsigned generations[kKeysMax] = {};
 };
+
+bool current(const Table* t, unsigned k) {
+  return keys[k].used.load(std::memory_order_acquire) &&
+         t->generations[k] == keys[k].generation.load(std::memory_order_acquire);
+}
 
 void run_destructors(Table* t) {
   for (unsigned round = 0; round < kKeyDestructorRounds; ++round) {
@@ -34,8 +44,8 @@ void run_destructors(Table* t) {
       if (!v) continue;
       t->values[k] = nullptr;
       auto d = keys[k].destructor.load(std::memory_order_acquire);
-      if (d && keys[k].used.load(std::memory_order_acquire)) {
-        d(v);
+      if (d && current(t, k)) {
+        d(v);  // may set values again (in this same table): another round
         again = true;
       }
     }
@@ -56,8 +66,8 @@ thread_local ThreadTable thread_table;
 
 void keys_at_exit(rt::Fibre* f) {
   auto* t = static_cast<Table*>(f->specific);
+  run_destructors(t);  // the table stays attached: destructors may set values
   f->specific = nullptr;
-  run_destructors(t);
   delete t;
 }
 
@@ -78,6 +88,7 @@ int key_create(Key* key, void (*destructor)(void*)) {
   for (unsigned k = 0; k < kKeysMax; ++k) {
     if (!keys[k].used.load(std::memory_order_relaxed)) {
       keys[k].destructor.store(destructor, std::memory_order_relaxed);
+      keys[k].generation.fetch_add(1, std::memory_order_relaxed);
       keys[k].used.store(true, std::memory_order_release);
       *key = k;
       return 0;
@@ -97,7 +108,7 @@ int key_delete(Key key) {
 void* get_specific(Key key) {
   if (key >= kKeysMax) return nullptr;
   Table* t = table(false);
-  return t ? t->values[key] : nullptr;
+  return t && current(t, key) ? t->values[key] : nullptr;
 }
 
 int set_specific(Key key, const void* value) {
@@ -105,6 +116,7 @@ int set_specific(Key key, const void* value) {
   Table* t = table(true);
   if (!t) return ENOMEM;
   t->values[key] = const_cast<void*>(value);
+  t->generations[key] = keys[key].generation.load(std::memory_order_acquire);
   return 0;
 }
 

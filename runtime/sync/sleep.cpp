@@ -11,14 +11,15 @@ namespace loom {
 
 Deadline to_deadline(Clock::time_point t) {
   auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  if (ns >= rt::kNoDeadline) return kForever;  // time_point::max(): no deadline
   return ns <= 0 ? 1 : ns;  // 0 means "now": a past point is expired anyway
 }
 
 Deadline deadline_after(std::chrono::nanoseconds d) {
   std::int64_t now = rt::now_ns();
   if (d.count() <= 0) return now;
-  std::int64_t t = now + d.count();
-  return t < now ? rt::kNoDeadline - 1 : t;  // saturate on overflow
+  if (d.count() >= rt::kNoDeadline - now) return kForever;  // would overflow: no deadline
+  return now + d.count();
 }
 
 namespace rt {
