@@ -207,17 +207,20 @@ void Processor::switch_to(Fibre* next, PostFn post, void* arg, bool dying) {
   after_switch(t);
 }
 
-Fibre* Processor::next_ready(unsigned max_level) {
+Fibre* Processor::next_ready(unsigned max_level, bool fire_timers) {
   Fibre* f;
   ++tick_;
-  if ((tick_ & 15) == 0 && cluster_->timers.pending()) cluster_->fire_timers();
+  if (fire_timers && (tick_ & 15) == 0 && cluster_->timers.pending()) cluster_->fire_timers();
   if ((tick_ & 63) == 0 && (f = cluster_->pop_staging(*this))) return f;
   if ((f = rq_->pop(max_level))) return f;
   return cluster_->pop_staging(*this);
 }
 
 void Processor::suspend(PostFn post, void* arg) {
-  Fibre* next = next_ready();
+  // No timers here: a blocking caller may still hold the lock of the
+  // primitive it waits on (released by `post`), and a firing timer takes
+  // that lock to unqueue its waiter.
+  Fibre* next = next_ready(kPriorities - 1, /*fire_timers=*/false);
   switch_to(next ? next : &idle_, post, arg);
 }
 
@@ -240,7 +243,11 @@ void Processor::yield() {
       ++tick_;
       own_rq_.consumer_enter();
       own_rq_.push(self);
-      Fibre* next = own_rq_.pop_nemesis(self->priority);
+      // Self is queued, so a pop succeeds once a remote producer caught
+      // between its exchange and its link (the queue looks empty then)
+      // finishes: a few instructions, the same wait Nemesis pop has.
+      Fibre* next;
+      while (!(next = own_rq_.pop_nemesis(self->priority))) cpu_relax();
       if (next == self) return own_rq_.consumer_leave();
       return switch_to(next, &post_leave_queue, nullptr);
     }

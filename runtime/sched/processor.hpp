@@ -62,8 +62,10 @@ class Processor {
   // wait. Runs the next ready fibre, or the idle loop.
   void suspend(PostFn post, void* arg);
   void yield();
-  // The next fibre to run without sleeping or stealing (local, staging).
-  Fibre* next_ready(unsigned max_level = kPriorities - 1);
+  // The next fibre to run without sleeping or stealing (local, staging);
+  // fires due timers on every 16th call unless told not to (a caller that
+  // holds a primitive's lock must not: timers take those locks).
+  Fibre* next_ready(unsigned max_level = kPriorities - 1, bool fire_timers = true);
   // Pushes onto this processor's ready queue and wakes it if it sleeps.
   void push(Fibre* f);
   // push() by the processor itself: nobody to wake.

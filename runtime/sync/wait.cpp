@@ -95,7 +95,8 @@ void wake(Waiter* w) {
   if (Fibre* f = w->fibre) {
     schedule(f);
   } else {
-    std::atomic<int>* word = &w->state;
+    std::atomic<int>* word = &w->released;
+    word->store(1, std::memory_order_release);  // last touch of the record
     futex_wake(word, 1);
   }
 }
@@ -127,9 +128,9 @@ bool wait_on(WaitQueue& q, SpinLock& lock, Waiter& w, Deadline d) {
   if (!w.ident) w.ident = &thread_identity;
   lock.unlock();
   for (;;) {
-    int s = w.state.load(std::memory_order_acquire);
-    if (s != kWaiting) return s == kSignalled;
-    if (d != kForever && now_ns() >= d) {
+    if (w.released.load(std::memory_order_acquire)) return true;
+    bool signalled = w.state.load(std::memory_order_acquire) == kSignalled;
+    if (!signalled && d != kForever && now_ns() >= d) {
       int expected = kWaiting;
       if (w.state.compare_exchange_strong(expected, kTimedOut, std::memory_order_acq_rel)) {
         WakeBatch batch;
@@ -139,9 +140,9 @@ bool wait_on(WaitQueue& q, SpinLock& lock, Waiter& w, Deadline d) {
         batch.wake_all();
         return false;
       }
-      return true;  // a signal won meanwhile
+      signalled = true;  // a signal won meanwhile: wait for its release
     }
-    futex_wait(&w.state, kWaiting, d == kForever ? -1 : d);
+    futex_wait(&w.released, 0, signalled || d == kForever ? -1 : d);
   }
 }
 

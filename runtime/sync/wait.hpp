@@ -35,12 +35,14 @@
 //  4. A fibre woken by a signal cancels its timer: TimerHeap::remove() takes
 //     the heap lock, so an expire() that lost the CAS has finished with the
 //     record before the fibre returns and its stack frame is reused.
-//  5. A kernel thread (not a loom processor) waits on a futex on `state`
-//     with its deadline; at the deadline it CASes for itself and, if it won,
-//     takes the primitive's lock to unqueue itself. A late futex wake from a
-//     signaller can hit the thread's stack after it returned: that is at
-//     worst a spurious wake of whoever waits at that address next, which
-//     every futex user tolerates.
+//  5. A kernel thread (not a loom processor) waits on a futex on `released`
+//     with its deadline; at the deadline it CASes `state` for itself and, if
+//     it won, takes the primitive's lock to unqueue itself. If a signal won,
+//     it waits for `released`, the signaller's last write to the record
+//     (after, e.g., handing over a mutex), so the record outlives every use.
+//     The futex wake that follows that store only names the address: at
+//     worst a spurious wake of a later waiter there, which futex users
+//     tolerate.
 #pragma once
 
 #include <atomic>
@@ -65,6 +67,7 @@ struct Waiter {
   Waiter* prev = nullptr;
   bool queued = false;
   std::atomic<int> state{kWaiting};
+  std::atomic<int> released{0};  // kernel threads: the signaller is done
   Fibre* fibre = nullptr;    // null for a kernel thread
   const void* ident = nullptr;  // who waits (see identity())
   SpinLock* lock = nullptr;  // the primitive's lock
