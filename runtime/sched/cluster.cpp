@@ -166,14 +166,7 @@ void Cluster::leave(Processor& p) {
 void Cluster::wake(Processor& p) {
   // Publish the work before reading the idle mark (invariant 3).
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (!p.idle.load(std::memory_order_relaxed)) {
-    // p is busy and its backlog grew: if a processor sleeps, wake one to
-    // steal — but only one thief at a time, or every push would wake a
-    // processor that finds nothing.
-    if (stealing() && idle_count_.load(std::memory_order_relaxed) > 0 && !thief_waking_.exchange(true))
-      if (!wake_one()) thief_waking_.store(false, std::memory_order_relaxed);
-    return;
-  }
+  if (!p.idle.load(std::memory_order_relaxed)) return wake_thief();
   {
     SpinGuard g(list_lock_);
     if (p.list_state != ListState::idle) return;  // somebody woke it already
@@ -183,6 +176,15 @@ void Cluster::wake(Processor& p) {
   }
   p.wakes.fetch_add(1, std::memory_order_relaxed);
   p.wake_flag.post();
+}
+
+void Cluster::wake_thief() {
+  // A busy processor's backlog grew: if a processor sleeps, wake one to
+  // steal — but only one thief at a time, or every push would wake a
+  // processor that finds nothing. (Callers have published the work and
+  // fenced.)
+  if (stealing() && idle_count_.load(std::memory_order_relaxed) > 0 && !thief_waking_.exchange(true))
+    if (!wake_one()) thief_waking_.store(false, std::memory_order_relaxed);
 }
 
 bool Cluster::wake_one() {

@@ -62,6 +62,8 @@ class Cluster {
   void wake(Processor& p);
   // Wakes the processor at the front of the idle list, if any.
   bool wake_one();
+  // After publishing work behind a busy processor: wakes a sleeper to steal.
+  void wake_thief();
   // A processor woken to steal has looked for work: another may be woken.
   void thief_done() { thief_waking_.store(false, std::memory_order_relaxed); }
 

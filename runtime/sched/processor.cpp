@@ -258,10 +258,18 @@ void Processor::yield() {
 
 void Processor::push(Fibre* f) {
   rq_->push(f);
-  if (rq_ != &own_rq_)
+  if (rq_ != &own_rq_) {
     cluster_->wake_one();
-  else if (this_processor() != this)
+  } else if (this_processor() != this) {
     cluster_->wake(*this);
+  } else {
+    // A fibre this processor made ready (unblocked, created) waits behind
+    // the running one: a sleeping processor could run it now. (The lock
+    // benchmark showed a woken mutex waiter idling 20 us behind the
+    // unlocker while the other processor slept.)
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    cluster_->wake_thief();
+  }
 }
 
 void Processor::push_local(Fibre* f) {
