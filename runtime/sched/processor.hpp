@@ -78,7 +78,8 @@ class Processor {
   void join_thread();
   void retire();  // after join_thread: frees the stacks and signal stack
 
-  // Per-processor counters, written only by the owner.
+  // Per-processor counters: steals, sticky_steals and sleeps are written
+  // only by the owner; wakes by whoever wakes it.
   std::atomic<std::uint64_t> steals{0}, sticky_steals{0}, sleeps{0}, wakes{0};
 
   // Owned by the cluster, guarded by its list lock.
