@@ -22,7 +22,6 @@
 #include <boost/fiber/algo/shared_work.hpp>
 #include <boost/fiber/algo/work_stealing.hpp>
 #include <boost/fiber/all.hpp>
-
 #include <thread>
 
 #include "lock_harness.hpp"
@@ -41,16 +40,22 @@ bool g_suspend = false;
 bool extra_flag(const char* prog, const std::string& flag, bench::ArgWalker& w) {
   if (flag == "--algo") {
     std::string v = w.value();
-    if (v == "work_stealing") g_shared_work = false;
-    else if (v == "shared_work") g_shared_work = true;
-    else bench::usage_error(prog, "bad value '" + v + "' for --algo (want work_stealing or shared_work)");
+    if (v == "work_stealing")
+      g_shared_work = false;
+    else if (v == "shared_work")
+      g_shared_work = true;
+    else
+      bench::usage_error(prog, "bad value '" + v + "' for --algo (want work_stealing or shared_work)");
     return true;
   }
   if (flag == "--suspend") {
     std::string v = w.value();
-    if (v == "on") g_suspend = true;
-    else if (v == "off") g_suspend = false;
-    else bench::usage_error(prog, "bad value '" + v + "' for --suspend (want on or off)");
+    if (v == "on")
+      g_suspend = true;
+    else if (v == "off")
+      g_suspend = false;
+    else
+      bench::usage_error(prog, "bad value '" + v + "' for --suspend (want on or off)");
     return true;
   }
   return false;
@@ -94,8 +99,7 @@ int main(int argc, char** argv) {
 
   std::vector<boost::fibers::fiber> fibers;
   fibers.reserve(c.threads);
-  for (unsigned i = 0; i < c.threads; ++i)
-    fibers.emplace_back([&s, &locks, i] { lockbench::worker(s, locks, i); });
+  for (unsigned i = 0; i < c.threads; ++i) fibers.emplace_back([&s, &locks, i] { lockbench::worker(s, locks, i); });
 
   lockbench::Window w;
   std::thread controller([&] { w = lockbench::control(s); });

@@ -25,7 +25,10 @@
 //             overhead_ns_per_iter = process CPU time / iterations
 //                                    - (t_ncs + t_cs),
 //             i.e. what the runtime (locking, scheduling, idle spinning)
-//             burnt beyond the work itself.
+//             burnt beyond the work itself. others_cpus: the CPU the rest
+//             of the machine (other processes, interrupts charged to no
+//             process, hypervisor steal) took meanwhile (/proc/stat), so
+//             that a disturbed run can be recognised and repeated.
 //   idle      with --idle S, after the workers have exited (the runtime still
 //             up, its processors idle), the process CPU used over S seconds,
 //             reported as idle_cpu_ms_per_s.
@@ -37,6 +40,7 @@
 #include <sched.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -45,6 +49,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -79,8 +84,13 @@ inline std::uint64_t thread_cpu_ns() {
 // inside a benchmark, which would show up as "overhead" in every system.
 // What remains of that bias is measured by the driver's no-lock reference
 // run (--no-locks) and shown beside the overheads.
+//
+// A 100 ms warm-up of the loop comes first: the first milliseconds of a
+// process run slower here (the Go binary, calibrating 6 times in a row, gave
+// 635, 743, then 797 ± 4 iterations/µs).
 inline double calibrate() {
   std::uint64_t n = 1 << 12, x = 1;
+  for (std::uint64_t t0 = thread_cpu_ns(); thread_cpu_ns() - t0 < 100000000;) x = work(n, x);
   for (;;) {  // size a run to at least 2 ms
     std::uint64_t t0 = thread_cpu_ns();
     x = work(n, x);
@@ -147,8 +157,9 @@ inline void print_help(const char* prog, const char* system, const char* extra) 
 
 inline unsigned parse_unsigned(const char* prog, const char* flag, const char* s, std::uint64_t max) {
   std::uint64_t v = bench::parse_count(prog, flag, s);
-  if (v > max) bench::usage_error(prog, std::string("bad value '") + s + "' for " + flag + " (at most " +
-                                            std::to_string(max) + ")");
+  if (v > max)
+    bench::usage_error(prog,
+                       std::string("bad value '") + s + "' for " + flag + " (at most " + std::to_string(max) + ")");
   return unsigned(v);
 }
 
@@ -267,23 +278,42 @@ inline std::uint64_t process_cpu_ns() {
   return ns(ru.ru_utime) + ns(ru.ru_stime);
 }
 
+// The whole machine's busy time so far (/proc/stat: user, nice, system,
+// irq, softirq, steal), in ns; 0 if unreadable. Set against this process's
+// CPU over the window it tells how much CPU other processes took meanwhile:
+// on this shared 2-CPU machine the one thing that can halve a figure.
+inline std::uint64_t machine_busy_ns() {
+  std::FILE* f = std::fopen("/proc/stat", "r");
+  if (!f) return 0;
+  unsigned long long v[8] = {};
+  int n = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                      &v[7]);
+  std::fclose(f);
+  if (n != 8) return 0;
+  const unsigned long long busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];  // not idle (3), iowait (4)
+  return std::uint64_t(busy * (1000000000ULL / std::uint64_t(sysconf(_SC_CLK_TCK))));
+}
+
 struct Window {
   std::uint64_t iterations = 0;
   std::uint64_t wall_ns = 0;
   std::uint64_t cpu_ns = 0;
-  std::uint64_t vol_switches = 0;    // voluntary context switches (kernel), whole process
-  std::uint64_t invol_switches = 0;  // involuntary ones
+  std::uint64_t machine_busy_ns = 0;  // all processes, all CPUs (/proc/stat)
+  std::uint64_t vol_switches = 0;     // voluntary context switches (kernel), whole process
+  std::uint64_t invol_switches = 0;   // involuntary ones (preempted)
 };
 
 inline void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::nanoseconds(std::int64_t(s * 1e9))); }
 
 // The controller: warm-up, window, stop. Runs on a kernel thread that is not
-// one of the workers' processors.
-inline Window control(Shared& s) {
+// one of the workers' processors. `at_edge(0)` and `at_edge(1)` run right
+// after the window's first and last sample (a program's own counters).
+inline Window control(Shared& s, const std::function<void(int)>& at_edge = nullptr) {
   auto snap = [&s](Window& w, rusage& ru) {
     w.iterations = s.total();
     w.wall_ns = bench::now_ns();
     getrusage(RUSAGE_SELF, &ru);
+    w.machine_busy_ns = machine_busy_ns();
   };
   auto ns = [](const timeval& tv) {
     return std::uint64_t(tv.tv_sec) * 1000000000ULL + std::uint64_t(tv.tv_usec) * 1000ULL;
@@ -292,13 +322,16 @@ inline Window control(Shared& s) {
   Window a, b;
   rusage ra{}, rb{};
   snap(a, ra);
+  if (at_edge) at_edge(0);
   sleep_s(s.cfg.duration_s);
   snap(b, rb);
+  if (at_edge) at_edge(1);
   s.stop.store(true, std::memory_order_relaxed);
   Window w;
   w.iterations = b.iterations - a.iterations;
   w.wall_ns = b.wall_ns - a.wall_ns;
   w.cpu_ns = (ns(rb.ru_utime) + ns(rb.ru_stime)) - (ns(ra.ru_utime) + ns(ra.ru_stime));
+  w.machine_busy_ns = a.machine_busy_ns && b.machine_busy_ns ? b.machine_busy_ns - a.machine_busy_ns : 0;
   w.vol_switches = std::uint64_t(rb.ru_nvcsw - ra.ru_nvcsw);
   w.invol_switches = std::uint64_t(rb.ru_nivcsw - ra.ru_nivcsw);
   return w;
@@ -328,16 +361,20 @@ inline bench::Json row(const char* system, const std::string& variant, const Sha
       .add("t_cs_ns", std::uint64_t(c.t_cs_ns))
       .add("t_ncs_ns", std::uint64_t(c.t_ncs_ns))
       .add("iterations_per_s", iters / (double(w.wall_ns) / 1e9))
-      .add("overhead_ns_per_iter",
-           iters > 0 ? double(w.cpu_ns) / iters - double(c.t_cs_ns + c.t_ncs_ns) : std::nan(""))
+      .add("overhead_ns_per_iter", iters > 0 ? double(w.cpu_ns) / iters - double(c.t_cs_ns + c.t_ncs_ns) : std::nan(""))
       .add("cpu_ns_per_iter", iters > 0 ? double(w.cpu_ns) / iters : std::nan(""))
       .add("cpu_utilisation", double(w.cpu_ns) / double(w.wall_ns))
       .add("iterations", w.iterations)
       .add("window_s", double(w.wall_ns) / 1e9)
       .add("warmup_s", c.warmup_s)
       .raw("no_locks", c.no_locks ? "true" : "false")
-      .add("kernel_switches_per_iter",
-           iters > 0 ? double(w.vol_switches + w.invol_switches) / iters : std::nan(""))
+      .add("kernel_switches_per_iter", iters > 0 ? double(w.vol_switches + w.invol_switches) / iters : std::nan(""))
+      .add("involuntary_switches_per_iter", iters > 0 ? double(w.invol_switches) / iters : std::nan(""))
+      // CPUs' worth of time other processes (and the hypervisor's steal) took
+      // during the window; /proc/stat counts in ticks, so ~0.02 is noise.
+      .add("others_cpus", w.machine_busy_ns
+                              ? std::max(0.0, double(w.machine_busy_ns) - double(w.cpu_ns)) / double(w.wall_ns)
+                              : std::nan(""))
       .add("loop_iters_per_us", loop_per_us)
       .add("cs_loop_iters", s.cs_iters)
       .add("ncs_loop_iters", s.ncs_iters)

@@ -20,9 +20,16 @@
 //                includes the kernel switches between the two processors'
 //                threads (each one sleeps when its fibre leaves).
 //
-// Rows to come (a later issue): mutex_handoff and sem_pingpong, once
-// loom's public API has a Mutex and a Semaphore. Add each as a RowInfo
-// below and a block in main() like the others; the peers get the same row.
+//   mutex_handoff  two fibres on that processor pass a turn back and forth
+//                through a loom::Mutex (default policy) and a loom::CondVar:
+//                each waits for its turn, gives it to the other and calls
+//                notify_one(); ns per handoff = time / 2n. Peers: the same
+//                with boost::fibers::mutex + condition_variable, and with
+//                pthread_mutex_t + pthread_cond_t on two pinned threads.
+//   sem_pingpong two fibres on that processor ping-pong through two
+//                loom::Semaphore (release one, acquire the other); ns per
+//                one-way pass = time / 2n. Peers: Boost.Fiber has no
+//                semaphore, so a mutex + condvar counter; pthreads: sem_t.
 #include <cstdio>
 #include <cstdlib>
 
@@ -85,6 +92,50 @@ double migrate_round_trip(loom::Cluster& a, loom::Cluster& b, std::uint64_t n) {
   });
 }
 
+double mutex_handoff(loom::Cluster& c, std::uint64_t n) {
+  return in_fibre(c, [n] {
+    loom::Mutex m;
+    loom::CondVar cv;
+    int turn = 0;
+    auto player = [&m, &cv, &turn, n](int me) {
+      for (std::uint64_t i = 0; i < n; ++i) {
+        m.lock();
+        cv.wait(m, [&turn, me] { return turn == me; });
+        turn = 1 - me;
+        cv.notify_one();
+        m.unlock();
+      }
+    };
+    std::uint64_t t0 = bench::now_ns();
+    loom::Fibre a(player, 0), b(player, 1);
+    a.join();
+    b.join();
+    return double(bench::now_ns() - t0) / 2;  // per handoff: 2n handoffs
+  });
+}
+
+double sem_pingpong(loom::Cluster& c, std::uint64_t n) {
+  return in_fibre(c, [n] {
+    loom::Semaphore ping(0), pong(0);
+    std::uint64_t t0 = bench::now_ns();
+    loom::Fibre a([&ping, &pong, n] {
+      for (std::uint64_t i = 0; i < n; ++i) {
+        ping.release();
+        pong.acquire();
+      }
+    });
+    loom::Fibre b([&ping, &pong, n] {
+      for (std::uint64_t i = 0; i < n; ++i) {
+        ping.acquire();
+        pong.release();
+      }
+    });
+    a.join();
+    b.join();
+    return double(bench::now_ns() - t0) / 2;  // per one-way pass: 2n passes
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -92,7 +143,8 @@ int main(int argc, char** argv) {
       {"yield", "two fibres on one processor ping-ponging with this_fibre::yield(); ns per yield"},
       {"create_join", "create a fibre with an empty lambda and join it, on one processor; ns per pair"},
       {"migrate", "a fibre migrating between two clusters of 1 processor each; ns per round trip"},
-      // mutex_handoff, sem_pingpong: next issue (need loom::Mutex, loom::Semaphore).
+      {"mutex_handoff", "two fibres on one processor passing a turn through a Mutex + CondVar; ns per handoff"},
+      {"sem_pingpong", "two fibres on one processor ping-ponging through two Semaphores; ns per pass"},
   };
   bench::Options o = bench::parse_micro(
       "micro_loom", "loom", argc, argv, rows,
@@ -131,6 +183,26 @@ int main(int argc, char** argv) {
         .add("config", config.describe())
         .print();
   }
-  // mutex_handoff, sem_pingpong: a block here per row, same shape as above.
+  if (o.wants("mutex_handoff") || o.wants("sem_pingpong")) {
+    loom::Cluster c(1, config);
+    const char* setup = "loom::Cluster(1); two fibres on it; main waits in join()";
+    if (o.wants("mutex_handoff")) {
+      bench::Measurement m = bench::measure(o, [&c](std::uint64_t n) { return mutex_handoff(c, n); });
+      bench::micro_row("mutex_handoff", "loom", variant, m, "Mutex+CondVar handoff")
+          .add("processors", 1u)
+          .add("policy", loom::to_string(loom::default_mutex_policy()))
+          .add("setup", setup)
+          .add("config", config.describe())
+          .print();
+    }
+    if (o.wants("sem_pingpong")) {
+      bench::Measurement m = bench::measure(o, [&c](std::uint64_t n) { return sem_pingpong(c, n); });
+      bench::micro_row("sem_pingpong", "loom", variant, m, "Semaphore release+acquire pass")
+          .add("processors", 1u)
+          .add("setup", setup)
+          .add("config", config.describe())
+          .print();
+    }
+  }
   return 0;
 }

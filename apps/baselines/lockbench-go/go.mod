@@ -1,0 +1,3 @@
+module loom/lockbench-go
+
+go 1.19
