@@ -321,12 +321,7 @@ TEST(MutexBaton, WaitersAcquireInQueueOrder) {
 
 // ---- CondVar ------------------------------------------------------------------------------
 
-struct CvVariant {
-  MutexPolicy policy;
-  std::size_t processors;
-};
-
-class CondVarP : public testing::TestWithParam<CvVariant> {};
+class CondVarP : public testing::TestWithParam<loom::test::PolicyOnProcessors> {};
 
 // Several producers and consumers through a buffer of 4, signalled with
 // notify_one only: a lost wake-up stalls it (the watchdog names it), a
@@ -395,18 +390,8 @@ TEST_P(CondVarP, WaitUntilTimesOutHoldingTheMutex) {
   }
 }
 
-std::vector<CvVariant> cv_variants() {
-  std::vector<CvVariant> v;
-  for (MutexPolicy p : kPolicies)
-    for (std::size_t n : {1, 2, 4}) v.push_back({p, n});
-  return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(Variants, CondVarP, testing::ValuesIn(cv_variants()),
-                         [](const testing::TestParamInfo<CvVariant>& i) {
-                           return std::string(loom::to_string(i.param.policy)) + "_" +
-                                  std::to_string(i.param.processors) + "p";
-                         });
+INSTANTIATE_TEST_SUITE_P(Variants, CondVarP, testing::ValuesIn(loom::test::policies_on_1_2_4()),
+                         loom::test::policy_on_processors_name);
 
 TEST(CondVar, NotifyAllWakesEveryWaiter) {
   Watchdog dog;

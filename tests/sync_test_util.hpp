@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "loom/loom.hpp"
 #include "test_util.hpp"
@@ -77,5 +78,23 @@ class Watchdog {
   bool done_ = false;
   std::thread thread_;
 };
+
+// A mutex policy on a cluster of some processors: the parameter of the
+// tests that run every policy on 1, 2 and 4 processors.
+struct PolicyOnProcessors {
+  MutexPolicy policy;
+  std::size_t processors;
+};
+
+inline std::vector<PolicyOnProcessors> policies_on_1_2_4() {
+  std::vector<PolicyOnProcessors> v;
+  for (MutexPolicy p : kPolicies)
+    for (std::size_t n : {1, 2, 4}) v.push_back({p, n});
+  return v;
+}
+
+inline std::string policy_on_processors_name(const testing::TestParamInfo<PolicyOnProcessors>& i) {
+  return std::string(loom::to_string(i.param.policy)) + "_" + std::to_string(i.param.processors) + "p";
+}
 
 }  // namespace loom::test

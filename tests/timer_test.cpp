@@ -170,12 +170,7 @@ INSTANTIATE_TEST_SUITE_P(Processors, SignalTimeoutRace, testing::Values(1, 2, 4,
 // The same race for a mutex (unlock at the deadline of timed lockers: under
 // the baton policy ownership is handed to a waiter that may be timing out)
 // and for a condition variable (notify at the deadline of timed waiters).
-struct RaceVariant {
-  MutexPolicy policy;
-  std::size_t processors;
-};
-
-class TimeoutRace : public testing::TestWithParam<RaceVariant> {};
+class TimeoutRace : public testing::TestWithParam<loom::test::PolicyOnProcessors> {};
 
 TEST_P(TimeoutRace, MutexUnlockedAtTheDeadlineIsNeitherLostNorShared) {
   Watchdog dog;
@@ -287,18 +282,8 @@ TEST_P(TimeoutRace, CondVarNotifiedAtTheDeadlineReturnsOnceHoldingTheMutex) {
   }
 }
 
-std::vector<RaceVariant> race_variants() {
-  std::vector<RaceVariant> v;
-  for (MutexPolicy p : kPolicies)
-    for (std::size_t n : {1, 2, 4}) v.push_back({p, n});
-  return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(Variants, TimeoutRace, testing::ValuesIn(race_variants()),
-                         [](const testing::TestParamInfo<RaceVariant>& i) {
-                           return std::string(loom::to_string(i.param.policy)) + "_" +
-                                  std::to_string(i.param.processors) + "p";
-                         });
+INSTANTIATE_TEST_SUITE_P(Variants, TimeoutRace, testing::ValuesIn(loom::test::policies_on_1_2_4()),
+                         loom::test::policy_on_processors_name);
 
 // ---- timed waits never end early -------------------------------------------------
 
