@@ -21,6 +21,11 @@ int main(int argc, char** argv) {
     std::printf("%zu\n", loom::Cluster::default_cluster().processors());
     return 0;
   }
+  if (!std::strcmp(what, "config")) {
+    std::printf("%s mutex=%s\n", loom::Cluster::default_cluster().config().describe().c_str(),
+                loom::to_string(loom::default_mutex_policy()));
+    return 0;
+  }
   if (!std::strcmp(what, "main-returns")) {
     // Fibres that never finish must not keep the process alive.
     for (int i = 0; i < 4; ++i)
@@ -55,6 +60,6 @@ int main(int argc, char** argv) {
     f.join();
     return 0;
   }
-  std::fprintf(stderr, "usage: loom_probe processors|main-returns|overflow\n");
+  std::fprintf(stderr, "usage: loom_probe processors|config|work|main-returns|overflow\n");
   return 2;
 }

@@ -5,6 +5,8 @@
 #include <time.h>
 
 #include <array>
+#include <atomic>
+#include <vector>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -50,6 +52,49 @@ TEST(Process, MalformedSettingIsReportedAndIgnored) {
   r = run("LOOM_QUEUE=fast " + probe + " processors");
   EXPECT_NE(r.out.find("loom: LOOM_QUEUE=fast: expected nemesis|locked|shared; using nemesis"), std::string::npos)
       << r.out;
+}
+
+TEST(Process, EveryVariableSelectsItsVariant) {
+  EXPECT_EQ(run(probe + " config").out,
+            "queue=nemesis placement=push steal=longest-busy sticky=8 spin=0 stack=64KiB mutex=blocking\n");
+  Result r = run("LOOM_QUEUE=shared LOOM_PLACEMENT=share LOOM_STEAL_POLICY=random LOOM_STICKY=3 LOOM_SPIN=500 "
+                 "LOOM_STACK_SIZE=131072 LOOM_MUTEX=hybrid " + probe + " config");
+  EXPECT_EQ(r.out, "queue=shared placement=share steal=random sticky=3 spin=500 stack=128KiB mutex=hybrid\n");
+  r = run("LOOM_STEAL=off LOOM_MUTEX=baton " + probe + " config");
+  EXPECT_EQ(r.out, "queue=nemesis placement=push steal=off sticky=8 spin=0 stack=64KiB mutex=baton\n");
+  r = run("LOOM_MUTEX=fastest LOOM_SPIN=-1 " + probe + " config");
+  EXPECT_NE(r.out.find("loom: LOOM_MUTEX=fastest: expected blocking|spin|baton|hybrid; using blocking"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("loom: LOOM_SPIN=-1: expected an integer"), std::string::npos) << r.out;
+}
+
+TEST(Process, SpinBeforeBlockStillSleepsWhenIdle) {
+  // The spin variant runs real work, then its processors must still sleep.
+  loom::SchedConfig cfg;
+  cfg.spin = 2000;
+  loom::Cluster c(2, cfg);
+  std::atomic<int> n{0};
+  {
+    loom::FibreAttr a;
+    a.cluster = &c;
+    std::vector<loom::Fibre> v;
+    for (int i = 0; i < 200; ++i)
+      v.emplace_back(a, [&] {
+        loom::this_fibre::yield();
+        n.fetch_add(1);
+      });
+  }
+  EXPECT_EQ(n.load(), 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto before = c.stats().sleeps;
+  timespec t0;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  timespec t1;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+  double used = double(t1.tv_sec - t0.tv_sec) + double(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  EXPECT_LT(used, 0.01) << "seconds of CPU in half an idle second with spin-before-block";
+  EXPECT_EQ(c.stats().sleeps, before) << "idle processors kept waking";
 }
 
 TEST(Process, ReturningFromMainEndsTheProcess) {
