@@ -32,31 +32,7 @@ void check(int err, const char* what) {
   }
 }
 
-void* yield_loop(void* arg) {
-  std::uint64_t n = *static_cast<std::uint64_t*>(arg);
-  for (std::uint64_t i = 0; i < n; ++i) sched_yield();
-  return nullptr;
-}
-
 void* empty(void*) { return nullptr; }
-
-double yield_pair(std::uint64_t n) {
-  pthread_attr_t attr;
-  check(pthread_attr_init(&attr), "pthread_attr_init");
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(g_cpu, &set);
-  check(pthread_attr_setaffinity_np(&attr, sizeof set, &set), "pthread_attr_setaffinity_np");
-  pthread_t a, b;
-  std::uint64_t t0 = bench::now_ns();
-  check(pthread_create(&a, &attr, yield_loop, &n), "pthread_create");
-  check(pthread_create(&b, &attr, yield_loop, &n), "pthread_create");
-  check(pthread_join(a, nullptr), "pthread_join");
-  check(pthread_join(b, nullptr), "pthread_join");
-  double t = double(bench::now_ns() - t0);
-  pthread_attr_destroy(&attr);
-  return t / 2;  // harness divides by n: report per yield, 2n yields
-}
 
 double create_join(std::uint64_t n) {
   std::uint64_t t0 = bench::now_ns();
@@ -97,6 +73,13 @@ double pinned_pair(F& fn) {
   double t = double(bench::now_ns() - t0);
   pthread_attr_destroy(&attr);
   return t;
+}
+
+double yield_pair(std::uint64_t n) {
+  auto loop = [n](int) {
+    for (std::uint64_t i = 0; i < n; ++i) sched_yield();
+  };
+  return pinned_pair(loop) / 2;  // harness divides by n: report per yield, 2n yields
 }
 
 double mutex_handoff(std::uint64_t n) {
