@@ -56,12 +56,19 @@ TEST(Process, MalformedSettingIsReportedAndIgnored) {
 
 TEST(Process, EveryVariableSelectsItsVariant) {
   EXPECT_EQ(run(probe + " config").out,
-            "queue=nemesis placement=push steal=longest-busy sticky=8 spin=0 stack=64KiB mutex=blocking\n");
+            "queue=nemesis placement=push steal=longest-busy sticky=8 spin=0 stack=64KiB poller=fibre lazy=on ybr=on "
+            "mutex=blocking\n");
   Result r = run("LOOM_QUEUE=shared LOOM_PLACEMENT=share LOOM_STEAL_POLICY=random LOOM_STICKY=3 LOOM_SPIN=500 "
-                 "LOOM_STACK_SIZE=131072 LOOM_MUTEX=hybrid " + probe + " config");
-  EXPECT_EQ(r.out, "queue=shared placement=share steal=random sticky=3 spin=500 stack=128KiB mutex=hybrid\n");
-  r = run("LOOM_STEAL=off LOOM_MUTEX=baton " + probe + " config");
-  EXPECT_EQ(r.out, "queue=nemesis placement=push steal=off sticky=8 spin=0 stack=64KiB mutex=baton\n");
+                 "LOOM_STACK_SIZE=131072 LOOM_MUTEX=hybrid LOOM_POLLER=loop-sleep LOOM_POLLER_SLEEP=250 "
+                 "LOOM_LAZY_REGISTER=off LOOM_YIELD_BEFORE_READ=off " + probe + " config");
+  EXPECT_EQ(r.out, "queue=shared placement=share steal=random sticky=3 spin=500 stack=128KiB poller=loop-sleep/250us "
+                   "lazy=off ybr=off mutex=hybrid\n");
+  r = run("LOOM_STEAL=off LOOM_MUTEX=baton LOOM_POLLER=opportunistic-timeout " + probe + " config");
+  EXPECT_EQ(r.out, "queue=nemesis placement=push steal=off sticky=8 spin=0 stack=64KiB "
+                   "poller=opportunistic-timeout/1000us lazy=on ybr=on mutex=baton\n");
+  r = run("LOOM_POLLER=epoll " + probe + " config");
+  EXPECT_NE(r.out.find("loom: LOOM_POLLER=epoll: expected fibre|loop|loop-sleep|opportunistic|opportunistic-timeout; "
+                       "using fibre"), std::string::npos) << r.out;
   r = run("LOOM_MUTEX=fastest LOOM_SPIN=-1 " + probe + " config");
   EXPECT_NE(r.out.find("loom: LOOM_MUTEX=fastest: expected blocking|spin|baton|hybrid; using blocking"), std::string::npos)
       << r.out;

@@ -17,6 +17,13 @@
 //   LOOM_SPIN=N                polls of the queues before an idle processor
 //                              sleeps (0 = sleep at once)
 //   LOOM_STACK_SIZE=BYTES      default fibre stack size
+//   LOOM_POLLER=fibre|loop|loop-sleep|opportunistic|opportunistic-timeout
+//                              how the cluster's epoll set is polled (see
+//                              runtime/io/poller.hpp)
+//   LOOM_POLLER_SLEEP=US       loop-sleep's sleep, opportunistic-timeout's
+//                              longest interval between polls (µs)
+//   LOOM_LAZY_REGISTER=on|off  register an fd with epoll only once it blocks
+//   LOOM_YIELD_BEFORE_READ=on|off  input calls yield before the syscall
 //
 // A malformed value is reported on stderr, naming the variable, and the
 // default is kept: a typo must not silently change the scheduler.
@@ -40,6 +47,16 @@ enum class Placement {
   share,  // the cluster's staging queue (work sharing)
 };
 
+// How a cluster polls its epoll set (thesis §3.4, figure 4.4).
+enum class PollerKind {
+  fibre,                  // poller fibre in the background queue; a master
+                          // poller thread blocks on every cluster's epoll fd
+  loop,                   // poller thread: epoll_wait without pause
+  loop_sleep,             // poller thread: epoll_wait, then sleep
+  opportunistic,          // poller thread woken when a processor goes idle
+  opportunistic_timeout,  // ... or after poller_sleep_us at the latest
+};
+
 inline constexpr std::size_t kStackDefault = 64 * 1024;
 inline constexpr std::size_t kStackMin = 16 * 1024;
 
@@ -51,6 +68,10 @@ struct SchedConfig {
   std::size_t sticky_threshold = 8;
   unsigned spin = 0;
   std::size_t stack_size = kStackDefault;
+  PollerKind poller = PollerKind::fibre;
+  unsigned poller_sleep_us = 1000;
+  bool lazy_register = true;
+  bool yield_before_read = true;
 
   // The defaults above, overridden by LOOM_* variables that are set.
   static SchedConfig from_env();
@@ -60,5 +81,6 @@ struct SchedConfig {
 
 const char* to_string(QueueKind);
 const char* to_string(Placement);
+const char* to_string(PollerKind);
 
 }  // namespace loom

@@ -4,4 +4,5 @@
 #include "loom/cluster.hpp"
 #include "loom/config.hpp"
 #include "loom/fibre.hpp"
+#include "loom/io.hpp"
 #include "loom/sync.hpp"

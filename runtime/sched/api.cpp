@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "base/options.hpp"
+#include "io/poller.hpp"
 #include "loom/cluster.hpp"
 #include "loom/fibre.hpp"
 #include "sched/cluster.hpp"
@@ -28,6 +29,7 @@ Cluster* default_facade = nullptr;
 
 void rt::boot_runtime() {
   rt::install_overflow_handler();
+  rt::io_boot();
   loom::SchedConfig config = loom::SchedConfig::from_env();
   std::size_t n = rt::env_size("LOOM_PROCESSORS", rt::usable_cpus(), 1, rt::Cluster::kMaxProcessors);
   auto* c = new rt::Cluster(config, cluster_ids.fetch_add(1));
@@ -63,6 +65,7 @@ Cluster::~Cluster() {
     std::fprintf(stderr, "loom: cluster %u destroyed by one of its own fibres\n", impl_->id());
     std::abort();
   }
+  rt::io_shutdown(*impl_);  // its poller fibre is not the program's
   if (long n = impl_->fibres.load(std::memory_order_acquire)) {
     std::fprintf(stderr, "loom: cluster %u destroyed while it still holds %ld fibre(s)\n", impl_->id(), n);
     std::abort();

@@ -19,6 +19,8 @@
 
 namespace loom::rt {
 
+struct IoState;
+
 class Cluster {
  public:
   static constexpr std::size_t kMaxProcessors = 256;
@@ -74,6 +76,7 @@ class Cluster {
   bool claim_keeper(Processor& p);
   void release_keeper(Processor& p);
 
+  std::atomic<IoState*> io{nullptr};  // epoll set and poller, made on first use
   std::atomic<long> fibres{0};  // live fibres that belong to this cluster
   loom::Cluster* facade = nullptr;  // the public object for this cluster
   ClusterStats stats() const;

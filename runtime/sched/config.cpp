@@ -15,6 +15,17 @@ const char* to_string(QueueKind k) {
 
 const char* to_string(Placement p) { return p == Placement::push ? "push" : "share"; }
 
+const char* to_string(PollerKind k) {
+  switch (k) {
+    case PollerKind::fibre: return "fibre";
+    case PollerKind::loop: return "loop";
+    case PollerKind::loop_sleep: return "loop-sleep";
+    case PollerKind::opportunistic: return "opportunistic";
+    case PollerKind::opportunistic_timeout: return "opportunistic-timeout";
+  }
+  return "?";
+}
+
 SchedConfig SchedConfig::from_env() {
   using namespace rt;
   SchedConfig c;
@@ -26,13 +37,22 @@ SchedConfig SchedConfig::from_env() {
   c.sticky_threshold = env_size("LOOM_STICKY", c.sticky_threshold, 0, 1 << 20);
   c.spin = unsigned(env_size("LOOM_SPIN", c.spin, 0, 1 << 24));
   c.stack_size = env_size("LOOM_STACK_SIZE", c.stack_size, kStackMin, std::size_t(1) << 30);
+  c.poller = static_cast<PollerKind>(
+      env_choice("LOOM_POLLER", {"fibre", "loop", "loop-sleep", "opportunistic", "opportunistic-timeout"}, int(c.poller)));
+  c.poller_sleep_us = unsigned(env_size("LOOM_POLLER_SLEEP", c.poller_sleep_us, 0, 10'000'000));
+  c.lazy_register = env_bool("LOOM_LAZY_REGISTER", c.lazy_register);
+  c.yield_before_read = env_bool("LOOM_YIELD_BEFORE_READ", c.yield_before_read);
   return c;
 }
 
 std::string SchedConfig::describe() const {
   return std::string("queue=") + to_string(queue) + " placement=" + to_string(placement) +
          " steal=" + (stealing ? steal_policy : std::string("off")) + " sticky=" + std::to_string(sticky_threshold) +
-         " spin=" + std::to_string(spin) + " stack=" + std::to_string(stack_size / 1024) + "KiB";
+         " spin=" + std::to_string(spin) + " stack=" + std::to_string(stack_size / 1024) + "KiB poller=" + to_string(poller) +
+         (poller == PollerKind::loop_sleep || poller == PollerKind::opportunistic_timeout
+              ? "/" + std::to_string(poller_sleep_us) + "us"
+              : std::string()) +
+         " lazy=" + (lazy_register ? "on" : "off") + " ybr=" + (yield_before_read ? "on" : "off");
 }
 
 }  // namespace loom

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <exception>
 
+#include "io/poller.hpp"
 #include "sched/cluster.hpp"
 #include "sched/overflow.hpp"
 
@@ -261,7 +262,10 @@ void Processor::push(Fibre* f) {
   if (rq_ != &own_rq_) {
     cluster_->wake_one();
   } else if (this_processor() != this) {
-    cluster_->wake(*this);
+    if (WakeDefer* d = tls_wake_defer)
+      d->add(this);
+    else
+      cluster_->wake(*this);
   }
   // A fibre this processor made ready for itself wakes nobody: waking a
   // thief here too (tried in 09a3b57) multiplied sleeps and wake-ups per
@@ -301,6 +305,7 @@ void Processor::idle_loop() {
         sleeps.store(sleeps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         // One idle processor (the keeper) sleeps only until the earliest
         // timer; the others sleep until woken.
+        if (IoState* io = cluster_->io.load(std::memory_order_acquire)) io_processor_idle(*io);
         bool keeper = cluster_->claim_keeper(*this);
         std::int64_t deadline = keeper ? cluster_->timers.next() : kNoDeadline;
         if (deadline == kNoDeadline)
@@ -318,6 +323,24 @@ void Processor::idle_loop() {
     }
     run(f);
   }
+}
+
+thread_local WakeDefer* tls_wake_defer = nullptr;
+
+WakeDefer::WakeDefer() noexcept : outer_(tls_wake_defer) { tls_wake_defer = this; }
+
+WakeDefer::~WakeDefer() {
+  tls_wake_defer = outer_;
+  for (unsigned i = 0; i < n_; ++i) procs_[i]->cluster().wake(*procs_[i]);
+}
+
+void WakeDefer::add(Processor* p) {
+  for (unsigned i = 0; i < n_; ++i)
+    if (procs_[i] == p) return;
+  if (n_ < kMax)
+    procs_[n_++] = p;
+  else
+    p->cluster().wake(*p);
 }
 
 void schedule(Fibre* f) {

@@ -125,6 +125,24 @@ inline Processor* this_processor_at_entry() noexcept { return tls_processor; }
 // The running fibre, or nullptr on a kernel thread that is not a processor.
 Fibre* this_fibre_or_null() noexcept;
 
+// Wake-ups deferred while a batch of fibres is made ready (the poller): each
+// processor that received work is woken once, when the batch ends.
+class WakeDefer {
+ public:
+  WakeDefer() noexcept;
+  ~WakeDefer();
+  WakeDefer(const WakeDefer&) = delete;
+  WakeDefer& operator=(const WakeDefer&) = delete;
+  void add(Processor* p);
+
+ private:
+  static constexpr unsigned kMax = 32;
+  WakeDefer* outer_;
+  Processor* procs_[kMax];
+  unsigned n_ = 0;
+};
+extern thread_local WakeDefer* tls_wake_defer;
+
 // Makes a blocked or new fibre runnable where it belongs: its affinity
 // processor, or the staging queue of its cluster, or the background queue.
 void schedule(Fibre* f);

@@ -1,0 +1,147 @@
+// loom/io.hpp — blocking I/O for fibres: the calls block the fibre, never the
+// processor.
+//
+//   int fd = loom::io::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+//   ssize_t n = loom::io::read(fd, buf, sizeof buf);   // fibre waits, CPU runs others
+//
+// Every function has the signature, return convention (-1 and errno) and
+// errors of the system call it is named after, and the *blocking* semantics
+// a program expects from a blocking descriptor. Underneath, the descriptor is
+// non-blocking: the call is tried at once; on EAGAIN the fd is registered
+// with the cluster's epoll set (edge-triggered, in and out at once, only the
+// first time it would block: lazy registration) and the fibre waits on the
+// fd's readiness semaphore until the poller posts it, then retries.
+//
+// A descriptor the program itself made non-blocking (O_NONBLOCK through
+// fcntl, SOCK_NONBLOCK, accept4's flag) keeps EAGAIN: the wrappers then never
+// wait. Descriptors are known to loom by number: close them through
+// loom::io::close (which deregisters them and fails any fibre still waiting
+// on them with EBADF), or call loom::io::forget(fd) after closing them some
+// other way.
+//
+// Timeouts. set_timeouts(fd, in, out), or SO_RCVTIMEO / SO_SNDTIMEO set
+// through loom::io::setsockopt, bound each wait: an input or output call that
+// waited that long fails with EAGAIN (the kernel's SO_RCVTIMEO behaviour),
+// accept with EAGAIN, and connect with ETIMEDOUT. The *_until forms take an
+// absolute deadline for one call and fail with ETIMEDOUT.
+//
+// SIGPIPE. Loom sets SIGPIPE to SIG_IGN when the runtime starts unless the
+// program has installed a handler of its own (LOOM_SIGPIPE=keep leaves it
+// alone), and send/sendto/sendmsg add MSG_NOSIGNAL: a write to a closed peer
+// fails with EPIPE rather than killing the server.
+//
+// Variants (per cluster, SchedConfig or LOOM_* variables, see config.hpp):
+// the poller (LOOM_POLLER), lazy registration (LOOM_LAZY_REGISTER) and
+// yield-before-read (LOOM_YIELD_BEFORE_READ).
+//
+// Blocking calls that have no non-blocking form (regular files, fsync,
+// getaddrinfo) run on the offload cluster: the fibre migrates there, makes
+// the call, and migrates back to its own cluster. loom::offload(fn) does the
+// same for any blocking code.
+//
+// Called from a kernel thread that is not a loom processor, each function is
+// the plain system call.
+#pragma once
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <chrono>
+#include <type_traits>
+#include <utility>
+
+#include "loom/sync.hpp"
+
+namespace loom {
+
+namespace io {
+
+int socket(int domain, int type, int protocol);
+int socketpair(int domain, int type, int protocol, int sv[2]);
+int pipe2(int fds[2], int flags);
+int bind(int fd, const sockaddr* addr, socklen_t len);
+int listen(int fd, int backlog);
+int accept(int fd, sockaddr* addr, socklen_t* len);
+int accept4(int fd, sockaddr* addr, socklen_t* len, int flags);
+// Waits for a non-blocking connect to finish (EINPROGRESS, then SO_ERROR).
+int connect(int fd, const sockaddr* addr, socklen_t len);
+
+ssize_t read(int fd, void* buf, size_t n);
+ssize_t write(int fd, const void* buf, size_t n);
+ssize_t readv(int fd, const iovec* iov, int iovcnt);
+ssize_t writev(int fd, const iovec* iov, int iovcnt);
+ssize_t recv(int fd, void* buf, size_t n, int flags);
+ssize_t send(int fd, const void* buf, size_t n, int flags);
+ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* from, socklen_t* len);
+ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* to, socklen_t len);
+ssize_t recvmsg(int fd, msghdr* msg, int flags);
+ssize_t sendmsg(int fd, const msghdr* msg, int flags);
+
+// One call with an absolute deadline (CLOCK_MONOTONIC, see sync.hpp):
+// ETIMEDOUT when it passes.
+ssize_t read_until(int fd, void* buf, size_t n, Deadline d);
+ssize_t write_until(int fd, const void* buf, size_t n, Deadline d);
+int accept4_until(int fd, sockaddr* addr, socklen_t* len, int flags, Deadline d);
+int connect_until(int fd, const sockaddr* addr, socklen_t len, Deadline d);
+
+// Regular files: through the offload cluster.
+ssize_t pread(int fd, void* buf, size_t n, off_t off);
+ssize_t pwrite(int fd, const void* buf, size_t n, off_t off);
+int fsync(int fd);
+int getaddrinfo(const char* node, const char* service, const addrinfo* hints, addrinfo** res);
+
+// Deregisters fd, fails its waiters with EBADF, then closes it.
+int close(int fd);
+// The new descriptor shares the open file; it gets its own FdTable entry
+// (dup2/dup3 first close `newfd` as close() above does).
+int dup(int fd);
+int dup2(int fd, int newfd);
+int dup3(int fd, int newfd, int flags);
+// fcntl through loom keeps loom's view of O_NONBLOCK right.
+int fcntl(int fd, int cmd, long arg = 0);
+int setsockopt(int fd, int level, int name, const void* val, socklen_t len);
+int getsockopt(int fd, int level, int name, void* val, socklen_t* len);
+
+// poll(2) on one descriptor: `events` of POLLIN/POLLOUT; returns the ready
+// revents (> 0), 0 at the timeout (ms; -1 = none), -1 on error.
+int poll_one(int fd, short events, int timeout_ms);
+
+// Timeouts of every later wait on fd (0 = none); see above.
+int set_timeouts(int fd, std::chrono::nanoseconds in, std::chrono::nanoseconds out);
+// fd was closed without loom::io::close: drop loom's state for that number.
+void forget(int fd);
+
+// Counters of the calling fibre's cluster's I/O (cheap; always on).
+struct Stats {
+  unsigned long long registrations = 0;  // epoll_ctl ADD
+  unsigned long long blocks = 0;         // waits on a readiness semaphore
+  unsigned long long polls = 0;          // epoll_wait calls that returned events
+  unsigned long long events = 0;         // readiness events delivered
+};
+Stats stats();
+
+}  // namespace io
+
+namespace rt {
+// Migrates the calling fibre to the offload cluster; returns a token for
+// offload_leave, which migrates it back.
+void* offload_enter();
+void offload_leave(void* token) noexcept;
+}  // namespace rt
+
+// Runs fn() on the offload cluster (its own processors, LOOM_OFFLOAD_PROCESSORS,
+// default 2) and returns its result; other fibres keep running meanwhile.
+// From a kernel thread that is not a loom processor, fn() runs in place.
+template <typename F>
+auto offload(F&& fn) -> decltype(std::forward<F>(fn)()) {
+  struct Back {
+    void* token;
+    ~Back() { rt::offload_leave(token); }
+  } back{rt::offload_enter()};
+  return std::forward<F>(fn)();
+}
+
+}  // namespace loom

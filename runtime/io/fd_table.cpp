@@ -1,0 +1,33 @@
+#include "io/fd_table.hpp"
+
+#include <sys/resource.h>
+
+#include <mutex>
+
+namespace loom::rt {
+
+FdTable& FdTable::instance() {
+  static FdTable* table = new FdTable;  // never destroyed: fibres may outlive statics
+  return *table;
+}
+
+FdTable::FdTable() {
+  rlimit rl{};
+  rlim_t max = 1 << 20;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY && rl.rlim_max < max) max = rl.rlim_max;
+  nchunks_ = unsigned((max + kChunk - 1) / kChunk);
+  chunks_ = new std::atomic<FdEntry*>[nchunks_]();
+}
+
+FdEntry* FdTable::grow(unsigned c) {
+  static std::mutex grow_lock;  // first use of a chunk only: 1 in 1,024 numbers
+  std::lock_guard<std::mutex> g(grow_lock);
+  FdEntry* chunk = chunks_[c].load(std::memory_order_acquire);
+  if (!chunk) {
+    chunk = new FdEntry[kChunk];
+    chunks_[c].store(chunk, std::memory_order_release);
+  }
+  return chunk;
+}
+
+}  // namespace loom::rt

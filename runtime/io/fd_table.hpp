@@ -1,0 +1,73 @@
+// io/fd_table.hpp — what loom knows about each file descriptor.
+//
+// An FdEntry per descriptor number, found by index: a two-level table of
+// 1,024-entry chunks, allocated the first time a number in the chunk is
+// used and never freed (type-stable: a poller that read a stale event for a
+// closed number touches a live entry and at worst posts a spurious wake-up,
+// which every waiter tolerates — it retries its system call).
+//
+// Per direction (in, out), an entry has
+//  - a mutex: fibres sharing a descriptor in one direction take turns in
+//    the slow path (the one waiting on readiness), so one edge-triggered
+//    notification is never consumed by a fibre that then does not read;
+//  - a binary semaphore: the poller posts it on every edge; edges that
+//    arrive while nobody waits collapse into one pending post.
+// `gen` counts closes of the number: a fibre woken from a wait whose
+// generation changed returns EBADF (close wakes everyone waiting).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "loom/sync.hpp"
+
+namespace loom::rt {
+
+struct IoState;
+
+enum FdKind : std::uint8_t {
+  kFdUnknown = 0,  // not seen since it was opened: looked up on first use
+  kFdPollable,     // socket, pipe, ...: non-blocking underneath, epoll-able
+  kFdFile,         // regular file or other: calls go through the offload cluster
+};
+
+struct FdSide {
+  Mutex turn{MutexType::normal, MutexPolicy::blocking};
+  BinarySemaphore ready{false};
+  std::atomic<std::int64_t> timeout_ns{0};  // 0 = none
+};
+
+struct FdEntry {
+  std::atomic<std::uint8_t> kind{kFdUnknown};
+  std::atomic<bool> user_nonblock{false};  // the program asked for O_NONBLOCK
+  std::atomic<IoState*> registered{nullptr};  // whose epoll set holds it
+  std::atomic<std::uint32_t> gen{0};
+  FdSide in, out;
+};
+
+class FdTable {
+ public:
+  static constexpr int kChunkBits = 10;
+  static constexpr int kChunk = 1 << kChunkBits;
+
+  // The entry for fd (>= 0), created on first use; nullptr for a number
+  // beyond the table (larger than RLIMIT_NOFILE's hard limit at start-up).
+  FdEntry* get(int fd) {
+    if (fd < 0) return nullptr;
+    unsigned c = unsigned(fd) >> kChunkBits;
+    if (c >= nchunks_) return nullptr;
+    FdEntry* chunk = chunks_[c].load(std::memory_order_acquire);
+    if (__builtin_expect(chunk == nullptr, 0)) chunk = grow(c);
+    return &chunk[fd & (kChunk - 1)];
+  }
+
+  static FdTable& instance();
+
+ private:
+  FdTable();
+  FdEntry* grow(unsigned c);
+  std::atomic<FdEntry*>* chunks_;
+  unsigned nchunks_;
+};
+
+}  // namespace loom::rt

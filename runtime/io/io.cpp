@@ -1,0 +1,481 @@
+// io/io.cpp — the generic I/O wrapper and the calls built on it.
+//
+//   call(fd, side, op):
+//     kernel thread (no processor)  → op, and if the fd is non-blocking only
+//                                     because of loom, poll(2) and retry
+//     file or foreign descriptor    → op on the offload cluster
+//     program's own O_NONBLOCK      → op
+//     input and yield-before-read   → yield first
+//     op succeeds or fails otherwise than EAGAIN → done (the fast path)
+//     slow path: take the side's turn, register the fd if it is not yet
+//     (lazy registration), wait on the side's readiness semaphore, retry.
+//
+// errno. Every system call here runs inside sys(), a non-inlined function
+// that returns -errno, so errno is read on the kernel thread that made the
+// call; the wrapper sets errno (again out of line) after its last switch.
+// A compiler may keep errno's address (a thread-local) across a call that
+// switches fibres, and the fibre may resume on another kernel thread.
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "io/fd_table.hpp"
+#include "io/poller.hpp"
+#include "loom/io.hpp"
+#include "sched/cluster.hpp"
+#include "sched/processor.hpp"
+
+namespace loom::rt {
+namespace {
+
+enum Side { kIn, kOut };
+
+template <typename Op>
+__attribute__((noinline)) long sys(Op&& op) {
+  long r = long(op());
+  return r < 0 ? -errno : r;
+}
+
+__attribute__((noinline)) long finish(long r) {
+  if (r < 0) {
+    errno = int(-r);
+    return -1;
+  }
+  return r;
+}
+
+FdTable& table() {
+  static FdTable& t = FdTable::instance();
+  return t;
+}
+
+// Sets up the entry of a descriptor loom just created: non-blocking
+// underneath, `user_nonblock` as the program asked.
+void adopt(int fd, bool user_nonblock, bool eager_register) {
+  FdEntry* e = table().get(fd);
+  if (!e) return;
+  e->user_nonblock.store(user_nonblock, std::memory_order_relaxed);
+  e->in.timeout_ns.store(0, std::memory_order_relaxed);
+  e->out.timeout_ns.store(0, std::memory_order_relaxed);
+  e->registered.store(nullptr, std::memory_order_relaxed);
+  e->kind.store(kFdPollable, std::memory_order_release);
+  if (eager_register)
+    if (Processor* p = this_processor()) io_register(io_state(p->cluster()), fd, *e);
+}
+
+bool lazy_here() {
+  Processor* p = this_processor();
+  return !p || p->cluster().config().lazy_register;
+}
+
+// First use of a descriptor loom did not create: sockets become
+// non-blocking underneath (the program's view is kept); anything else (a
+// regular file, a terminal shared with the parent, a pipe) is left as it is
+// and its calls are offloaded.
+std::uint8_t classify(int fd, FdEntry& e) {
+  struct stat st {};
+  std::uint8_t kind = kFdFile;
+  if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) {
+      e.user_nonblock.store((fl & O_NONBLOCK) != 0, std::memory_order_relaxed);
+      if (!(fl & O_NONBLOCK)) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+      kind = kFdPollable;
+    }
+  }
+  e.registered.store(nullptr, std::memory_order_relaxed);
+  e.kind.store(kind, std::memory_order_release);
+  return kind;
+}
+
+template <typename Op>
+long offloaded(Op& op) {
+  void* token = offload_enter();
+  long r = sys(op);
+  offload_leave(token);
+  return r;
+}
+
+// Blocking emulation for a kernel thread on a descriptor loom made
+// non-blocking.
+template <typename Op>
+long thread_call(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeout_err) {
+  for (;;) {
+    long r = sys(op);
+    if (r != -EAGAIN || e.user_nonblock.load(std::memory_order_relaxed)) return r;
+    FdSide& s = side == kIn ? e.in : e.out;
+    if (d == kForever)
+      if (std::int64_t t = s.timeout_ns.load(std::memory_order_relaxed)) d = now_ns() + t;
+    int ms = -1;
+    if (d != kForever) {
+      std::int64_t left = d - now_ns();
+      if (left <= 0) return -timeout_err;
+      ms = int((left + 999'999) / 1'000'000);
+    }
+    pollfd p{fd, short(side == kIn ? POLLIN : POLLOUT), 0};
+    if (poll(&p, 1, ms) < 0 && errno != EINTR) return -errno;
+  }
+}
+
+// The slow path: the fd would block. Returns the final result (or -errno).
+template <typename Op>
+long wait_and_retry(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeout_err, bool contended_retry) {
+  FdSide& s = side == kIn ? e.in : e.out;
+  std::uint32_t gen = e.gen.load(std::memory_order_acquire);
+  if (d == kForever) {
+    if (std::int64_t t = s.timeout_ns.load(std::memory_order_relaxed)) d = now_ns() + t;
+  } else {
+    timeout_err = ETIMEDOUT;
+  }
+  long r = -EAGAIN;
+  if (!s.turn.try_lock()) {
+    if (s.turn.lock_errno(d) != 0) return -timeout_err;
+    contended_retry = true;  // another fibre had the turn: look again first
+  }
+  if (contended_retry) {
+    r = e.gen.load(std::memory_order_acquire) != gen ? -EBADF : sys(op);
+    if (r != -EAGAIN) {
+      s.turn.unlock();
+      return r;
+    }
+  }
+  IoState& io = io_state(this_processor()->cluster());
+  if (!e.registered.load(std::memory_order_acquire) && !io_register(io, fd, e)) {
+    r = -errno;
+  } else {
+    for (;;) {
+      io.blocks.fetch_add(1, std::memory_order_relaxed);
+      int rc = s.ready.acquire_errno(d);
+      if (e.gen.load(std::memory_order_acquire) != gen) {
+        r = -EBADF;
+        break;
+      }
+      if (rc != 0) {
+        r = -timeout_err;
+        break;
+      }
+      r = sys(op);
+      if (r != -EAGAIN) break;
+    }
+  }
+  s.turn.unlock();
+  return r;
+}
+
+// The generic wrapper; returns the result or -errno.
+template <typename Op>
+long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = EAGAIN, bool input = false) {
+  Processor* p = this_processor_at_entry();
+  FdEntry* e = table().get(fd);
+  if (!e) return sys(op);
+  std::uint8_t kind = e->kind.load(std::memory_order_acquire);
+  if (__builtin_expect(kind == kFdUnknown, 0)) kind = classify(fd, *e);
+  if (!p) return kind == kFdPollable ? thread_call(fd, *e, side, op, d, timeout_err) : sys(op);
+  if (kind != kFdPollable) return offloaded(op);
+  if (e->user_nonblock.load(std::memory_order_relaxed)) return sys(op);
+  if (input && p->cluster().config().yield_before_read) p->yield();
+  long r = sys(op);
+  if (r != -EAGAIN) return r;
+  return wait_and_retry(fd, *e, side, op, d, timeout_err, false);
+}
+
+// After a close (by loom or not) of fd: waiters fail with EBADF, the number
+// is unknown again.
+void retire(int fd) {
+  FdEntry* e = table().get(fd);
+  if (!e || e->kind.load(std::memory_order_acquire) == kFdUnknown) return;
+  io_deregister(fd, *e);
+  e->gen.fetch_add(1, std::memory_order_acq_rel);
+  e->kind.store(kFdUnknown, std::memory_order_release);
+  e->in.ready.release();
+  e->out.ready.release();
+}
+
+// A new number that refers to the same open file as `from`.
+void copy_view(int from, int to) {
+  FdEntry* a = table().get(from);
+  FdEntry* b = table().get(to);
+  if (!a || !b) return;
+  std::uint8_t kind = a->kind.load(std::memory_order_acquire);
+  if (kind == kFdUnknown) return;  // classified on first use
+  b->user_nonblock.store(a->user_nonblock.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  b->in.timeout_ns.store(0, std::memory_order_relaxed);
+  b->out.timeout_ns.store(0, std::memory_order_relaxed);
+  b->registered.store(nullptr, std::memory_order_relaxed);
+  b->kind.store(kind, std::memory_order_release);
+}
+
+long connect_wait(int fd, const sockaddr* addr, socklen_t len, Deadline d, int timeout_err) {
+  long r = sys([&] { return ::connect(fd, addr, len); });
+  if (r != -EINPROGRESS) return r;
+  FdEntry* e = table().get(fd);
+  Processor* p = this_processor();
+  if (!e || e->kind.load(std::memory_order_acquire) != kFdPollable || e->user_nonblock.load(std::memory_order_relaxed))
+    return r;
+  // Done when writable; SO_ERROR then says how it ended.
+  auto done = [fd]() -> long {
+    pollfd pfd{fd, POLLOUT, 0};
+    int n = ::poll(&pfd, 1, 0);
+    if (n < 0) return -1;
+    if (n == 0) {
+      errno = EAGAIN;
+      return -1;
+    }
+    int err = 0;
+    socklen_t l = sizeof err;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0) return -1;
+    if (err) {
+      errno = err;
+      return -1;
+    }
+    return 0;
+  };
+  if (!p) return thread_call(fd, *e, kOut, done, d, timeout_err);
+  return wait_and_retry(fd, *e, kOut, done, d, timeout_err, false);
+}
+
+}  // namespace
+}  // namespace loom::rt
+
+namespace loom::io {
+
+using rt::call;
+using rt::finish;
+using rt::kIn;
+using rt::kOut;
+using rt::sys;
+
+int socket(int domain, int type, int protocol) {
+  long fd = sys([&] { return ::socket(domain, type | SOCK_NONBLOCK, protocol); });
+  if (fd >= 0) rt::adopt(int(fd), (type & SOCK_NONBLOCK) != 0, !rt::lazy_here());
+  return int(finish(fd));
+}
+
+int socketpair(int domain, int type, int protocol, int sv[2]) {
+  long r = sys([&] { return ::socketpair(domain, type | SOCK_NONBLOCK, protocol, sv); });
+  if (r == 0)
+    for (int i = 0; i < 2; ++i) rt::adopt(sv[i], (type & SOCK_NONBLOCK) != 0, !rt::lazy_here());
+  return int(finish(r));
+}
+
+int pipe2(int fds[2], int flags) {
+  long r = sys([&] { return ::pipe2(fds, flags | O_NONBLOCK); });
+  if (r == 0)
+    for (int i = 0; i < 2; ++i) rt::adopt(fds[i], (flags & O_NONBLOCK) != 0, !rt::lazy_here());
+  return int(finish(r));
+}
+
+int bind(int fd, const sockaddr* addr, socklen_t len) { return ::bind(fd, addr, len); }
+int listen(int fd, int backlog) { return ::listen(fd, backlog); }
+
+int accept4_until(int fd, sockaddr* addr, socklen_t* len, int flags, Deadline d) {
+  long r = call(
+      fd, kIn, [&] { return ::accept4(fd, addr, len, flags | SOCK_NONBLOCK); }, d, d == kForever ? EAGAIN : ETIMEDOUT);
+  if (r >= 0) rt::adopt(int(r), (flags & SOCK_NONBLOCK) != 0, !rt::lazy_here());
+  return int(finish(r));
+}
+int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) { return accept4_until(fd, addr, len, flags, kForever); }
+int accept(int fd, sockaddr* addr, socklen_t* len) { return accept4_until(fd, addr, len, 0, kForever); }
+
+int connect(int fd, const sockaddr* addr, socklen_t len) {
+  return int(finish(rt::connect_wait(fd, addr, len, kForever, ETIMEDOUT)));
+}
+int connect_until(int fd, const sockaddr* addr, socklen_t len, Deadline d) {
+  return int(finish(rt::connect_wait(fd, addr, len, d, ETIMEDOUT)));
+}
+
+ssize_t read(int fd, void* buf, size_t n) {
+  return finish(call(fd, kIn, [&] { return ::read(fd, buf, n); }, kForever, EAGAIN, true));
+}
+ssize_t read_until(int fd, void* buf, size_t n, Deadline d) {
+  return finish(call(fd, kIn, [&] { return ::read(fd, buf, n); }, d, ETIMEDOUT, true));
+}
+ssize_t write(int fd, const void* buf, size_t n) {
+  return finish(call(fd, kOut, [&] { return ::write(fd, buf, n); }));
+}
+ssize_t write_until(int fd, const void* buf, size_t n, Deadline d) {
+  return finish(call(fd, kOut, [&] { return ::write(fd, buf, n); }, d, ETIMEDOUT));
+}
+ssize_t readv(int fd, const iovec* iov, int iovcnt) {
+  return finish(call(fd, kIn, [&] { return ::readv(fd, iov, iovcnt); }, kForever, EAGAIN, true));
+}
+ssize_t writev(int fd, const iovec* iov, int iovcnt) {
+  return finish(call(fd, kOut, [&] { return ::writev(fd, iov, iovcnt); }));
+}
+
+// MSG_DONTWAIT asks for this one call not to wait: the system call as is.
+ssize_t recv(int fd, void* buf, size_t n, int flags) {
+  if (flags & MSG_DONTWAIT) return ::recv(fd, buf, n, flags);
+  return finish(call(fd, kIn, [&] { return ::recv(fd, buf, n, flags); }, kForever, EAGAIN, true));
+}
+ssize_t send(int fd, const void* buf, size_t n, int flags) {
+  flags |= MSG_NOSIGNAL;
+  if (flags & MSG_DONTWAIT) return ::send(fd, buf, n, flags);
+  return finish(call(fd, kOut, [&] { return ::send(fd, buf, n, flags); }));
+}
+ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* from, socklen_t* len) {
+  if (flags & MSG_DONTWAIT) return ::recvfrom(fd, buf, n, flags, from, len);
+  return finish(call(fd, kIn, [&] { return ::recvfrom(fd, buf, n, flags, from, len); }, kForever, EAGAIN, true));
+}
+ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* to, socklen_t len) {
+  flags |= MSG_NOSIGNAL;
+  if (flags & MSG_DONTWAIT) return ::sendto(fd, buf, n, flags, to, len);
+  return finish(call(fd, kOut, [&] { return ::sendto(fd, buf, n, flags, to, len); }));
+}
+ssize_t recvmsg(int fd, msghdr* msg, int flags) {
+  if (flags & MSG_DONTWAIT) return ::recvmsg(fd, msg, flags);
+  return finish(call(fd, kIn, [&] { return ::recvmsg(fd, msg, flags); }, kForever, EAGAIN, true));
+}
+ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
+  flags |= MSG_NOSIGNAL;
+  if (flags & MSG_DONTWAIT) return ::sendmsg(fd, msg, flags);
+  return finish(call(fd, kOut, [&] { return ::sendmsg(fd, msg, flags); }));
+}
+
+ssize_t pread(int fd, void* buf, size_t n, off_t off) {
+  auto op = [&] { return ::pread(fd, buf, n, off); };
+  return finish(rt::offloaded(op));
+}
+ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
+  auto op = [&] { return ::pwrite(fd, buf, n, off); };
+  return finish(rt::offloaded(op));
+}
+int fsync(int fd) {
+  auto op = [&] { return ::fsync(fd); };
+  return int(finish(rt::offloaded(op)));
+}
+int getaddrinfo(const char* node, const char* service, const addrinfo* hints, addrinfo** res) {
+  return offload([&] { return ::getaddrinfo(node, service, hints, res); });
+}
+
+int close(int fd) {
+  rt::retire(fd);
+  return int(finish(sys([&] { return ::close(fd); })));
+}
+
+int dup(int fd) {
+  long r = sys([&] { return ::dup(fd); });
+  if (r >= 0) rt::copy_view(fd, int(r));
+  return int(finish(r));
+}
+int dup3(int fd, int newfd, int flags) {
+  if (fd != newfd) rt::retire(newfd);
+  long r = sys([&] { return ::dup3(fd, newfd, flags); });
+  if (r >= 0) rt::copy_view(fd, int(r));
+  return int(finish(r));
+}
+int dup2(int fd, int newfd) {
+  if (fd == newfd) return ::fcntl(fd, F_GETFD) < 0 ? -1 : fd;
+  return dup3(fd, newfd, 0);
+}
+
+int fcntl(int fd, int cmd, long arg) {
+  rt::FdEntry* e = rt::table().get(fd);
+  bool ours = e && e->kind.load(std::memory_order_acquire) == rt::kFdPollable;
+  switch (cmd) {
+    case F_GETFL: {
+      long r = sys([&] { return ::fcntl(fd, cmd); });
+      if (r >= 0 && ours && !e->user_nonblock.load(std::memory_order_relaxed)) r &= ~long(O_NONBLOCK);
+      return int(finish(r));
+    }
+    case F_SETFL: {
+      long r = sys([&] { return ::fcntl(fd, cmd, ours ? arg | O_NONBLOCK : arg); });
+      if (r >= 0 && ours) e->user_nonblock.store((arg & O_NONBLOCK) != 0, std::memory_order_relaxed);
+      return int(finish(r));
+    }
+    case F_DUPFD:
+    case F_DUPFD_CLOEXEC: {
+      long r = sys([&] { return ::fcntl(fd, cmd, arg); });
+      if (r >= 0) rt::copy_view(fd, int(r));
+      return int(finish(r));
+    }
+    default:
+      return ::fcntl(fd, cmd, arg);
+  }
+}
+
+int setsockopt(int fd, int level, int name, const void* val, socklen_t len) {
+  int r = ::setsockopt(fd, level, name, val, len);
+  if (r == 0 && level == SOL_SOCKET && (name == SO_RCVTIMEO || name == SO_SNDTIMEO) && len >= sizeof(timeval)) {
+    auto* tv = static_cast<const timeval*>(val);
+    std::int64_t ns = std::int64_t(tv->tv_sec) * 1'000'000'000 + std::int64_t(tv->tv_usec) * 1000;
+    if (rt::FdEntry* e = rt::table().get(fd)) (name == SO_RCVTIMEO ? e->in : e->out).timeout_ns.store(ns, std::memory_order_relaxed);
+  }
+  return r;
+}
+int getsockopt(int fd, int level, int name, void* val, socklen_t* len) { return ::getsockopt(fd, level, name, val, len); }
+
+int set_timeouts(int fd, std::chrono::nanoseconds in, std::chrono::nanoseconds out) {
+  rt::FdEntry* e = rt::table().get(fd);
+  if (!e || in.count() < 0 || out.count() < 0) {
+    errno = e ? EINVAL : EBADF;
+    return -1;
+  }
+  e->in.timeout_ns.store(in.count(), std::memory_order_relaxed);
+  e->out.timeout_ns.store(out.count(), std::memory_order_relaxed);
+  return 0;
+}
+
+void forget(int fd) { rt::retire(fd); }
+
+int poll_one(int fd, short events, int timeout_ms) {
+  if (!(events & (POLLIN | POLLOUT))) {
+    errno = EINVAL;
+    return -1;
+  }
+  Deadline d = timeout_ms < 0 ? kForever : rt::now_ns() + std::int64_t(timeout_ms) * 1'000'000;
+  // Ready (> 0) or error: the result; nothing yet: EAGAIN, which waits.
+  auto op = [&]() -> long {
+    pollfd p{fd, events, 0};
+    int n = ::poll(&p, 1, 0);
+    if (n < 0) return -1;
+    if (n == 0) {
+      errno = EAGAIN;
+      return -1;
+    }
+    return p.revents;
+  };
+  long r = sys(op);
+  if (r != -EAGAIN || timeout_ms == 0) return r == -EAGAIN ? 0 : int(finish(r));
+  rt::FdEntry* e = rt::table().get(fd);
+  rt::Processor* p = rt::this_processor();
+  std::uint8_t kind = e ? e->kind.load(std::memory_order_acquire) : std::uint8_t(rt::kFdFile);
+  if (e && kind == rt::kFdUnknown) kind = rt::classify(fd, *e);
+  if (!p || kind != rt::kFdPollable) {
+    auto blocking = [&]() -> long {
+      pollfd q{fd, events, 0};
+      int n = ::poll(&q, 1, timeout_ms);
+      return n <= 0 ? n : q.revents;
+    };
+    return int(finish(p ? rt::offloaded(blocking) : sys(blocking)));
+  }
+  // Both directions: wait on input in slices, looking at output between.
+  bool both = (events & POLLIN) && (events & POLLOUT);
+  for (;;) {
+    Deadline slice = both ? rt::now_ns() + 1'000'000 : d;
+    if (both && d != kForever && d < slice) slice = d;
+    r = rt::wait_and_retry(fd, *e, (events & POLLIN) ? rt::kIn : rt::kOut, op, slice, ETIMEDOUT, false);
+    if (r != -ETIMEDOUT) return int(finish(r));
+    if (d != kForever && rt::now_ns() >= d) return 0;
+  }
+}
+
+Stats stats() {
+  Stats s;
+  rt::Processor* p = rt::this_processor();
+  if (!p) return s;
+  rt::IoState* io = p->cluster().io.load(std::memory_order_acquire);
+  if (!io) return s;
+  s.registrations = io->registrations.load(std::memory_order_relaxed);
+  s.blocks = io->blocks.load(std::memory_order_relaxed);
+  s.polls = io->polls.load(std::memory_order_relaxed);
+  s.events = io->events.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace loom::io

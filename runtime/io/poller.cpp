@@ -1,0 +1,245 @@
+#include "io/poller.hpp"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "io/fd_table.hpp"
+#include "loom/fibre.hpp"
+#include "sched/cluster.hpp"
+#include "sched/processor.hpp"
+
+namespace loom::rt {
+
+namespace {
+
+constexpr int kBatch = 1024;  // events taken per epoll_wait
+
+[[noreturn]] void die(const char* what) {
+  std::fprintf(stderr, "loom: %s failed: errno %d\n", what, errno);
+  std::abort();
+}
+
+// Posts the semaphores of every ready descriptor; the fibres they free are
+// queued at once and their processors woken once each, at the end.
+void deliver(IoState& s, const epoll_event* ev, int n) {
+  FdTable& table = FdTable::instance();
+  WakeDefer defer;
+  int delivered = 0;
+  for (int i = 0; i < n; ++i) {
+    int fd = ev[i].data.fd;
+    if (fd == s.stop_fd) continue;
+    FdEntry* e = table.get(fd);
+    if (!e) continue;
+    std::uint32_t m = ev[i].events;
+    if (m & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) e->in.ready.release();
+    if (m & (EPOLLOUT | EPOLLHUP | EPOLLERR)) e->out.ready.release();
+    ++delivered;
+  }
+  s.polls.fetch_add(1, std::memory_order_relaxed);
+  s.events.fetch_add(delivered, std::memory_order_relaxed);
+}
+
+// ---- poller threads ------------------------------------------------------------
+
+void* poller_thread_main(void* arg) {
+  IoState& s = *static_cast<IoState*>(arg);
+  static thread_local epoll_event ev[kBatch];
+  for (;;) {
+    int timeout = -1;
+    if (s.kind == PollerKind::opportunistic) {
+      s.idle_signal.wait();
+    } else if (s.kind == PollerKind::opportunistic_timeout) {
+      // Idle processor: block until something is ready; timeout: just look.
+      bool idle = s.idle_signal.wait(now_ns() + std::int64_t(s.sleep_us) * 1000);
+      timeout = idle ? -1 : 0;
+    }
+    if (s.stopping.load(std::memory_order_acquire)) break;
+    int n = epoll_wait(s.epfd, ev, kBatch, timeout);
+    if (s.stopping.load(std::memory_order_acquire)) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      die("epoll_wait");
+    }
+    if (n > 0) deliver(s, ev, n);
+    if (s.kind == PollerKind::loop_sleep && s.sleep_us) usleep(s.sleep_us);
+  }
+  return nullptr;
+}
+
+// ---- poller fibre and the master poller ------------------------------------------
+
+struct Master {
+  int epfd = -1;
+  pthread_t thread{};
+};
+
+void* master_main(void* arg) {
+  auto* m = static_cast<Master*>(arg);
+  epoll_event ev[64];
+  for (;;) {
+    int n = epoll_wait(m->epfd, ev, 64, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      die("epoll_wait (master poller)");
+    }
+    for (int i = 0; i < n; ++i) {
+      auto* s = static_cast<IoState*>(ev[i].data.ptr);
+      if (Fibre* f = s->parked.exchange(nullptr, std::memory_order_acq_rel)) schedule(f);
+    }
+  }
+  return nullptr;
+}
+
+Master& master() {
+  static Master* m = [] {
+    auto* m = new Master;
+    m->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (m->epfd < 0) die("epoll_create1 (master poller)");
+    if (int e = pthread_create(&m->thread, nullptr, &master_main, m)) {
+      errno = e;
+      die("pthread_create (master poller)");
+    }
+    pthread_setname_np(m->thread, "loom-master");
+    return m;
+  }();
+  return *m;
+}
+
+// Runs on `here` once the poller fibre's context is saved: publishes it as
+// parked, then (re-)arms the one-shot watch of the cluster's epoll fd. The
+// master can only see the fibre after both.
+void post_park(Processor&, Fibre* prev, void* arg) {
+  auto* s = static_cast<IoState*>(arg);
+  s->parked.store(prev, std::memory_order_seq_cst);
+  // A shutdown that began meanwhile may have found nothing parked: see it.
+  if (s->stopping.load(std::memory_order_seq_cst)) {
+    if (Fibre* f = s->parked.exchange(nullptr, std::memory_order_acq_rel)) schedule(f);
+    return;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLONESHOT;
+  ev.data.ptr = s;
+  int epfd = master().epfd;
+  if (epoll_ctl(epfd, EPOLL_CTL_MOD, s->epfd, &ev) != 0 &&
+      (errno != ENOENT || epoll_ctl(epfd, EPOLL_CTL_ADD, s->epfd, &ev) != 0))
+    die("epoll_ctl (master poller)");
+}
+
+void poller_fibre_main(void* arg) {
+  IoState& s = *static_cast<IoState*>(arg);
+  epoll_event ev[256];
+  while (!s.stopping.load(std::memory_order_acquire)) {
+    int n = epoll_wait(s.epfd, ev, 256, 0);
+    if (n > 0) {
+      deliver(s, ev, n);
+      // Let the fibres just freed run first (the poller is in the
+      // background queue, so it comes back when they are done).
+      this_fibre::yield();
+      continue;
+    }
+    if (n < 0 && errno != EINTR) die("epoll_wait (poller fibre)");
+    if (n == 0) this_processor()->suspend(&post_park, &s);
+  }
+}
+
+void start_poller(IoState& s) {
+  if (s.kind == PollerKind::fibre) {
+    FibreAttr attr;
+    attr.cluster = s.cluster->facade;
+    attr.background = true;
+    attr.name = "poller";
+    attr.stack_size = kStackDefault;
+    auto* f = new loom::Fibre(attr, &poller_fibre_main, static_cast<void*>(&s));
+    // The poller is the cluster's, not the program's: it does not keep the
+    // cluster "in use" (io_shutdown stops and joins it).
+    s.cluster->fibres.fetch_sub(1, std::memory_order_relaxed);
+    s.poller_handle = f;
+    return;
+  }
+  s.stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (s.stop_fd < 0) die("eventfd");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = s.stop_fd;
+  if (epoll_ctl(s.epfd, EPOLL_CTL_ADD, s.stop_fd, &ev) != 0) die("epoll_ctl (stop fd)");
+  if (int e = pthread_create(&s.thread, nullptr, &poller_thread_main, &s)) {
+    errno = e;
+    die("pthread_create (poller)");
+  }
+  char name[16];
+  std::snprintf(name, sizeof name, "loom-poll-%u", s.cluster->id());
+  pthread_setname_np(s.thread, name);
+  s.has_thread = true;
+}
+
+}  // namespace
+
+IoState& io_state(Cluster& c) {
+  IoState* s = c.io.load(std::memory_order_acquire);
+  if (__builtin_expect(s != nullptr, 1)) return *s;
+  static std::mutex create_lock;  // once per cluster
+  std::lock_guard<std::mutex> g(create_lock);
+  s = c.io.load(std::memory_order_acquire);
+  if (s) return *s;
+  s = new IoState;  // type-stable, like the cluster itself
+  s->cluster = &c;
+  const SchedConfig& cfg = c.config();
+  s->kind = cfg.poller;
+  s->sleep_us = cfg.poller_sleep_us;
+  s->lazy = cfg.lazy_register;
+  s->yield_before_read = cfg.yield_before_read;
+  s->epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (s->epfd < 0) die("epoll_create1");
+  start_poller(*s);
+  c.io.store(s, std::memory_order_release);
+  return *s;
+}
+
+bool io_register(IoState& s, int fd, FdEntry& e) {
+  if (e.registered.load(std::memory_order_acquire)) return true;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.data.fd = fd;
+  if (epoll_ctl(s.epfd, EPOLL_CTL_ADD, fd, &ev) != 0 && errno != EEXIST) return false;
+  IoState* none = nullptr;
+  if (e.registered.compare_exchange_strong(none, &s, std::memory_order_acq_rel))
+    s.registrations.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void io_deregister(int fd, FdEntry& e) {
+  if (IoState* s = e.registered.exchange(nullptr, std::memory_order_acq_rel)) epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, nullptr);
+}
+
+void io_processor_idle(IoState& s) {
+  if (s.kind == PollerKind::opportunistic || s.kind == PollerKind::opportunistic_timeout) s.idle_signal.post();
+}
+
+void io_shutdown(Cluster& c) {
+  IoState* s = c.io.load(std::memory_order_acquire);
+  if (!s) return;
+  s->stopping.store(true, std::memory_order_seq_cst);
+  if (s->has_thread) {
+    std::uint64_t one = 1;
+    if (write(s->stop_fd, &one, sizeof one) < 0) die("write (stop fd)");
+    s->idle_signal.post();
+    pthread_join(s->thread, nullptr);
+    s->has_thread = false;
+  }
+  if (s->poller_handle) {
+    epoll_ctl(master().epfd, EPOLL_CTL_DEL, s->epfd, nullptr);
+    c.fibres.fetch_add(1, std::memory_order_relaxed);  // join() counts it out again
+    if (Fibre* f = s->parked.exchange(nullptr, std::memory_order_acq_rel)) schedule(f);
+    s->poller_handle->join();
+    delete s->poller_handle;
+    s->poller_handle = nullptr;
+  }
+}
+
+}  // namespace loom::rt

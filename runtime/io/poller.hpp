@@ -1,0 +1,77 @@
+// io/poller.hpp — a cluster's epoll set and whoever polls it.
+//
+// Contract of a poller back end (epoll is the only one; a kqueue or io_uring
+// one must fit the same): `add(fd)` registers a descriptor edge-triggered for
+// input and output at once; `remove(fd)` deregisters it; the poller delivers
+// each readiness edge by posting the entry's in and/or out semaphore.
+// Deliveries of one poll are batched: the fibres they make ready go to their
+// processors' queues first, then each processor concerned is woken once.
+//
+// Who polls (SchedConfig::poller, LOOM_POLLER):
+//   fibre                  a poller fibre in the cluster's background queue:
+//                          it runs when a processor finds nothing else,
+//                          polls without blocking, and when the poll finds
+//                          nothing it parks; the process-wide master poller
+//                          thread blocks on every parked cluster's epoll fd
+//                          (one-shot) and reschedules the poller fibre;
+//   loop                   a poller thread per cluster blocking in epoll_wait;
+//   loop-sleep             the same, sleeping poller_sleep_us after each
+//                          delivery so events accumulate into bigger batches;
+//   opportunistic          a poller thread that polls only when a processor
+//                          of the cluster has gone idle;
+//   opportunistic-timeout  ... or when poller_sleep_us passed since its last
+//                          poll, whichever comes first.
+#pragma once
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "base/futex.hpp"
+#include "loom/config.hpp"
+
+namespace loom {
+class Fibre;
+}
+
+namespace loom::rt {
+
+class Cluster;
+class Fibre;
+struct FdEntry;
+
+struct IoState {
+  Cluster* cluster = nullptr;
+  PollerKind kind = PollerKind::fibre;
+  int epfd = -1;
+  int stop_fd = -1;  // eventfd: stops a poller thread blocked in epoll_wait
+  unsigned sleep_us = 0;
+  bool lazy = true;
+  bool yield_before_read = true;
+  pthread_t thread{};
+  bool has_thread = false;
+  std::atomic<bool> stopping{false};
+  WakeFlag idle_signal;  // opportunistic: a processor went idle
+  std::atomic<Fibre*> parked{nullptr};  // fibre poller: parked, awaiting the master
+  loom::Fibre* poller_handle = nullptr;  // fibre poller: joined at shutdown
+
+  std::atomic<unsigned long long> registrations{0}, blocks{0}, polls{0}, events{0};
+};
+
+// The cluster's I/O state, created with its poller on first use.
+IoState& io_state(Cluster& c);
+// Registers fd with s's epoll set (EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET) if it is
+// not registered yet; false with errno set if epoll refuses it (EPERM for a
+// regular file, for instance).
+bool io_register(IoState& s, int fd, FdEntry& e);
+// Deregisters fd if registered (before it is closed).
+void io_deregister(int fd, FdEntry& e);
+// Called by a processor of c about to sleep (opportunistic pollers).
+void io_processor_idle(IoState& s);
+// Process start-up: SIGPIPE (see loom/io.hpp).
+void io_boot();
+// Stops the cluster's poller (cluster shutdown).
+void io_shutdown(Cluster& c);
+
+}  // namespace loom::rt
