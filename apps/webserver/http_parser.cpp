@@ -84,15 +84,22 @@ const char* method_name(Method m) {
 RequestParser::Status RequestParser::parse(const char* buf, std::size_t len) {
   if (state_ == State::done) return Status::done;
   if (state_ == State::error) return Status::error;
-  while (pos_ < len) {
-    const void* nl = std::memchr(buf + pos_, '\n', len - pos_);
+  // A head that is not over within the first kMaxHead bytes is too long:
+  // nothing past them is looked at.
+  std::size_t limit = len < kMaxHead ? len : kMaxHead;
+  while (pos_ < limit) {
+    const void* nl = std::memchr(buf + pos_, '\n', limit - pos_);
     if (!nl) {
-      pos_ = static_cast<std::uint32_t>(len < kMaxHead + 1 ? len : kMaxHead + 1);
+      // A partial line: refuse bytes no line may hold now rather than at
+      // its end (a peer sending NULs or binary gets its 400 at once, and
+      // whether the bytes came in one read or many makes no difference).
+      std::uint8_t ok = state_ == State::request_line ? kTarget : kValue;
+      for (std::size_t i = pos_; i < limit; ++i)
+        if (!is(buf[i], ok) && buf[i] != ' ' && buf[i] != '\r') return fail(400);
+      pos_ = static_cast<std::uint32_t>(limit);
       break;
     }
     std::size_t end = static_cast<const char*>(nl) - buf;  // the LF
-    // The whole head must fit in kMaxHead bytes, this LF included.
-    if (end + 1 > kMaxHead) return fail(state_ == State::request_line ? 414 : 431);
     std::size_t line_end = end;
     if (line_end > line_start_ && buf[line_end - 1] == '\r') --line_end;
     Status s = state_ == State::request_line ? on_request_line(buf, line_start_, line_end)
@@ -103,7 +110,6 @@ RequestParser::Status RequestParser::parse(const char* buf, std::size_t len) {
       return s;
     }
   }
-  // No end of head yet: it will be longer than the bytes seen.
   if (len >= kMaxHead) return fail(state_ == State::request_line ? 414 : 431);
   return Status::incomplete;
 }

@@ -189,6 +189,19 @@ TEST(Parser, MalformedRequestLines) {
   EXPECT_EQ(error_of(nul), 400);
 }
 
+TEST(Parser, BadBytesAreRefusedBeforeTheLineEnds) {
+  EXPECT_EQ(error_of(std::string(64, '\0')), 400);
+  EXPECT_EQ(error_of("\x16\x03\x01\x02"), 400);  // a TLS hello
+  EXPECT_EQ(error_of("GET / HTTP/1.1\r\nHost: a\x01"), 400);
+  EXPECT_EQ(error_of("GET /\xff"), 400);
+  EXPECT_EQ(error_of("GET / HTTP/1.1\r"), -1);  // CR may yet be followed by LF
+  EXPECT_EQ(error_of("GET / HTTP/1.1\r\nX: caf\xc3\xa9"), -1);  // obs-text in a value is fine
+  // One byte at a time or all at once: the same verdict.
+  std::string s = "GET /" + std::string(100, 'a') + "\x02" + std::string(web::kMaxHead, 'b');
+  EXPECT_EQ(error_of(s), 400);
+  EXPECT_EQ(parse_pieces(s, {1}).error, 400);
+}
+
 TEST(Parser, MalformedHeaders) {
   EXPECT_EQ(error_of("GET / HTTP/1.1\r\nHost: x\r\nNoColonHere\r\n\r\n"), 400);
   EXPECT_EQ(error_of("GET / HTTP/1.1\r\nHost: x\r\nName : v\r\n\r\n"), 400);
