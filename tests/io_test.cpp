@@ -181,4 +181,430 @@ std::vector<EchoVariant> echo_variants() {
 INSTANTIATE_TEST_SUITE_P(Io, Echo, ::testing::ValuesIn(echo_variants()),
                          [](const auto& info) { return name_of(info.param); });
 
+// ---- errors a server meets ------------------------------------------------------
+
+// Each test body runs on a fibre of the default cluster.
+template <typename F>
+void on_fibre(F&& f) {
+  loom::Fibre(std::forward<F>(f)).join();
+}
+
+TEST(Io, PeerClosingMidReadGivesEof) {
+  on_fibre([] {
+    int p[2];
+    tcp_pair(p);
+    loom::Fibre closer([&] {
+      loom::this_fibre::sleep_for(20ms);
+      io::write(p[1], "abc", 3);
+      io::close(p[1]);
+    });
+    char buf[16];
+    EXPECT_EQ(io::read(p[0], buf, sizeof buf), 3);  // blocks until the data
+    EXPECT_EQ(io::read(p[0], buf, sizeof buf), 0);  // then end of file
+    closer.join();
+    io::close(p[0]);
+  });
+}
+
+TEST(Io, PeerResetGivesEconnreset) {
+  on_fibre([] {
+    int p[2];
+    tcp_pair(p);
+    loom::Fibre resetter([&] {
+      loom::this_fibre::sleep_for(20ms);
+      linger lg{1, 0};  // close with RST
+      setsockopt(p[1], SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+      io::close(p[1]);
+    });
+    char buf[16];
+    EXPECT_EQ(io::read(p[0], buf, sizeof buf), -1);
+    EXPECT_EQ(errno, ECONNRESET);
+    resetter.join();
+    io::close(p[0]);
+  });
+}
+
+TEST(Io, WriteToClosedPeerGivesEpipeNotDeath) {
+  on_fibre([] {
+    int p[2];
+    tcp_pair(p);
+    io::close(p[1]);
+    char buf[4096] = {};
+    ssize_t r = 0;
+    int err = 0;
+    // write(2), not send: the signal, were it not ignored, would kill us here.
+    for (int i = 0; i < 1000 && r >= 0; ++i) {
+      r = io::write(p[0], buf, sizeof buf);
+      err = errno;
+      loom::this_fibre::sleep_for(1ms);
+    }
+    EXPECT_EQ(r, -1);
+    EXPECT_TRUE(err == EPIPE || err == ECONNRESET) << std::strerror(err);
+    io::close(p[0]);
+  });
+}
+
+TEST(Io, ConnectToClosedPortIsRefused) {
+  on_fibre([] {
+    int port;
+    int l = listener(&port);
+    io::close(l);
+    EXPECT_EQ(connect_to(port), -1);
+    EXPECT_EQ(errno, ECONNREFUSED);
+  });
+}
+
+TEST(Io, ConnectTimesOut) {
+  on_fibre([] {
+    // A listener that never accepts, with its backlog full: later SYNs are
+    // dropped and the connect waits, until our deadline.
+    int port;
+    int l = listener(&port, 1);
+    std::vector<int> queued;
+    int fd = -1;
+    for (int i = 0; i < 64; ++i) {
+      fd = io::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a = loopback(port);
+      auto t0 = std::chrono::steady_clock::now();
+      int r = io::connect_until(fd, reinterpret_cast<sockaddr*>(&a), sizeof a, loom::deadline_after(100ms));
+      if (r == -1) {
+        EXPECT_EQ(errno, ETIMEDOUT);
+        EXPECT_GE(std::chrono::steady_clock::now() - t0, 100ms);  // never early
+        break;
+      }
+      queued.push_back(fd);
+      fd = -1;
+    }
+    EXPECT_GE(fd, 0) << "every connect was accepted by the kernel";
+    if (fd >= 0) io::close(fd);
+    for (int q : queued) io::close(q);
+    io::close(l);
+  });
+}
+
+TEST(Io, ReadTimeouts) {
+  on_fibre([] {
+    int p[2];
+    tcp_pair(p);
+    char c;
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(io::read_until(p[0], &c, 1, loom::deadline_after(50ms)), -1);
+    EXPECT_EQ(errno, ETIMEDOUT);
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, 50ms);
+    // SO_RCVTIMEO semantics: EAGAIN after the timeout.
+    timeval tv{0, 50'000};
+    ASSERT_EQ(io::setsockopt(p[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(io::recv(p[0], &c, 1, 0), -1);
+    EXPECT_EQ(errno, EAGAIN);
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, 50ms);
+    // Data that arrives in time is read.
+    ASSERT_EQ(io::set_timeouts(p[0], 2s, 0s), 0);
+    loom::Fibre w([&] {
+      loom::this_fibre::sleep_for(10ms);
+      io::write(p[1], "x", 1);
+    });
+    EXPECT_EQ(io::read(p[0], &c, 1), 1);
+    w.join();
+    EXPECT_EQ(io::set_timeouts(p[0], -1s, 0s), -1);
+    EXPECT_EQ(errno, EINVAL);
+    io::close(p[0]);
+    io::close(p[1]);
+  });
+}
+
+TEST(Io, AcceptUnderFdExhaustionRecoversWithoutSpinning) {
+  rlimit saved{};
+  getrlimit(RLIMIT_NOFILE, &saved);
+  on_fibre([&] {
+    int port;
+    int l = listener(&port);
+    // Clients in a kernel thread: they need descriptors of their own.
+    std::vector<int> clients;
+    int spare = ::open("/dev/null", O_RDONLY);  // freed later, for the accept
+    // Use up every descriptor below a low limit.
+    int high = ::dup(0);
+    ::close(high);
+    rlimit low = saved;
+    low.rlim_cur = high + 8;
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    std::vector<int> hog;
+    for (int fd; (fd = ::open("/dev/null", O_RDONLY)) >= 0;) hog.push_back(fd);
+    // Connections the kernel completes in the backlog (the client end needs
+    // a descriptor: free two for them).
+    ::close(hog.back());
+    hog.pop_back();
+    ::close(hog.back());
+    hog.pop_back();
+    clients.push_back(connect_to(port));
+    clients.push_back(connect_to(port));
+    ASSERT_GE(clients[0], 0);
+    ASSERT_GE(clients[1], 0);
+    // The server: on EMFILE, back off and try again, as a server should.
+    std::atomic<int> emfiles{0}, accepted{0};
+    loom::Fibre server([&] {
+      while (accepted < 2) {
+        int fd = io::accept4(l, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd >= 0) {
+          accepted++;
+          io::close(fd);
+        } else if (errno == EMFILE || errno == ENFILE) {
+          emfiles++;
+          loom::this_fibre::sleep_for(10ms);
+        } else {
+          ADD_FAILURE() << std::strerror(errno);
+          return;
+        }
+      }
+    });
+    double cpu0 = cpu_seconds();
+    loom::this_fibre::sleep_for(300ms);
+    double busy = cpu_seconds() - cpu0;
+    EXPECT_GT(emfiles.load(), 0);
+    EXPECT_EQ(accepted.load(), 0);
+    EXPECT_LT(busy, 0.15) << "the runtime spun while accept kept failing";
+    ::close(spare);  // descriptors free up: accepting resumes
+    for (int fd : hog) ::close(fd);
+    server.join();
+    EXPECT_EQ(accepted.load(), 2);
+    for (int c : clients) io::close(c);
+    io::close(l);
+  });
+  setrlimit(RLIMIT_NOFILE, &saved);
+}
+
+TEST(Io, CloseWakesAFibreBlockedOnTheSameFd) {
+  on_fibre([] {
+    int p[2];
+    tcp_pair(p);
+    std::atomic<int> err{0};
+    std::atomic<bool> done{false};
+    loom::Fibre reader([&] {
+      char c;
+      if (io::read(p[0], &c, 1) < 0) err = errno;
+      done = true;
+    });
+    loom::this_fibre::sleep_for(20ms);
+    ASSERT_FALSE(done.load());
+    auto t0 = std::chrono::steady_clock::now();
+    io::close(p[0]);
+    reader.join();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+    EXPECT_EQ(err.load(), EBADF);
+    io::close(p[1]);
+  });
+}
+
+TEST(Io, TwoReadersAndTwoWritersOnOneFdLoseNoWakeUp) {
+  long n = loom::test::scaled(20000);
+  loom::Cluster c(2);
+  loom::FibreAttr attr;
+  attr.cluster = &c;
+  loom::Fibre(attr, [&] {
+    int p[2];
+    tcp_pair(p);
+    std::atomic<long> got{0};
+    auto reader = [&] {
+      char buf[7];
+      for (;;) {
+        ssize_t r = io::read(p[1], buf, sizeof buf);
+        if (r <= 0) return;
+        got += r;
+      }
+    };
+    auto writer = [&] {
+      for (long i = 0; i < n; ++i) {
+        ASSERT_EQ(io::write(p[0], "ab", 2), 2);
+        if (i % 64 == 0) loom::this_fibre::yield();
+      }
+    };
+    loom::Fibre r1(attr, reader), r2(attr, reader), w1(attr, writer), w2(attr, writer);
+    w1.join();
+    w2.join();
+    shutdown(p[0], SHUT_WR);  // both readers see EOF once all is read
+    r1.join();
+    r2.join();
+    EXPECT_EQ(got.load(), 4 * n);
+    io::close(p[0]);
+    io::close(p[1]);
+  }).join();
+}
+
+TEST(Io, OffloadedReadsLeaveTheProcessorRunning) {
+  // A cluster of one processor: a blocking read there would stop the ticker.
+  loom::Cluster one(1);
+  loom::FibreAttr attr;
+  attr.cluster = &one;
+  char dir[] = "/tmp/loom-io-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string fifo = std::string(dir) + "/fifo", file = std::string(dir) + "/file";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::string content(1 << 20, '\0');
+  for (size_t i = 0; i < content.size(); ++i) content[i] = char(i * 31 + (i >> 12));
+  {
+    FILE* f = std::fopen(file.c_str(), "wb");
+    std::fwrite(content.data(), 1, content.size(), f);
+    std::fclose(f);
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<long> ticks{0};
+  loom::Fibre ticker(attr, [&] {
+    while (!stop) {
+      loom::this_fibre::sleep_for(5ms);
+      ticks++;
+    }
+  });
+  loom::Fibre(attr, [&] {
+    // A FIFO whose writer comes 300 ms later: open and read both block.
+    std::thread writer([&] {
+      std::this_thread::sleep_for(300ms);
+      int w = ::open(fifo.c_str(), O_WRONLY);
+      ::write(w, "hello", 5);
+      ::close(w);
+    });
+    long t0 = ticks;
+    int fd = loom::offload([&] { return ::open(fifo.c_str(), O_RDONLY); });
+    ASSERT_GE(fd, 0);
+    char buf[8] = {};
+    EXPECT_EQ(io::read(fd, buf, sizeof buf), 5);  // not a socket: offloaded
+    EXPECT_STREQ(buf, "hello");
+    EXPECT_GE(ticks - t0, 20) << "the ticker stopped while the read blocked";
+    io::close(fd);
+    writer.join();
+    // pread of a regular file: the right bytes, wherever they are.
+    int f = ::open(file.c_str(), O_RDONLY);
+    std::string back(content.size(), '\0');
+    for (size_t off = 0; off < back.size();) {
+      ssize_t r = io::pread(f, &back[off], std::min<size_t>(65536, back.size() - off), off);
+      ASSERT_GT(r, 0);
+      off += r;
+    }
+    EXPECT_TRUE(back == content);
+    EXPECT_EQ(loom::this_fibre::processor_index(), 0);  // home again
+    EXPECT_EQ(&loom::Cluster::current(), &one);
+    io::close(f);
+  }).join();
+  stop = true;
+  ticker.join();
+  ::unlink(fifo.c_str());
+  ::unlink(file.c_str());
+  ::rmdir(dir);
+}
+
+TEST(Io, PollOneSeesReadinessAndTimesOut) {
+  on_fibre([] {
+    int p[2];
+    tcp_pair(p);
+    EXPECT_EQ(io::poll_one(p[0], POLLIN, 0), 0);
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(io::poll_one(p[0], POLLIN, 30), 0);
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, 30ms);
+    EXPECT_EQ(io::poll_one(p[0], POLLOUT, -1) & POLLOUT, POLLOUT);
+    loom::Fibre w([&] {
+      loom::this_fibre::sleep_for(10ms);
+      io::write(p[1], "z", 1);
+    });
+    EXPECT_EQ(io::poll_one(p[0], POLLIN, 5000) & POLLIN, POLLIN);
+    w.join();
+    EXPECT_EQ(io::poll_one(p[0], 0, 0), -1);
+    EXPECT_EQ(errno, EINVAL);
+    io::close(p[0]);
+    io::close(p[1]);
+  });
+}
+
+TEST(Io, DupAndFcntlKeepTheProgramsView) {
+  on_fibre([] {
+    int p[2];
+    tcp_pair(p);
+    // Non-blocking underneath, blocking as the program sees it.
+    EXPECT_EQ(io::fcntl(p[0], F_GETFL) & O_NONBLOCK, 0);
+    int d = io::dup(p[0]);
+    ASSERT_GE(d, 0);
+    loom::Fibre w([&] {
+      loom::this_fibre::sleep_for(10ms);
+      io::write(p[1], "q", 1);
+    });
+    char c = 0;
+    EXPECT_EQ(io::read(d, &c, 1), 1);  // the duplicate blocks the fibre too
+    EXPECT_EQ(c, 'q');
+    w.join();
+    EXPECT_EQ(io::close(d), 0);  // the original is untouched
+    EXPECT_EQ(io::write(p[1], "r", 1), 1);
+    EXPECT_EQ(io::read(p[0], &c, 1), 1);
+    // The program asks for O_NONBLOCK: now EAGAIN is its to see.
+    ASSERT_EQ(io::fcntl(p[0], F_SETFL, io::fcntl(p[0], F_GETFL) | O_NONBLOCK), 0);
+    EXPECT_EQ(io::read(p[0], &c, 1), -1);
+    EXPECT_EQ(errno, EAGAIN);
+    int d2 = 100;
+    EXPECT_EQ(io::dup2(p[1], d2), d2);
+    EXPECT_EQ(io::write(d2, "s", 1), 1);
+    EXPECT_EQ(io::poll_one(p[0], POLLIN, 1000) & POLLIN, POLLIN);
+    EXPECT_EQ(io::read(p[0], &c, 1), 1);
+    EXPECT_EQ(c, 's');
+    io::close(d2);
+    io::close(p[0]);
+    io::close(p[1]);
+  });
+}
+
+TEST(Io, KernelThreadsBlockOnLoomDescriptors) {
+  int p[2] = {-1, -1};
+  on_fibre([&] { tcp_pair(p); });
+  std::thread t([&] {
+    char c = 0;
+    EXPECT_EQ(io::read(p[0], &c, 1), 1);  // a real wait, not EAGAIN
+    EXPECT_EQ(c, 'k');
+  });
+  on_fibre([&] {
+    loom::this_fibre::sleep_for(20ms);
+    io::write(p[1], "k", 1);
+  });
+  t.join();
+  io::close(p[0]);
+  io::close(p[1]);
+}
+
+TEST(Io, LazyRegistrationSkipsConnectionsThatNeverBlock) {
+  for (bool lazy : {true, false}) {
+    loom::SchedConfig cfg;
+    cfg.lazy_register = lazy;
+    loom::Cluster c(1, cfg);
+    loom::FibreAttr attr;
+    attr.cluster = &c;
+    loom::Fibre(attr, [&] {
+      int port;
+      int l = listener(&port);
+      io::Stats before = io::stats();
+      for (int i = 0; i < 20; ++i) {
+        int a = connect_to(port);
+        int b = io::accept4(l, nullptr, nullptr, 0);  // already queued: no wait
+        io::write(a, "x", 1);
+        char ch;
+        io::read(b, &ch, 1);  // already there: no wait
+        io::close(a);
+        io::close(b);
+      }
+      io::Stats after = io::stats();
+      if (lazy)
+        EXPECT_EQ(after.registrations - before.registrations, 0u);
+      else
+        EXPECT_GE(after.registrations - before.registrations, 40u);
+      io::close(l);
+    }).join();
+  }
+}
+
+TEST(Io, GetaddrinfoThroughOffload) {
+  on_fibre([] {
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    addrinfo* res = nullptr;
+    ASSERT_EQ(io::getaddrinfo("127.0.0.1", "80", &hints, &res), 0);
+    ASSERT_NE(res, nullptr);
+    EXPECT_EQ(reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_port, htons(80));
+    freeaddrinfo(res);
+  });
+}
+
 }  // namespace

@@ -236,7 +236,7 @@ long connect_wait(int fd, const sockaddr* addr, socklen_t len, Deadline d, int t
     return 0;
   };
   if (!p) return thread_call(fd, *e, kOut, done, d, timeout_err);
-  return wait_and_retry(fd, *e, kOut, done, d, timeout_err, false);
+  return wait_and_retry(fd, *e, kOut, done, d, timeout_err, /*look first=*/true);
 }
 
 }  // namespace
