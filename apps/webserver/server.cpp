@@ -66,10 +66,10 @@ unsigned local_port(int fd) {
   return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
 }
 
-void print_listening(const Options& o, unsigned port, const std::string& details) {
+void print_listening(const char* prog, const Options& o, unsigned port, const std::string& details) {
   if (o.quiet) return;
   bool v6 = o.address.find(':') != std::string::npos && o.address.front() != '[';
-  std::printf("webserver: listening on http://%s%s%s:%u/ (%s)\n", v6 ? "[" : "", o.address.c_str(), v6 ? "]" : "",
+  std::printf("%s: listening on http://%s%s%s:%u/ (%s)\n", prog, v6 ? "[" : "", o.address.c_str(), v6 ? "]" : "",
               port, details.c_str());
   std::fflush(stdout);
 }

@@ -50,9 +50,9 @@ int open_listener(const Options& o, unsigned port, bool reuseport, std::string& 
   return fd;
 }
 
-// "webserver: listening on http://ADDR:PORT/ (...)" on stdout, flushed:
+// "PROG: listening on http://ADDR:PORT/ (...)" on stdout, flushed:
 // tests and scripts wait for it (and read the port from it).
-void print_listening(const Options& o, unsigned port, const std::string& details);
+void print_listening(const char* prog, const Options& o, unsigned port, const std::string& details);
 
 int run_pthread(const Options& o);
 int run_loom(const Options& o);

@@ -97,7 +97,7 @@ int run_loom(const Options& o) {
     int l = listeners[i];
     acceptors.emplace_back(a, [ctx, l] { accept_loop<LoomIo>(*ctx, l); });
   }
-  print_listening(o, port,
+  print_listening("webserver", o, port,
                   "runtime=loom, processors=" + std::to_string(processors) + ", clusters=" +
                       std::to_string(nclusters) + " (" + std::to_string(per) + " each), " + cfg.describe());
   for (auto& f : acceptors) f.join();  // never: the acceptors do not return

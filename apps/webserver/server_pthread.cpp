@@ -29,7 +29,7 @@ int run_pthread(const Options& o) {
     return 1;
   }
   static Ticker ticker(&table, tick_for(o.read_timeout));
-  print_listening(o, local_port(l), "runtime=pthread, a kernel thread per connection");
+  print_listening("webserver", o, local_port(l), "runtime=pthread, a kernel thread per connection");
   accept_loop<PthreadIo>(ctx, l);
   return 0;
 }

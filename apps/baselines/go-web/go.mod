@@ -1,0 +1,3 @@
+module loom/go-web
+
+go 1.19
