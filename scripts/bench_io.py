@@ -322,7 +322,7 @@ def plot(out_dir, rows, drv, started):
                 continue
             name = f"{bench}{i}"
             blocks.append(f"${name} << EOD\n" + "".join(f"{c} {v:.4f}\n" for c, v in pts) + "EOD\n")
-            plots.append(f"${name} using 1:2 with linespoints lw 2 dt {1 if system == 'loom' else 2} pt {5 + i % 9} "
+            plots.append(f"${name} using 1:2 with linespoints lw 2 lc {i + 1} dt {1 if system == 'loom' else 2} pt {5 + i % 9} "
                          f"title '{label(system, variant)}'")
         if plots:
             panels.append(f"set title '{title}'\nplot {', '.join(plots)}\n")
