@@ -5,7 +5,7 @@ PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all test demo bench install clean asan tsan deps deps-test deps-bench check-sanitizers
+.PHONY: all test demo bench install clean asan tsan deps deps-test deps-bench check-sanitizers fuzz
 
 all: $(BUILD)/Makefile
 	@cmake --build $(BUILD) -j $(JOBS)
@@ -42,10 +42,29 @@ tsan: deps-test
 	@cmake --build build-tsan -j $(JOBS)
 	@cd build-tsan && LOOM_TEST_SCALE=1000 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -L sanitize --timeout 600
 
-# Until the web server lands, the demo is the micro-benchmark table.
+# The demo: loom's web server against a hand-written epoll loop, nginx, Go
+# and pthread-per-connection (wrk, about a minute once built); prints the
+# tables with ratios against the epoll loop (scripts/bench_web.py).
 demo: deps-bench
 	@$(MAKE) --no-print-directory all
-	@scripts/bench micro --quick
+	@scripts/bench web --quick
+
+# libFuzzer on the web server's request parser (clang, ASan + UBSan) for
+# FUZZ_TIME seconds, in its own build-fuzz/. New inputs stay in
+# build-fuzz/corpus; a crash, leak or timeout is copied to tests/web/corpus/
+# (replayed by web_parser_test and server_test.py from then on: commit it)
+# and fails the target.
+FUZZ_TIME ?= 60
+fuzz: deps-bench
+	@mkdir -p build-fuzz/corpus
+	@clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	  -Iapps/webserver tests/web/fuzz_parser.cpp apps/webserver/http_parser.cpp -o build-fuzz/fuzz_parser
+	@cd build-fuzz && rc=0; ./fuzz_parser -max_total_time=$(FUZZ_TIME) -max_len=12000 -timeout=10 \
+	  -artifact_prefix=$(CURDIR)/build-fuzz/ -print_final_stats=1 corpus $(CURDIR)/tests/web/corpus || rc=$$?; \
+	  for f in crash-* leak-* timeout-* oom-*; do \
+	    if [ -e "$$f" ]; then cp "$$f" "$(CURDIR)/tests/web/corpus/fuzz-$$f"; \
+	      echo "fuzz: $$f saved as tests/web/corpus/fuzz-$$f (a regression test now: commit it)"; rc=1; fi; \
+	  done; exit $$rc
 
 bench: deps-bench
 	@$(MAKE) --no-print-directory all
