@@ -52,11 +52,15 @@ void* poller_thread_main(void* arg) {
   static thread_local epoll_event ev[kBatch];
   for (;;) {
     int timeout = -1;
+    // Opportunistic: poll while a processor is idle (a sleeping processor
+    // signals once, when it goes to sleep; a poll that delivered nothing
+    // to it leaves it idle, and the poller must go on polling for it).
+    bool idle = s.cluster->idle_processors() > 0;
     if (s.kind == PollerKind::opportunistic) {
-      s.idle_signal.wait();
+      if (!idle) s.idle_signal.wait();
     } else if (s.kind == PollerKind::opportunistic_timeout) {
       // Idle processor: block until something is ready; timeout: just look.
-      bool idle = s.idle_signal.wait(now_ns() + std::int64_t(s.sleep_us) * 1000);
+      if (!idle) idle = s.idle_signal.wait(now_ns() + std::int64_t(s.sleep_us) * 1000);
       timeout = idle ? -1 : 0;
     }
     if (s.stopping.load(std::memory_order_acquire)) break;

@@ -62,6 +62,7 @@ class Cluster {
   // Call after publishing work on p's queue: wakes p if it is idle, or, if
   // p is busy, one idle processor to steal from it.
   void wake(Processor& p);
+  int idle_processors() const { return idle_count_.load(std::memory_order_seq_cst); }
   // Wakes the processor at the front of the idle list, if any.
   bool wake_one();
   // After publishing work behind a busy processor: wakes a sleeper to steal.
