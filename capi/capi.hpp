@@ -1,0 +1,117 @@
+// capi/capi.hpp — shared by the C API's sources (include/loom/loom.h):
+// errno across switches, objects built in place on first use, and C
+// timespecs turned into loom deadlines.
+//
+// The C API is glue: every primitive is the C++ one of loom/sync.hpp, held
+// in place inside the C struct. Nothing here synchronises on its own except
+// the one-byte state that builds a statically initialised object exactly
+// once.
+#pragma once
+
+#define LOOM_KEEP_LIBC_ERRNO  // inside the library errno is glibc's macro
+#include "loom/loom.h"
+
+#include <time.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <new>
+
+#include "loom/sync.hpp"
+
+namespace loom::capi {
+
+// ---- errno -------------------------------------------------------------------
+//
+// A fibre may resume on another kernel thread after any switch, and glibc's
+// __errno_location() is declared const, so a compiler may reuse &errno
+// computed before a switch. errno_slot() is a call it can neither inline
+// nor fold (noinline, and an asm with a memory clobber makes it impure):
+// every use looks the slot up on the kernel thread running at that moment.
+int* errno_slot() noexcept;
+
+// Saves the caller's errno on entry of a call that may switch; done(e)
+// after the last switch sets errno to e if nonzero, else back to the saved
+// value — so each fibre keeps its own errno across loom calls.
+class ErrnoKeeper {
+ public:
+  ErrnoKeeper() noexcept : saved_(*errno_slot()) {}
+  void done(int e = 0) noexcept { *errno_slot() = e ? e : saved_; }
+  int saved() const noexcept { return saved_; }
+
+ private:
+  int saved_;
+};
+
+// ---- objects built on first use ---------------------------------------------------
+//
+// _loom_state of every C synchronisation object.
+enum : unsigned char {
+  kUnset = 0,         // all zero: static initialiser (or never initialised)
+  kBuilding = 1,      // one caller is constructing it
+  kReady = 2,         // holds a live C++ object
+  kDestroyed = 3,     // destroy()ed: EINVAL until initialised again
+};
+
+inline unsigned char load_state(const unsigned char* s) { return __atomic_load_n(s, __ATOMIC_ACQUIRE); }
+inline void store_state(unsigned char* s, unsigned char v) { __atomic_store_n(s, v, __ATOMIC_RELEASE); }
+
+void wait_while_building(const unsigned char* state) noexcept;
+
+// The C++ object of C object `o`, built by `make(void* where)` if `o` is
+// still in its static (all-zero) state; nullptr when it was destroyed or,
+// with build_unset = false, never initialised.
+template <class T, class C, class Make>
+T* object(C* o, Make&& make, bool build_unset = true) {
+  static_assert(sizeof(T) <= sizeof(o->_loom_impl), "loom.h: C object too small for its C++ object");
+  static_assert(alignof(T) <= alignof(decltype(o->_loom_impl)), "loom.h: C object under-aligned");
+  void* where = &o->_loom_impl;
+  for (;;) {
+    unsigned char s = load_state(&o->_loom_state);
+    if (s == kReady) return std::launder(static_cast<T*>(where));
+    if (s == kUnset && build_unset) {
+      if (__atomic_compare_exchange_n(&o->_loom_state, &s, kBuilding, false, __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE)) {
+        make(where);
+        store_state(&o->_loom_state, kReady);
+        return std::launder(static_cast<T*>(where));
+      }
+      continue;
+    }
+    if (s == kBuilding) {
+      wait_while_building(&o->_loom_state);
+      continue;
+    }
+    return nullptr;
+  }
+}
+
+// ---- time ----------------------------------------------------------------------------
+
+inline bool valid(const timespec* t) { return t && t->tv_nsec >= 0 && t->tv_nsec < 1000000000; }
+inline bool supported_clock(clockid_t c) { return c == CLOCK_REALTIME || c == CLOCK_MONOTONIC; }
+std::int64_t clock_ns(clockid_t c) noexcept;
+// An absolute time on clock c (REALTIME or MONOTONIC) as a monotonic
+// Deadline: a past time is expired (but not kNow); far ones are kForever.
+Deadline deadline_of(clockid_t c, const timespec& abs) noexcept;
+// True once clock c has reached abs (a realtime clock may have been set
+// back after the deadline was computed).
+bool reached(clockid_t c, const timespec& abs) noexcept;
+
+// The timed-wait loop every timed C call shares: op(kNow) first (POSIX: the
+// abstime need not be valid when nothing blocks), then EINVAL for a bad
+// abstime, then op(deadline) until the clock has really reached abstime.
+// `busy` is what op(kNow) returns when it would block.
+template <class Op>
+int timed(clockid_t c, const timespec* abs, int busy, Op&& op) {
+  if (!supported_clock(c)) return EINVAL;
+  int e = op(kNow);
+  if (e != busy) return e;
+  if (!valid(abs)) return EINVAL;
+  for (;;) {
+    e = op(deadline_of(c, *abs));
+    if (e != ETIMEDOUT || reached(c, *abs)) return e;
+  }
+}
+
+}  // namespace loom::capi

@@ -1,0 +1,161 @@
+// capi/sem_sleep.cpp — unnamed semaphores and the sleep family. Both use
+// POSIX's -1-and-errno convention (clock_nanosleep excepted), so errno is
+// set here, after the last switch, through a fresh lookup (capi.hpp).
+#include <chrono>
+#include <limits>
+
+#include "capi.hpp"
+#include "base/futex.hpp"
+
+namespace loom::capi {
+
+namespace {
+
+int fail(int e) {
+  *errno_slot() = e;
+  return -1;
+}
+
+Semaphore* sem_of(loom_sem_t* s) {
+  return s ? object<Semaphore>(s, [](void*) {}, /*build_unset=*/false) : nullptr;
+}
+
+// Sleeps until clock c reads abs or later. A sleep too long for a deadline
+// is made in long steps.
+void sleep_until(clockid_t c, const timespec& abs) {
+  constexpr std::int64_t kStepNs = std::int64_t(86400) * 1000000000;
+  while (!reached(c, abs)) {
+    Deadline d = deadline_of(c, abs);
+    if (d == kForever) d = rt::now_ns() + kStepNs;
+    this_fibre::sleep_until(Clock::time_point(std::chrono::nanoseconds(d)));
+  }
+}
+
+// Sleeps for rel on the monotonic clock (saturating: a huge rel is forever).
+void sleep_for(const timespec& rel) {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  timespec abs{now.tv_sec + rel.tv_sec, now.tv_nsec + rel.tv_nsec};
+  if (abs.tv_nsec >= 1000000000) {
+    ++abs.tv_sec;
+    abs.tv_nsec -= 1000000000;
+  }
+  if (rel.tv_sec > std::numeric_limits<time_t>::max() - now.tv_sec - 1) abs = {std::numeric_limits<time_t>::max(), 0};
+  sleep_until(CLOCK_MONOTONIC, abs);
+}
+
+bool valid_clock(clockid_t c) {
+  timespec res;
+  return clock_getres(c, &res) == 0;
+}
+
+}  // namespace
+
+}  // namespace loom::capi
+
+using namespace loom;
+using namespace loom::capi;
+
+extern "C" {
+
+// ---- semaphores --------------------------------------------------------------------
+
+int loom_sem_init(loom_sem_t* s, int pshared, unsigned value) {
+  if (!s || value > LOOM_SEM_VALUE_MAX) return fail(EINVAL);
+  if (pshared) return fail(ENOSYS);  // POSIX's error for an unsupported pshared
+  new (&s->_loom_impl) Semaphore(value);
+  store_state(&s->_loom_state, kReady);
+  return 0;
+}
+
+int loom_sem_destroy(loom_sem_t* s) {
+  if (!sem_of(s)) return fail(EINVAL);
+  std::launder(reinterpret_cast<Semaphore*>(&s->_loom_impl))->~Semaphore();
+  store_state(&s->_loom_state, kDestroyed);
+  return 0;
+}
+
+int loom_sem_wait(loom_sem_t* s) {
+  Semaphore* x = sem_of(s);
+  if (!x) return fail(EINVAL);
+  if (x->acquire_errno(kNow) == 0) return 0;
+  ErrnoKeeper k;
+  int e = x->acquire_errno(kForever);
+  k.done(e);
+  return e ? -1 : 0;
+}
+
+int loom_sem_trywait(loom_sem_t* s) {
+  Semaphore* x = sem_of(s);
+  if (!x) return fail(EINVAL);
+  int e = x->acquire_errno(kNow);
+  return e ? fail(e) : 0;
+}
+
+int loom_sem_clockwait(loom_sem_t* s, clockid_t clock, const struct timespec* abs) {
+  Semaphore* x = sem_of(s);
+  if (!x) return fail(EINVAL);
+  ErrnoKeeper k;
+  int e = timed(clock, abs, EAGAIN, [x](Deadline d) { return x->acquire_errno(d); });
+  k.done(e);
+  return e ? -1 : 0;
+}
+
+int loom_sem_timedwait(loom_sem_t* s, const struct timespec* abs) {
+  return loom_sem_clockwait(s, CLOCK_REALTIME, abs);
+}
+
+int loom_sem_post(loom_sem_t* s) {
+  Semaphore* x = sem_of(s);
+  if (!x) return fail(EINVAL);
+  int e = x->release_errno();
+  return e ? fail(e) : 0;
+}
+
+int loom_sem_getvalue(loom_sem_t* s, int* value) {
+  Semaphore* x = sem_of(s);
+  if (!x || !value) return fail(EINVAL);
+  *value = static_cast<int>(x->value());
+  return 0;
+}
+
+// ---- sleeping -------------------------------------------------------------------------
+
+unsigned int loom_sleep(unsigned int seconds) {
+  ErrnoKeeper k;
+  sleep_for(timespec{static_cast<time_t>(seconds), 0});
+  k.done();
+  return 0;  // a fibre's sleep is never cut short by a signal
+}
+
+int loom_usleep(unsigned int usec) {
+  ErrnoKeeper k;
+  sleep_for(timespec{static_cast<time_t>(usec / 1000000), static_cast<long>(usec % 1000000) * 1000});
+  k.done();
+  return 0;
+}
+
+int loom_nanosleep(const struct timespec* req, struct timespec* rem) {
+  if (!valid(req) || req->tv_sec < 0) return fail(EINVAL);
+  ErrnoKeeper k;
+  sleep_for(*req);
+  k.done();
+  if (rem) *rem = timespec{0, 0};
+  return 0;
+}
+
+int loom_clock_nanosleep(clockid_t clock, int flags, const struct timespec* req, struct timespec* rem) {
+  if (!supported_clock(clock)) return valid_clock(clock) ? ENOTSUP : EINVAL;
+  if (!valid(req) || (flags & ~TIMER_ABSTIME)) return EINVAL;
+  if (!(flags & TIMER_ABSTIME) && req->tv_sec < 0) return EINVAL;
+  ErrnoKeeper k;
+  if (flags & TIMER_ABSTIME)
+    sleep_until(clock, *req);
+  else
+    sleep_for(*req);
+  k.done();
+  if (rem && !(flags & TIMER_ABSTIME)) *rem = timespec{0, 0};
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,583 @@
+// capi/thread.cpp — loom_t: fibres as POSIX threads (create, join, detach,
+// exit, attributes, names, cancel state, cleanup handlers, keys).
+//
+// Each fibre made by loom_create has a heap record, Thread, and loom_t is
+// its address. The fibre runs `trampoline` with the record as its argument,
+// so loom_self() finds the record from the running rt::Fibre (fn, arg)
+// without any per-fibre storage of its own. main() has a record too; other
+// callers (C++ loom::Fibre, kernel threads) get a tagged id that only
+// loom_equal and loom_getattr_np understand.
+//
+// Who frees a record. The state word has three bits: kClaimed (a join or
+// detach took it), kDetached, kExited (the trampoline is done with it). The
+// joiner frees it after rt::join_fibre; otherwise whichever of detach and
+// the trampoline sets its bit second frees it — exactly one sees the other's.
+//
+// loom_exit unwinds the fibre's stack with a C++ exception caught by the
+// trampoline, so C++ destructors run as with glibc's forced unwinding; C
+// frames are passed through (x86-64 compilers emit unwind tables for C).
+#include <pthread.h>  // the system's: kernel threads that are not processors
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "capi.hpp"
+#include "loom/cluster.hpp"
+#include "loom/fibre.hpp"
+#include "sched/cluster.hpp"
+#include "sched/processor.hpp"
+
+namespace loom::capi {
+
+namespace {
+
+constexpr unsigned kAttrMagic = 0x6c6f6174;  // "loat"
+constexpr std::size_t kStackMax = std::size_t(1) << 30;
+// Tags of ids that are not records (records are 8-aligned).
+constexpr loom_t kTagFibre = 1, kTagThread = 3, kTagMask = 7;
+
+enum : unsigned { kClaimed = 1, kDetached = 2, kExited = 4 };
+
+struct ExitUnwind {};  // thrown by loom_exit, caught by the trampoline
+
+struct Thread {
+  static constexpr unsigned kMagic = 0x6c6f7468;  // "loth"
+  unsigned magic = kMagic;
+  std::atomic<unsigned> state{0};
+  void* (*start)(void*) = nullptr;
+  void* arg = nullptr;
+  void* retval = nullptr;
+  std::atomic<rt::Fibre*> fibre{nullptr};  // set by the fibre when it starts
+  Semaphore finished{0, 1};                // released once it has exited
+  std::size_t guardsize = 0;
+  int priority = LOOM_PRIORITY_NORMAL;
+  bool main = false;
+  int cancel_state = LOOM_CANCEL_ENABLE;
+  int cancel_type = LOOM_CANCEL_DEFERRED;
+  loom_cleanup_frame* cleanup = nullptr;  // innermost first
+  char name[16] = {};
+  alignas(loom::Fibre) unsigned char handle_mem[sizeof(loom::Fibre)];
+
+  loom::Fibre& handle() { return *std::launder(reinterpret_cast<loom::Fibre*>(handle_mem)); }
+};
+
+std::atomic<long> live_threads{0};  // fibres of loom_create still running
+
+BinarySemaphore& all_done() {  // released when live_threads reaches 0
+  static auto* s = new BinarySemaphore(false);
+  return *s;
+}
+
+Thread& main_thread() {
+  static Thread* t = [] {
+    auto* m = new Thread;
+    m->main = true;
+    std::strcpy(m->name, "main");
+    return m;
+  }();
+  return *t;
+}
+
+detail::SpinLock names_lock;  // names are rare: one lock for all
+std::atomic<int> concurrency{0};
+
+struct alignas(8) Anchor {
+  char c;
+};
+thread_local Anchor thread_anchor;  // ids of kernel threads that are not processors
+// Cancel state of callers without a record (kept; nothing ever cancels).
+thread_local int other_cancel_state = LOOM_CANCEL_ENABLE;
+thread_local int other_cancel_type = LOOM_CANCEL_DEFERRED;
+
+void trampoline(void* p);
+
+bool is_main_fibre(const rt::Fibre* f) { return f->fn == nullptr && !f->stack; }
+
+// The caller's record: its own for fibres of loom_create, main's on main.
+Thread* current_record() {
+  rt::Fibre* f = rt::this_fibre_or_null();
+  if (!f) return nullptr;
+  if (f->fn == &trampoline) return static_cast<Thread*>(f->arg);
+  if (is_main_fibre(f)) {
+    Thread& m = main_thread();
+    if (!m.fibre.load(std::memory_order_relaxed)) m.fibre.store(f, std::memory_order_relaxed);
+    return &m;
+  }
+  return nullptr;
+}
+
+Thread* record_of(loom_t id) {
+  if (id == 0 || (id & kTagMask)) return nullptr;
+  auto* t = reinterpret_cast<Thread*>(id);
+  return t->magic == Thread::kMagic ? t : nullptr;
+}
+
+void destroy(Thread* t) {
+  t->magic = 0;
+  delete t;
+}
+
+void run_cleanups(Thread* t) {
+  while (loom_cleanup_frame* f = t->cleanup) {
+    t->cleanup = f->_loom_prev;
+    f->_loom_fn(f->_loom_arg);
+  }
+}
+
+void destroy_keys(rt::Fibre* self) {
+  if (self->specific && rt::fibre_exit_hook) rt::fibre_exit_hook(self);
+}
+
+void finish(Thread* t, rt::Fibre* self) {
+  destroy_keys(self);  // while loom_self() still names t (POSIX)
+  t->finished.release_errno();
+  if (live_threads.fetch_sub(1, std::memory_order_acq_rel) == 1) all_done().release_errno();
+  if (t->state.fetch_or(kExited, std::memory_order_acq_rel) & kDetached) destroy(t);
+  // From here on t may be gone.
+}
+
+void trampoline(void* p) {
+  auto* t = static_cast<Thread*>(p);
+  rt::Fibre* self = rt::this_fibre_or_null();
+  t->fibre.store(self, std::memory_order_release);
+  try {
+    t->retval = t->start(t->arg);
+  } catch (const ExitUnwind&) {
+    // loom_exit: retval is set and the cleanup handlers have run.
+  }
+  finish(t, rt::this_fibre_or_null());
+}
+
+[[noreturn]] void exit_main() {
+  destroy_keys(rt::this_fibre_or_null());
+  while (live_threads.load(std::memory_order_acquire) != 0) all_done().acquire();
+  std::exit(0);
+}
+
+// Takes the right to join or detach t: EINVAL if already taken.
+int claim(Thread* t) {
+  unsigned s = t->state.load(std::memory_order_acquire);
+  do {
+    if (s & (kClaimed | kDetached)) return EINVAL;
+  } while (!t->state.compare_exchange_weak(s, s | kClaimed, std::memory_order_acq_rel));
+  return 0;
+}
+
+void reap(Thread* t, void** retval) {
+  t->handle().join();
+  t->handle().~Fibre();
+  if (retval) *retval = t->retval;
+  destroy(t);
+}
+
+int check_joinable(loom_t id, Thread** out) {
+  if (id == 0) return ESRCH;
+  Thread* t = record_of(id);
+  if (!t || t->main) return EINVAL;
+  if (t == current_record()) return EDEADLK;
+  *out = t;
+  return 0;
+}
+
+const loom_attr_t* valid_attr(const loom_attr_t* a) { return a && a->_loom_magic == kAttrMagic ? a : nullptr; }
+loom_attr_t* valid_attr(loom_attr_t* a) { return a && a->_loom_magic == kAttrMagic ? a : nullptr; }
+
+std::size_t page_size() {
+  static const std::size_t n = std::size_t(sysconf(_SC_PAGESIZE));
+  return n;
+}
+
+std::size_t default_stack(const loom_attr_t* a) {
+  auto* c = reinterpret_cast<loom::Cluster*>(a->_loom_cluster);
+  return (c ? *c : loom::Cluster::default_cluster()).config().stack_size;
+}
+
+// The original stack of the main thread, which main()'s fibre runs on: the
+// "[stack]" mapping's top and the stack size limit, as glibc reports it.
+void main_stack(void** addr, std::size_t* size) {
+  static void* a = nullptr;
+  static std::size_t n = 0;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    rlimit rl{};
+    getrlimit(RLIMIT_STACK, &rl);
+    n = rl.rlim_cur == RLIM_INFINITY ? std::size_t(8) << 20 : std::size_t(rl.rlim_cur);
+    if (FILE* f = std::fopen("/proc/self/maps", "r")) {
+      char line[512];
+      unsigned long lo = 0, hi = 0;
+      while (std::fgets(line, sizeof line, f)) {
+        if (std::strstr(line, "[stack]") && std::sscanf(line, "%lx-%lx", &lo, &hi) == 2) {
+          a = reinterpret_cast<void*>(hi - n);
+          break;
+        }
+      }
+      std::fclose(f);
+    }
+  });
+  *addr = a;
+  *size = n;
+}
+
+}  // namespace
+
+}  // namespace loom::capi
+
+using namespace loom;
+using namespace loom::capi;
+
+extern "C" {
+
+// ---- attributes ------------------------------------------------------------------
+
+int loom_attr_init(loom_attr_t* a) {
+  if (!a) return EINVAL;
+  std::memset(a, 0, sizeof *a);
+  a->_loom_magic = kAttrMagic;
+  a->_loom_detachstate = LOOM_CREATE_JOINABLE;
+  a->_loom_guardsize = page_size();
+  a->_loom_priority = LOOM_PRIORITY_NORMAL;
+  a->_loom_scope = LOOM_SCOPE_PROCESS;
+  return 0;
+}
+
+int loom_attr_destroy(loom_attr_t* a) {
+  if (!valid_attr(a)) return EINVAL;
+  a->_loom_magic = 0;
+  return 0;
+}
+
+int loom_attr_setdetachstate(loom_attr_t* a, int state) {
+  if (!valid_attr(a) || (state != LOOM_CREATE_JOINABLE && state != LOOM_CREATE_DETACHED)) return EINVAL;
+  a->_loom_detachstate = state;
+  return 0;
+}
+
+int loom_attr_getdetachstate(const loom_attr_t* a, int* state) {
+  if (!valid_attr(a) || !state) return EINVAL;
+  *state = a->_loom_detachstate;
+  return 0;
+}
+
+int loom_attr_setstacksize(loom_attr_t* a, size_t size) {
+  if (!valid_attr(a) || size < LOOM_STACK_MIN || size > kStackMax) return EINVAL;
+  a->_loom_stacksize = size;
+  return 0;
+}
+
+int loom_attr_getstacksize(const loom_attr_t* a, size_t* size) {
+  if (!valid_attr(a) || !size) return EINVAL;
+  *size = a->_loom_stacksize ? a->_loom_stacksize : default_stack(a);
+  return 0;
+}
+
+int loom_attr_setguardsize(loom_attr_t* a, size_t size) {
+  if (!valid_attr(a)) return EINVAL;
+  a->_loom_guardsize = size;
+  return 0;
+}
+
+int loom_attr_getguardsize(const loom_attr_t* a, size_t* size) {
+  if (!valid_attr(a) || !size) return EINVAL;
+  *size = a->_loom_guardsize;
+  return 0;
+}
+
+int loom_attr_getstack(const loom_attr_t* a, void** addr, size_t* size) {
+  if (!valid_attr(a) || !addr || !size || !a->_loom_stackaddr) return EINVAL;
+  *addr = a->_loom_stackaddr;
+  *size = a->_loom_stacksize;
+  return 0;
+}
+
+int loom_attr_setscope(loom_attr_t* a, int scope) {
+  if (!valid_attr(a)) return EINVAL;
+  if (scope == LOOM_SCOPE_SYSTEM) return ENOTSUP;
+  if (scope != LOOM_SCOPE_PROCESS) return EINVAL;
+  a->_loom_scope = scope;
+  return 0;
+}
+
+int loom_attr_getscope(const loom_attr_t* a, int* scope) {
+  if (!valid_attr(a) || !scope) return EINVAL;
+  *scope = a->_loom_scope;
+  return 0;
+}
+
+int loom_attr_setcluster(loom_attr_t* a, loom_cluster_t* c) {
+  if (!valid_attr(a)) return EINVAL;
+  a->_loom_cluster = c;
+  return 0;
+}
+
+int loom_attr_getcluster(const loom_attr_t* a, loom_cluster_t** c) {
+  if (!valid_attr(a) || !c) return EINVAL;
+  *c = a->_loom_cluster;
+  return 0;
+}
+
+int loom_attr_setpriority(loom_attr_t* a, int p) {
+  if (!valid_attr(a) || p < LOOM_PRIORITY_HIGH || p > LOOM_PRIORITY_LOW) return EINVAL;
+  a->_loom_priority = p;
+  return 0;
+}
+
+int loom_attr_getpriority(const loom_attr_t* a, int* p) {
+  if (!valid_attr(a) || !p) return EINVAL;
+  *p = a->_loom_priority;
+  return 0;
+}
+
+// ---- create, join, detach, exit ----------------------------------------------------
+
+int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), void* arg) {
+  loom_attr_t defaults;
+  if (!attr) {
+    loom_attr_init(&defaults);
+    attr = &defaults;
+  }
+  if (!thread || !start || !valid_attr(attr)) return EINVAL;
+  auto* t = new (std::nothrow) Thread;
+  if (!t) return EAGAIN;
+  t->start = start;
+  t->arg = arg;
+  t->guardsize = attr->_loom_guardsize;
+  t->priority = attr->_loom_priority;
+  FibreAttr fa;
+  fa.stack_size = attr->_loom_stacksize;
+  fa.priority = static_cast<Priority>(attr->_loom_priority);
+  fa.cluster = reinterpret_cast<loom::Cluster*>(attr->_loom_cluster);
+  const bool detached = attr->_loom_detachstate == LOOM_CREATE_DETACHED;
+  if (detached) t->state.store(kClaimed | kDetached, std::memory_order_relaxed);
+  *thread = reinterpret_cast<loom_t>(t);  // before the fibre can run (POSIX)
+  live_threads.fetch_add(1, std::memory_order_relaxed);
+  try {
+    // The C-style constructor (fn, void* arg), not the template one: the
+    // fibre's fn and arg must be trampoline and t for current_record().
+    void* arg = t;
+    if (detached) {
+      loom::Fibre f(fa, &trampoline, arg);
+      f.detach();  // the trampoline frees t
+    } else {
+      // Built in place: the handle is complete before the fibre can run and
+      // call loom_detach(loom_self()).
+      new (t->handle_mem) loom::Fibre(fa, &trampoline, arg);
+    }
+  } catch (...) {
+    live_threads.fetch_sub(1, std::memory_order_relaxed);
+    destroy(t);
+    return EAGAIN;
+  }
+  return 0;
+}
+
+int loom_join(loom_t id, void** retval) {
+  Thread* t = nullptr;
+  if (int e = check_joinable(id, &t)) return e;
+  if (int e = claim(t)) return e;
+  ErrnoKeeper k;
+  reap(t, retval);
+  k.done();
+  return 0;
+}
+
+int loom_tryjoin_np(loom_t id, void** retval) {
+  Thread* t = nullptr;
+  if (int e = check_joinable(id, &t)) return e;
+  if (!(t->state.load(std::memory_order_acquire) & kExited)) return EBUSY;
+  if (int e = claim(t)) return e;
+  ErrnoKeeper k;
+  reap(t, retval);  // it has left the trampoline: at most a moment's wait
+  k.done();
+  return 0;
+}
+
+int loom_clockjoin_np(loom_t id, void** retval, clockid_t clock, const struct timespec* abstime) {
+  Thread* t = nullptr;
+  if (int e = check_joinable(id, &t)) return e;
+  if (int e = claim(t)) return e;
+  ErrnoKeeper k;
+  int e = timed(clock, abstime, EAGAIN, [t](Deadline d) { return t->finished.acquire_errno(d); });
+  if (e == 0) {
+    reap(t, retval);
+  } else {
+    t->state.fetch_and(~unsigned(kClaimed), std::memory_order_acq_rel);  // someone may join later
+  }
+  k.done();
+  return e;
+}
+
+int loom_timedjoin_np(loom_t id, void** retval, const struct timespec* abstime) {
+  return loom_clockjoin_np(id, retval, CLOCK_REALTIME, abstime);
+}
+
+int loom_detach(loom_t id) {
+  if (id == 0) return ESRCH;
+  Thread* t = record_of(id);
+  if (!t || t->main) return EINVAL;
+  if (int e = claim(t)) return e;
+  t->handle().detach();
+  t->handle().~Fibre();
+  if (t->state.fetch_or(kDetached, std::memory_order_acq_rel) & kExited) destroy(t);
+  return 0;
+}
+
+loom_t loom_self(void) {
+  if (Thread* t = current_record()) return reinterpret_cast<loom_t>(t);
+  if (rt::Fibre* f = rt::this_fibre_or_null()) return reinterpret_cast<loom_t>(f) | kTagFibre;
+  return reinterpret_cast<loom_t>(&thread_anchor) | kTagThread;
+}
+
+int loom_equal(loom_t a, loom_t b) { return a == b; }
+
+int loom_yield(void) {
+  ErrnoKeeper k;
+  this_fibre::yield();
+  k.done();
+  return 0;
+}
+
+void loom_exit(void* retval) {
+  if (Thread* t = current_record()) {
+    run_cleanups(t);
+    if (t->main) exit_main();
+    t->retval = retval;
+    throw ExitUnwind{};
+  }
+  if (rt::Fibre* f = rt::this_fibre_or_null()) {
+    std::fprintf(stderr, "loom: loom_exit called by fibre %llu, which loom_create did not make\n",
+                 static_cast<unsigned long long>(f->id));
+    std::abort();
+  }
+  pthread_exit(retval);  // a kernel thread of the system's pthreads
+}
+
+int loom_once(loom_once_t* once, void (*init)(void)) {
+  if (!once || !init) return EINVAL;
+  if (__atomic_load_n(&once->_loom_done, __ATOMIC_ACQUIRE)) return 0;
+  OnceFlag* flag = object<OnceFlag>(once, [](void* w) { new (w) OnceFlag; });
+  ErrnoKeeper k;
+  call_once(*flag, [init] { init(); });
+  __atomic_store_n(&once->_loom_done, 1, __ATOMIC_RELEASE);
+  k.done();
+  return 0;
+}
+
+int loom_getattr_np(loom_t id, loom_attr_t* a) {
+  if (!a) return EINVAL;
+  if (id == 0) return ESRCH;
+  loom_attr_init(a);
+  rt::Fibre* f = nullptr;
+  if (Thread* t = record_of(id)) {
+    if (t->main) {
+      main_stack(&a->_loom_stackaddr, &a->_loom_stacksize);
+      f = t->fibre.load(std::memory_order_relaxed);
+      if (f) a->_loom_cluster = reinterpret_cast<loom_cluster_t*>(f->cluster->facade);
+      return 0;
+    }
+    a->_loom_detachstate =
+        t->state.load(std::memory_order_acquire) & kDetached ? LOOM_CREATE_DETACHED : LOOM_CREATE_JOINABLE;
+    a->_loom_guardsize = t->guardsize;
+    f = t->fibre.load(std::memory_order_acquire);
+  } else if ((id & kTagMask) == kTagFibre) {
+    f = reinterpret_cast<rt::Fibre*>(id & ~kTagMask);
+  } else {
+    return ESRCH;  // a kernel thread's stack is the system's business
+  }
+  if (f) {
+    a->_loom_stackaddr = f->stack.lo();
+    a->_loom_stacksize = f->stack.size;
+    a->_loom_priority = f->priority;
+    a->_loom_cluster = reinterpret_cast<loom_cluster_t*>(f->cluster->facade);
+  }
+  return 0;
+}
+
+int loom_setname_np(loom_t id, const char* name) {
+  Thread* t = record_of(id);
+  if (!t) return ESRCH;
+  if (!name) return EINVAL;
+  std::size_t n = std::strlen(name);
+  if (n >= sizeof t->name) return ERANGE;
+  rt::SpinGuard g(names_lock);
+  std::memcpy(t->name, name, n + 1);
+  return 0;
+}
+
+int loom_getname_np(loom_t id, char* name, size_t len) {
+  Thread* t = record_of(id);
+  if (!t) return ESRCH;
+  if (!name) return EINVAL;
+  rt::SpinGuard g(names_lock);
+  std::size_t n = std::strlen(t->name);
+  if (len <= n) return ERANGE;
+  std::memcpy(name, t->name, n + 1);
+  return 0;
+}
+
+int loom_getconcurrency(void) { return concurrency.load(std::memory_order_relaxed); }
+
+int loom_setconcurrency(int level) {
+  if (level < 0) return EINVAL;
+  concurrency.store(level, std::memory_order_relaxed);
+  return 0;
+}
+
+// ---- cancellation state, cleanup handlers ------------------------------------------
+
+int loom_setcancelstate(int state, int* old) {
+  if (state != LOOM_CANCEL_ENABLE && state != LOOM_CANCEL_DISABLE) return EINVAL;
+  Thread* t = current_record();
+  int& s = t ? t->cancel_state : other_cancel_state;
+  if (old) *old = s;
+  s = state;
+  return 0;
+}
+
+int loom_setcanceltype(int type, int* old) {
+  if (type != LOOM_CANCEL_DEFERRED && type != LOOM_CANCEL_ASYNCHRONOUS) return EINVAL;
+  Thread* t = current_record();
+  int& s = t ? t->cancel_type : other_cancel_type;
+  if (old) *old = s;
+  s = type;
+  return 0;
+}
+
+int loom_cancel(loom_t) { return ENOTSUP; }
+
+void loom_testcancel(void) {}
+
+void loom_cleanup_push_frame(struct loom_cleanup_frame* f, void (*fn)(void*), void* arg) {
+  Thread* t = current_record();
+  f->_loom_fn = fn;
+  f->_loom_arg = arg;
+  f->_loom_owner = t;
+  f->_loom_prev = t ? t->cleanup : nullptr;
+  if (t) t->cleanup = f;
+}
+
+void loom_cleanup_pop_frame(struct loom_cleanup_frame* f, int execute) {
+  if (auto* t = static_cast<Thread*>(f->_loom_owner)) t->cleanup = f->_loom_prev;
+  if (execute) f->_loom_fn(f->_loom_arg);
+}
+
+// ---- keys ---------------------------------------------------------------------------
+
+int loom_key_create(loom_key_t* key, void (*destructor)(void*)) {
+  if (!key) return EINVAL;
+  Key k = 0;
+  int e = key_create(&k, destructor);
+  if (e == 0) *key = k;
+  return e;
+}
+
+int loom_key_delete(loom_key_t key) { return key_delete(key); }
+
+void* loom_getspecific(loom_key_t key) { return get_specific(key); }
+
+int loom_setspecific(loom_key_t key, const void* value) { return set_specific(key, value); }
+
+}  // extern "C"

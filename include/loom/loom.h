@@ -1,0 +1,606 @@
+/* loom/loom.h — loom's C API: pthreads, name for name, on fibres.
+ *
+ * Every pthread_X of POSIX threads is loom_X here (pthread_mutex_lock is
+ * loom_mutex_lock, pthread_t is loom_t, PTHREAD_MUTEX_INITIALIZER is
+ * LOOM_MUTEX_INITIALIZER), with the same arguments in the same order and the
+ * same return convention: 0 or an errno value, never -1 and errno — except
+ * where POSIX itself uses -1 and errno (the sem_* family, nanosleep and the
+ * I/O calls), which loom_sem_*, loom_nanosleep and loom_read... follow.
+ * To compile a pthread program unchanged, include loom/pthread.h instead of
+ * <pthread.h> (see there).
+ *
+ * A loom_t is a fibre: a user-level thread with its own stack, run by one of
+ * the processors (kernel threads) of a cluster. Blocking calls here block
+ * the fibre, never its processor. No start-up call is needed: the runtime
+ * starts before main() (a library constructor), main() runs as a fibre on
+ * processor 0 of the default cluster, and returning from main() ends the
+ * process, as with pthreads. Every function may also be called from a kernel
+ * thread that is not a loom processor (one a library made with the system's
+ * pthread_create): blocking calls then block that kernel thread.
+ *
+ * Thread safety. Every function is safe to call concurrently from any
+ * fibres and threads, except that an object must not be initialised or
+ * destroyed while another call uses it (as POSIX says). Attribute objects
+ * are plain data: guard one that several threads change.
+ *
+ * Async-signal safety. Only loom_self, loom_equal, loom_errno_location and
+ * the attribute getters may be called from a signal handler. Note that this
+ * includes NOT loom_sem_post, which POSIX makes async-signal-safe: a handler
+ * runs on whatever fibre its kernel thread was running, which may hold the
+ * semaphore's internal spin lock. Use a pipe or an eventfd written from the
+ * handler (write(2) itself, not loom_write) and read by a fibre.
+ *
+ * errno and thread-locals. errno is per kernel thread in the C library, and
+ * a fibre that blocks may resume on another processor, i.e. another kernel
+ * thread. loom keeps errno per fibre across its own calls:
+ *   - a loom call that may switch saves the caller's errno on entry and,
+ *     after its last switch, sets errno again — to the value the call sets
+ *     on failure, else back to the saved value. So after a call that
+ *     switched fibres or processors, errno is what that call set;
+ *   - that last write goes through a fresh call to the C library's
+ *     __errno_location(), made in a function the compiler cannot inline,
+ *     so the address used is that of the kernel thread the fibre now runs
+ *     on (this is how loom avoids the trap below internally).
+ * The trap: glibc declares __errno_location() `const`, so a compiler may
+ * compute &errno once and reuse the address after a call, e.g. in
+ *     errno = 0; loom_sem_wait(&s); if (errno) ...
+ * which would read the errno of the kernel thread the fibre ran on *before*
+ * the call. This header therefore redefines `errno` as
+ * (*loom_errno_location()), a call the compiler must repeat after every call
+ * (define LOOM_KEEP_LIBC_ERRNO before including it to keep glibc's macro).
+ * The same holds for any _Thread_local / __thread variable: it belongs to
+ * the processor, not to the fibre; never keep its address across a call
+ * that may block, and prefer loom keys (loom_key_create) for per-fibre data.
+ *
+ * What differs from glibc's pthreads, all documented at the functions:
+ * process-private objects only (PTHREAD_PROCESS_SHARED gives ENOTSUP);
+ * cancellation is not supported (loom_cancel returns ENOTSUP; cancel state
+ * and type are kept); no signal masks or signals per thread; priorities are
+ * loom's three fibre priorities, not POSIX scheduling policies; rwlocks
+ * prefer readers by default, as glibc's do (loom_rwlockattr_setkind_np).
+ */
+#ifndef LOOM_LOOM_H
+#define LOOM_LOOM_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#ifdef __cplusplus
+extern "C" {
+#define LOOM_RESTRICT __restrict
+#else
+#define LOOM_RESTRICT restrict
+#endif
+
+#define LOOM_NORETURN __attribute__((__noreturn__))
+
+struct addrinfo;
+struct timespec;
+struct sockaddr;
+struct msghdr;
+struct iovec;
+
+/* ---- limits and constants --------------------------------------------------- */
+
+#define LOOM_STACK_MIN 16384            /* = loom::kStackMin */
+#define LOOM_STACK_DEFAULT 65536        /* unless LOOM_STACK_SIZE says otherwise */
+#define LOOM_KEYS_MAX 128               /* = loom::kKeysMax */
+#define LOOM_DESTRUCTOR_ITERATIONS 4    /* = loom::kKeyDestructorRounds */
+#define LOOM_SEM_VALUE_MAX 0x7fffffff
+#define LOOM_BARRIER_SERIAL_THREAD (-1)
+
+#define LOOM_CREATE_JOINABLE 0
+#define LOOM_CREATE_DETACHED 1
+#define LOOM_SCOPE_SYSTEM 0             /* not supported: fibres are process scope */
+#define LOOM_SCOPE_PROCESS 1
+#define LOOM_PROCESS_PRIVATE 0
+#define LOOM_PROCESS_SHARED 1           /* not supported: ENOTSUP */
+
+/* Fibre priorities (loom::Priority): every ready queue is searched from high. */
+#define LOOM_PRIORITY_HIGH 0
+#define LOOM_PRIORITY_NORMAL 1
+#define LOOM_PRIORITY_LOW 2
+
+#define LOOM_MUTEX_NORMAL 0             /* relock by the owner deadlocks */
+#define LOOM_MUTEX_RECURSIVE 1
+#define LOOM_MUTEX_ERRORCHECK 2
+#define LOOM_MUTEX_ADAPTIVE_NP 3        /* a normal mutex with the spin policy */
+#define LOOM_MUTEX_DEFAULT LOOM_MUTEX_NORMAL
+/* The barging spectrum of loom::MutexPolicy (loom/sync.hpp). */
+#define LOOM_MUTEX_POLICY_DEFAULT 0     /* the process default: LOOM_MUTEX=... */
+#define LOOM_MUTEX_POLICY_BLOCKING 1
+#define LOOM_MUTEX_POLICY_SPIN 2
+#define LOOM_MUTEX_POLICY_BATON 3
+#define LOOM_MUTEX_POLICY_HYBRID 4
+#define LOOM_MUTEX_STALLED 0
+#define LOOM_MUTEX_ROBUST 1             /* not supported: ENOTSUP */
+#define LOOM_PRIO_NONE 0
+#define LOOM_PRIO_INHERIT 1             /* not supported: ENOTSUP */
+#define LOOM_PRIO_PROTECT 2             /* not supported: ENOTSUP */
+
+#define LOOM_RWLOCK_PREFER_READER_NP 0  /* default, as in glibc */
+#define LOOM_RWLOCK_PREFER_WRITER_NP 1
+#define LOOM_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP 2
+#define LOOM_RWLOCK_DEFAULT_NP LOOM_RWLOCK_PREFER_READER_NP
+
+#define LOOM_CANCEL_ENABLE 0
+#define LOOM_CANCEL_DISABLE 1
+#define LOOM_CANCEL_DEFERRED 0
+#define LOOM_CANCEL_ASYNCHRONOUS 1
+#define LOOM_CANCELED ((void*)-1)
+
+/* ---- types -------------------------------------------------------------------
+ * Every object is a plain struct; the members are private. The synchronisation
+ * objects hold their C++ counterpart (loom::Mutex, ...) in place, built on
+ * first use when the object was statically initialised, so an all-zero object
+ * and the LOOM_*_INITIALIZER constants need no init call. Sizes are part of
+ * the ABI. */
+
+typedef unsigned long loom_t;              /* like glibc's pthread_t */
+typedef struct loom_cluster loom_cluster_t; /* a loom::Cluster */
+typedef unsigned int loom_key_t;
+
+#define LOOM_STORAGE_(n) \
+  union {                \
+    unsigned char _loom_bytes[n]; \
+    int64_t _loom_ll;    \
+    void* _loom_p;       \
+    double _loom_d;      \
+  }
+
+typedef struct {
+  unsigned int _loom_magic;
+  int _loom_detachstate;
+  size_t _loom_stacksize;   /* 0: the cluster's default */
+  size_t _loom_guardsize;
+  loom_cluster_t* _loom_cluster; /* null: the creator's cluster */
+  int _loom_priority;
+  int _loom_scope;
+  void* _loom_stackaddr;    /* set by loom_getattr_np only */
+  void* _loom_reserved[2];
+} loom_attr_t;
+
+typedef struct {
+  unsigned char _loom_state;
+  unsigned char _loom_type;
+  unsigned char _loom_policy;
+  unsigned char _loom_pad[5];
+  LOOM_STORAGE_(56) _loom_impl;
+} loom_mutex_t;
+
+typedef struct {
+  unsigned int _loom_magic;
+  int _loom_type;
+  int _loom_policy;
+  int _loom_pshared;
+  int _loom_protocol;
+  int _loom_robust;
+} loom_mutexattr_t;
+
+typedef struct {
+  unsigned char _loom_state;
+  unsigned char _loom_monotonic;  /* timedwait's clock: 0 realtime, 1 monotonic */
+  unsigned char _loom_pad[6];
+  LOOM_STORAGE_(40) _loom_impl;
+} loom_cond_t;
+
+typedef struct {
+  unsigned int _loom_magic;
+  int _loom_clock;
+  int _loom_pshared;
+} loom_condattr_t;
+
+typedef struct {
+  unsigned char _loom_state;
+  unsigned char _loom_kind;
+  unsigned char _loom_pad[6];
+  LOOM_STORAGE_(88) _loom_impl;
+} loom_rwlock_t;
+
+typedef struct {
+  unsigned int _loom_magic;
+  int _loom_kind;
+  int _loom_pshared;
+} loom_rwlockattr_t;
+
+typedef struct {
+  unsigned char _loom_state;
+  unsigned char _loom_pad[7];
+  LOOM_STORAGE_(56) _loom_impl;
+} loom_barrier_t;
+
+typedef struct {
+  unsigned int _loom_magic;
+  int _loom_pshared;
+} loom_barrierattr_t;
+
+typedef struct {
+  unsigned char _loom_state;
+  unsigned char _loom_pad[7];
+  LOOM_STORAGE_(40) _loom_impl;
+} loom_sem_t;
+
+typedef struct {
+  unsigned char _loom_state;
+  unsigned char _loom_done;  /* 1 once the routine has returned */
+  unsigned char _loom_pad[6];
+  LOOM_STORAGE_(32) _loom_impl;
+} loom_once_t;
+
+typedef struct {
+  int _loom_lock;
+  int _loom_pad;
+} loom_spinlock_t;
+
+#define LOOM_MUTEX_INITIALIZER_(type) { 0, type, 0, { 0 }, { { 0 } } }
+#define LOOM_MUTEX_INITIALIZER LOOM_MUTEX_INITIALIZER_(LOOM_MUTEX_NORMAL)
+#define LOOM_RECURSIVE_MUTEX_INITIALIZER_NP LOOM_MUTEX_INITIALIZER_(LOOM_MUTEX_RECURSIVE)
+#define LOOM_ERRORCHECK_MUTEX_INITIALIZER_NP LOOM_MUTEX_INITIALIZER_(LOOM_MUTEX_ERRORCHECK)
+#define LOOM_ADAPTIVE_MUTEX_INITIALIZER_NP LOOM_MUTEX_INITIALIZER_(LOOM_MUTEX_ADAPTIVE_NP)
+#define LOOM_COND_INITIALIZER { 0, 0, { 0 }, { { 0 } } }
+#define LOOM_RWLOCK_INITIALIZER { 0, LOOM_RWLOCK_DEFAULT_NP, { 0 }, { { 0 } } }
+#define LOOM_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP \
+  { 0, LOOM_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP, { 0 }, { { 0 } } }
+#define LOOM_ONCE_INIT { 0, 0, { 0 }, { { 0 } } }
+
+/* ---- threads -------------------------------------------------------------------
+ * Errors are those POSIX lists; where loom can detect an undefined use it
+ * returns the "may fail" error (ESRCH for a null handle, EINVAL for an
+ * attribute object that was never initialised or was destroyed). */
+
+/* Attributes: detach state, stack size (>= LOOM_STACK_MIN, else EINVAL;
+ * rounded up to whole pages), guard size (kept and reported; loom's guard is
+ * always one page), scope (PROCESS only; SYSTEM gives ENOTSUP), and loom's
+ * own: the cluster to run in and the fibre priority. */
+int loom_attr_init(loom_attr_t* attr);
+int loom_attr_destroy(loom_attr_t* attr);
+int loom_attr_setdetachstate(loom_attr_t* attr, int state);
+int loom_attr_getdetachstate(const loom_attr_t* attr, int* state);
+int loom_attr_setstacksize(loom_attr_t* attr, size_t size);
+int loom_attr_getstacksize(const loom_attr_t* LOOM_RESTRICT attr, size_t* LOOM_RESTRICT size);
+int loom_attr_setguardsize(loom_attr_t* attr, size_t size);
+int loom_attr_getguardsize(const loom_attr_t* LOOM_RESTRICT attr, size_t* LOOM_RESTRICT size);
+/* The stack of a running fibre, after loom_getattr_np (EINVAL before: loom
+ * places stacks itself, so there is no loom_attr_setstack). */
+int loom_attr_getstack(const loom_attr_t* LOOM_RESTRICT attr, void** LOOM_RESTRICT addr, size_t* LOOM_RESTRICT size);
+int loom_attr_setscope(loom_attr_t* attr, int scope);
+int loom_attr_getscope(const loom_attr_t* LOOM_RESTRICT attr, int* LOOM_RESTRICT scope);
+int loom_attr_setcluster(loom_attr_t* attr, loom_cluster_t* cluster);
+int loom_attr_getcluster(const loom_attr_t* LOOM_RESTRICT attr, loom_cluster_t** LOOM_RESTRICT cluster);
+int loom_attr_setpriority(loom_attr_t* attr, int priority);
+int loom_attr_getpriority(const loom_attr_t* LOOM_RESTRICT attr, int* LOOM_RESTRICT priority);
+
+/* Starts start(arg) on a new fibre (*thread is set before it can run).
+ * EAGAIN: no memory for its stack; EINVAL: bad attributes. */
+int loom_create(loom_t* LOOM_RESTRICT thread, const loom_attr_t* LOOM_RESTRICT attr, void* (*start)(void*),
+                void* LOOM_RESTRICT arg);
+/* EDEADLK: joining oneself; EINVAL: not joinable (detached, already being
+ * joined, or not made by loom_create); ESRCH: a null handle. */
+int loom_join(loom_t thread, void** retval);
+/* GNU extensions: EBUSY if it has not finished; ETIMEDOUT at abstime
+ * (CLOCK_REALTIME for timedjoin; clockjoin takes REALTIME or MONOTONIC). */
+int loom_tryjoin_np(loom_t thread, void** retval);
+int loom_timedjoin_np(loom_t thread, void** retval, const struct timespec* abstime);
+int loom_clockjoin_np(loom_t thread, void** retval, clockid_t clock, const struct timespec* abstime);
+int loom_detach(loom_t thread);
+/* Any caller has an id: fibres not made by loom_create (C++ loom::Fibre)
+ * and kernel threads get a process-unique one too. */
+loom_t loom_self(void);
+int loom_equal(loom_t a, loom_t b);
+/* Lets other ready fibres run (sched_yield); always 0. */
+int loom_yield(void);
+/* Ends the calling fibre: cleanup handlers run (innermost first), then, as
+ * the stack unwinds (C++ destructors run; C frames need unwind tables,
+ * which GCC and Clang emit by default on x86-64), key destructors; retval
+ * goes to the joiner. Called from main(), it waits for every fibre made by
+ * loom_create to finish, then ends the process with status 0, as POSIX
+ * says. Only for fibres made by loom_create, and main (a C++ loom::Fibre
+ * that calls it aborts the process with a message). A C++ `catch (...)`
+ * that swallows the unwinding keeps the fibre alive: rethrow. */
+LOOM_NORETURN void loom_exit(void* retval);
+/* Runs init() once per loom_once_t; concurrent callers wait until it has
+ * returned. If init ends its fibre with loom_exit, another caller runs it. */
+int loom_once(loom_once_t* once, void (*init)(void));
+/* The attributes of a live fibre: detach state, stack size and address,
+ * guard size, cluster, priority. Initialises *attr itself (destroy it). */
+int loom_getattr_np(loom_t thread, loom_attr_t* attr);
+/* Names of up to 15 bytes (ERANGE beyond), for fibres made by loom_create
+ * and main (ESRCH for others). */
+int loom_setname_np(loom_t thread, const char* name);
+int loom_getname_np(loom_t thread, char* name, size_t len);
+/* Kept but without effect (XSI): EINVAL for a negative level. */
+int loom_getconcurrency(void);
+int loom_setconcurrency(int level);
+
+/* Cancellation is not supported: loom_cancel returns ENOTSUP and never
+ * cancels; the cancel state and type are kept per fibre (EINVAL for other
+ * values) so that code that saves and restores them runs unchanged;
+ * loom_testcancel does nothing. */
+int loom_setcancelstate(int state, int* oldstate);
+int loom_setcanceltype(int type, int* oldtype);
+int loom_cancel(loom_t thread);
+void loom_testcancel(void);
+
+/* Cleanup handlers (pthread_cleanup_push/pop): a lexically scoped pair, run
+ * by loom_cleanup_pop(nonzero) or by loom_exit. The frame lives on the
+ * caller's stack. */
+struct loom_cleanup_frame {
+  void (*_loom_fn)(void*);
+  void* _loom_arg;
+  struct loom_cleanup_frame* _loom_prev;
+  void* _loom_owner;
+};
+void loom_cleanup_push_frame(struct loom_cleanup_frame* frame, void (*fn)(void*), void* arg);
+void loom_cleanup_pop_frame(struct loom_cleanup_frame* frame, int execute);
+#define loom_cleanup_push(fn, arg)          \
+  do {                                      \
+    struct loom_cleanup_frame _loom_cframe; \
+    loom_cleanup_push_frame(&_loom_cframe, (fn), (arg));
+#define loom_cleanup_pop(execute)                      \
+    loom_cleanup_pop_frame(&_loom_cframe, (execute));  \
+  } while (0)
+
+/* ---- fibre-local keys -----------------------------------------------------------
+ * Per fibre (per kernel thread for callers that are not fibres). At a
+ * fibre's exit, destructors of non-null values run, repeated up to
+ * LOOM_DESTRUCTOR_ITERATIONS rounds while values remain. EAGAIN: all
+ * LOOM_KEYS_MAX keys in use; EINVAL: a key not in use; ENOMEM. */
+int loom_key_create(loom_key_t* key, void (*destructor)(void*));
+int loom_key_delete(loom_key_t key);
+void* loom_getspecific(loom_key_t key);
+int loom_setspecific(loom_key_t key, const void* value);
+
+/* ---- mutexes ----------------------------------------------------------------------
+ * Types NORMAL (= DEFAULT; relocking deadlocks, or times out), RECURSIVE,
+ * ERRORCHECK (relock: EDEADLK), ADAPTIVE_NP (normal, spin policy); loom's
+ * policy attribute chooses along the barging spectrum (loom/sync.hpp).
+ * lock: EDEADLK (errorcheck relock), EAGAIN (recursion count overflow);
+ * trylock: EBUSY; timedlock: ETIMEDOUT, never before abstime, EINVAL for a
+ * bad abstime when it would block; unlock: EPERM when a recursive or
+ * errorcheck mutex is not the caller's; destroy: EBUSY while locked;
+ * EINVAL for a destroyed mutex. */
+int loom_mutexattr_init(loom_mutexattr_t* attr);
+int loom_mutexattr_destroy(loom_mutexattr_t* attr);
+int loom_mutexattr_settype(loom_mutexattr_t* attr, int type);
+int loom_mutexattr_gettype(const loom_mutexattr_t* LOOM_RESTRICT attr, int* LOOM_RESTRICT type);
+int loom_mutexattr_setpshared(loom_mutexattr_t* attr, int pshared);
+int loom_mutexattr_getpshared(const loom_mutexattr_t* LOOM_RESTRICT attr, int* LOOM_RESTRICT pshared);
+int loom_mutexattr_setprotocol(loom_mutexattr_t* attr, int protocol);
+int loom_mutexattr_getprotocol(const loom_mutexattr_t* LOOM_RESTRICT attr, int* LOOM_RESTRICT protocol);
+int loom_mutexattr_setrobust(loom_mutexattr_t* attr, int robust);
+int loom_mutexattr_getrobust(const loom_mutexattr_t* LOOM_RESTRICT attr, int* LOOM_RESTRICT robust);
+int loom_mutexattr_setpolicy_np(loom_mutexattr_t* attr, int policy);
+int loom_mutexattr_getpolicy_np(const loom_mutexattr_t* LOOM_RESTRICT attr, int* LOOM_RESTRICT policy);
+
+int loom_mutex_init(loom_mutex_t* LOOM_RESTRICT mutex, const loom_mutexattr_t* LOOM_RESTRICT attr);
+int loom_mutex_destroy(loom_mutex_t* mutex);
+int loom_mutex_lock(loom_mutex_t* mutex);
+int loom_mutex_trylock(loom_mutex_t* mutex);
+int loom_mutex_timedlock(loom_mutex_t* LOOM_RESTRICT mutex, const struct timespec* LOOM_RESTRICT abstime);
+/* clock: CLOCK_REALTIME or CLOCK_MONOTONIC (EINVAL otherwise). */
+int loom_mutex_clocklock(loom_mutex_t* LOOM_RESTRICT mutex, clockid_t clock,
+                         const struct timespec* LOOM_RESTRICT abstime);
+int loom_mutex_unlock(loom_mutex_t* mutex);
+/* Robust mutexes are not supported: always EINVAL. */
+int loom_mutex_consistent(loom_mutex_t* mutex);
+
+/* ---- condition variables -----------------------------------------------------------
+ * timedwait measures abstime on the condition's clock: CLOCK_REALTIME, as
+ * POSIX says, unless loom_condattr_setclock chose CLOCK_MONOTONIC;
+ * clockwait names the clock per call. A realtime deadline is turned into a
+ * monotonic one when the wait starts; if the realtime clock was set back
+ * meanwhile, the wait returns 0 (a spurious wake-up, which callers handle)
+ * rather than ETIMEDOUT early. wait: EPERM when a recursive or errorcheck
+ * mutex is not the caller's. destroy does not check for waiters: POSIX
+ * allows destroying a condition right after a broadcast. */
+int loom_condattr_init(loom_condattr_t* attr);
+int loom_condattr_destroy(loom_condattr_t* attr);
+int loom_condattr_setclock(loom_condattr_t* attr, clockid_t clock);
+int loom_condattr_getclock(const loom_condattr_t* LOOM_RESTRICT attr, clockid_t* LOOM_RESTRICT clock);
+int loom_condattr_setpshared(loom_condattr_t* attr, int pshared);
+int loom_condattr_getpshared(const loom_condattr_t* LOOM_RESTRICT attr, int* LOOM_RESTRICT pshared);
+
+int loom_cond_init(loom_cond_t* LOOM_RESTRICT cond, const loom_condattr_t* LOOM_RESTRICT attr);
+int loom_cond_destroy(loom_cond_t* cond);
+int loom_cond_wait(loom_cond_t* LOOM_RESTRICT cond, loom_mutex_t* LOOM_RESTRICT mutex);
+int loom_cond_timedwait(loom_cond_t* LOOM_RESTRICT cond, loom_mutex_t* LOOM_RESTRICT mutex,
+                        const struct timespec* LOOM_RESTRICT abstime);
+int loom_cond_clockwait(loom_cond_t* LOOM_RESTRICT cond, loom_mutex_t* LOOM_RESTRICT mutex, clockid_t clock,
+                        const struct timespec* LOOM_RESTRICT abstime);
+int loom_cond_signal(loom_cond_t* cond);
+int loom_cond_broadcast(loom_cond_t* cond);
+
+/* ---- readers-writer locks ------------------------------------------------------------
+ * Reader preference by default, as glibc: a reader enters whenever no writer
+ * holds the lock, so a fibre may take the read lock recursively (POSIX).
+ * PREFER_WRITER(_NONRECURSIVE)_NP: new readers wait while a writer waits (no
+ * writer starvation; a recursive read lock may then deadlock).
+ * rdlock: EDEADLK if the caller holds the write lock, EAGAIN (too many
+ * readers); wrlock: EDEADLK if the caller holds it; try*: EBUSY; timed*:
+ * ETIMEDOUT; unlock: EPERM when the caller holds neither lock (the write
+ * side knows its owner; readers are counted, not named); destroy: EBUSY
+ * while held. */
+int loom_rwlockattr_init(loom_rwlockattr_t* attr);
+int loom_rwlockattr_destroy(loom_rwlockattr_t* attr);
+int loom_rwlockattr_setpshared(loom_rwlockattr_t* attr, int pshared);
+int loom_rwlockattr_getpshared(const loom_rwlockattr_t* LOOM_RESTRICT attr, int* LOOM_RESTRICT pshared);
+int loom_rwlockattr_setkind_np(loom_rwlockattr_t* attr, int kind);
+int loom_rwlockattr_getkind_np(const loom_rwlockattr_t* LOOM_RESTRICT attr, int* LOOM_RESTRICT kind);
+
+int loom_rwlock_init(loom_rwlock_t* LOOM_RESTRICT rwlock, const loom_rwlockattr_t* LOOM_RESTRICT attr);
+int loom_rwlock_destroy(loom_rwlock_t* rwlock);
+int loom_rwlock_rdlock(loom_rwlock_t* rwlock);
+int loom_rwlock_tryrdlock(loom_rwlock_t* rwlock);
+int loom_rwlock_timedrdlock(loom_rwlock_t* LOOM_RESTRICT rwlock, const struct timespec* LOOM_RESTRICT abstime);
+int loom_rwlock_clockrdlock(loom_rwlock_t* LOOM_RESTRICT rwlock, clockid_t clock,
+                            const struct timespec* LOOM_RESTRICT abstime);
+int loom_rwlock_wrlock(loom_rwlock_t* rwlock);
+int loom_rwlock_trywrlock(loom_rwlock_t* rwlock);
+int loom_rwlock_timedwrlock(loom_rwlock_t* LOOM_RESTRICT rwlock, const struct timespec* LOOM_RESTRICT abstime);
+int loom_rwlock_clockwrlock(loom_rwlock_t* LOOM_RESTRICT rwlock, clockid_t clock,
+                            const struct timespec* LOOM_RESTRICT abstime);
+int loom_rwlock_unlock(loom_rwlock_t* rwlock);
+
+/* ---- barriers --------------------------------------------------------------------------
+ * init: EINVAL for a count of 0. wait returns LOOM_BARRIER_SERIAL_THREAD to
+ * exactly one caller per phase and 0 to the others. */
+int loom_barrierattr_init(loom_barrierattr_t* attr);
+int loom_barrierattr_destroy(loom_barrierattr_t* attr);
+int loom_barrierattr_setpshared(loom_barrierattr_t* attr, int pshared);
+int loom_barrierattr_getpshared(const loom_barrierattr_t* LOOM_RESTRICT attr, int* LOOM_RESTRICT pshared);
+int loom_barrier_init(loom_barrier_t* LOOM_RESTRICT barrier, const loom_barrierattr_t* LOOM_RESTRICT attr,
+                      unsigned count);
+int loom_barrier_destroy(loom_barrier_t* barrier);
+int loom_barrier_wait(loom_barrier_t* barrier);
+
+/* ---- spin locks ----------------------------------------------------------------------
+ * Spin a while, then yield the processor between tries (a holder on the same
+ * processor must get to run). EBUSY (trylock), EDEADLK is not detected. */
+int loom_spin_init(loom_spinlock_t* lock, int pshared);
+int loom_spin_destroy(loom_spinlock_t* lock);
+int loom_spin_lock(loom_spinlock_t* lock);
+int loom_spin_trylock(loom_spinlock_t* lock);
+int loom_spin_unlock(loom_spinlock_t* lock);
+
+/* ---- unnamed semaphores ---------------------------------------------------------------
+ * POSIX's convention: 0, or -1 with errno. init: EINVAL (value above
+ * LOOM_SEM_VALUE_MAX), ENOSYS (pshared != 0: process-shared semaphores are
+ * not supported); trywait: EAGAIN; timedwait: ETIMEDOUT (never before
+ * abstime, CLOCK_REALTIME), EINVAL (bad abstime when it would block); post:
+ * EOVERFLOW; any: EINVAL for a semaphore not initialised. Not
+ * async-signal-safe (see the top of this file). */
+int loom_sem_init(loom_sem_t* sem, int pshared, unsigned value);
+int loom_sem_destroy(loom_sem_t* sem);
+int loom_sem_wait(loom_sem_t* sem);
+int loom_sem_trywait(loom_sem_t* sem);
+int loom_sem_timedwait(loom_sem_t* LOOM_RESTRICT sem, const struct timespec* LOOM_RESTRICT abstime);
+int loom_sem_clockwait(loom_sem_t* LOOM_RESTRICT sem, clockid_t clock, const struct timespec* LOOM_RESTRICT abstime);
+int loom_sem_post(loom_sem_t* sem);
+int loom_sem_getvalue(loom_sem_t* LOOM_RESTRICT sem, int* LOOM_RESTRICT value);
+
+/* ---- sleeping ---------------------------------------------------------------------------
+ * The fibre sleeps; its processor runs others. Signals do not interrupt a
+ * fibre's sleep, so loom_sleep returns 0, and *rem is set to zero.
+ * nanosleep: -1/EINVAL for tv_nsec outside [0, 1e9) or a negative tv_sec;
+ * clock_nanosleep returns the error (EINVAL, ENOTSUP for clocks other than
+ * CLOCK_REALTIME and CLOCK_MONOTONIC) and takes TIMER_ABSTIME. */
+unsigned int loom_sleep(unsigned int seconds);
+int loom_usleep(unsigned int usec);
+int loom_nanosleep(const struct timespec* req, struct timespec* rem);
+int loom_clock_nanosleep(clockid_t clock, int flags, const struct timespec* req, struct timespec* rem);
+
+/* The calling kernel thread's errno, looked up afresh on every call. */
+int* loom_errno_location(void);
+
+/* ---- clusters and processors ------------------------------------------------------------
+ * A cluster is a scheduling domain: a set of processors (kernel threads)
+ * with their own queues, configured from the LOOM_* variables
+ * (loom/config.hpp). main() runs in the default cluster. */
+/* EINVAL for 0 processors or more than 256; EAGAIN when threads cannot be made. */
+int loom_cluster_create(loom_cluster_t** cluster, size_t processors);
+/* Stops its processors. EBUSY while fibres remain in it (they must finish or
+ * migrate first), EINVAL for the default cluster, EDEADLK from its own fibre. */
+int loom_cluster_destroy(loom_cluster_t* cluster);
+loom_cluster_t* loom_cluster_default(void);
+/* The caller's cluster (the default one for kernel threads). */
+loom_cluster_t* loom_cluster_self(void);
+/* Adds n processors; *total (may be null) receives the new count. EINVAL for
+ * n == 0 or more than 256 processors in all. */
+int loom_cluster_add_processors(loom_cluster_t* cluster, size_t n, size_t* total);
+size_t loom_cluster_processors(const loom_cluster_t* cluster);
+unsigned int loom_cluster_id(const loom_cluster_t* cluster);
+/* Moves the calling fibre to a processor of `to`; returns once it runs
+ * there. EPERM from a kernel thread that is not a loom processor. */
+int loom_migrate(loom_cluster_t* to);
+/* The index of the calling fibre's processor within its cluster, or -1 on a
+ * kernel thread that is not a processor. */
+int loom_processor_index(void);
+
+/* ---- I/O ------------------------------------------------------------------------------
+ * loom/io.hpp as C: each call has the signature, return convention (-1 and
+ * errno) and errors of the system call it is named after, and blocks the
+ * fibre, not the processor (read loom/io.hpp for descriptors, timeouts,
+ * SIGPIPE and offloading). Descriptors are known to loom by number: close
+ * them with loom_close, or call loom_forget after closing them otherwise.
+ * The *_until forms take an absolute CLOCK_MONOTONIC deadline (null: none)
+ * and fail with ETIMEDOUT when it passes. Thread-safe as the system calls;
+ * none is async-signal-safe. */
+int loom_socket(int domain, int type, int protocol);
+int loom_socketpair(int domain, int type, int protocol, int sv[2]);
+int loom_pipe(int fds[2]);
+int loom_pipe2(int fds[2], int flags);
+int loom_bind(int fd, const struct sockaddr* addr, socklen_t len);
+int loom_listen(int fd, int backlog);
+int loom_accept(int fd, struct sockaddr* LOOM_RESTRICT addr, socklen_t* LOOM_RESTRICT len);
+int loom_accept4(int fd, struct sockaddr* LOOM_RESTRICT addr, socklen_t* LOOM_RESTRICT len, int flags);
+int loom_connect(int fd, const struct sockaddr* addr, socklen_t len);
+ssize_t loom_read(int fd, void* buf, size_t n);
+ssize_t loom_write(int fd, const void* buf, size_t n);
+ssize_t loom_readv(int fd, const struct iovec* iov, int iovcnt);
+ssize_t loom_writev(int fd, const struct iovec* iov, int iovcnt);
+ssize_t loom_recv(int fd, void* buf, size_t n, int flags);
+ssize_t loom_send(int fd, const void* buf, size_t n, int flags);
+ssize_t loom_recvfrom(int fd, void* LOOM_RESTRICT buf, size_t n, int flags, struct sockaddr* LOOM_RESTRICT from,
+                      socklen_t* LOOM_RESTRICT len);
+ssize_t loom_sendto(int fd, const void* buf, size_t n, int flags, const struct sockaddr* to, socklen_t len);
+ssize_t loom_recvmsg(int fd, struct msghdr* msg, int flags);
+ssize_t loom_sendmsg(int fd, const struct msghdr* msg, int flags);
+ssize_t loom_read_until(int fd, void* buf, size_t n, const struct timespec* deadline);
+ssize_t loom_write_until(int fd, const void* buf, size_t n, const struct timespec* deadline);
+int loom_accept4_until(int fd, struct sockaddr* LOOM_RESTRICT addr, socklen_t* LOOM_RESTRICT len, int flags,
+                       const struct timespec* deadline);
+int loom_connect_until(int fd, const struct sockaddr* addr, socklen_t len, const struct timespec* deadline);
+/* Regular files and name lookup: made on the offload cluster. */
+ssize_t loom_pread(int fd, void* buf, size_t n, off_t offset);
+ssize_t loom_pwrite(int fd, const void* buf, size_t n, off_t offset);
+int loom_fsync(int fd);
+/* Returns 0 or an EAI_* code, as getaddrinfo(3); free with freeaddrinfo. */
+int loom_getaddrinfo(const char* LOOM_RESTRICT node, const char* LOOM_RESTRICT service,
+                     const struct addrinfo* LOOM_RESTRICT hints, struct addrinfo** LOOM_RESTRICT res);
+int loom_close(int fd);
+int loom_dup(int fd);
+int loom_dup2(int fd, int newfd);
+int loom_dup3(int fd, int newfd, int flags);
+/* The third argument, if cmd takes one, as fcntl(2): an int or a pointer. */
+int loom_fcntl(int fd, int cmd, ...);
+int loom_setsockopt(int fd, int level, int name, const void* val, socklen_t len);
+int loom_getsockopt(int fd, int level, int name, void* LOOM_RESTRICT val, socklen_t* LOOM_RESTRICT len);
+/* poll(2) on one descriptor: the ready revents (> 0), 0 at the timeout (ms;
+ * -1: none), -1 on error. */
+int loom_poll_one(int fd, short events, int timeout_ms);
+/* Bounds on every later wait on fd, in ns (0: none): input calls fail with
+ * EAGAIN after waiting `in_ns`, output calls after `out_ns`. */
+int loom_set_timeouts(int fd, int64_t in_ns, int64_t out_ns);
+void loom_forget(int fd);
+
+struct loom_io_stats {
+  uint64_t registrations; /* epoll_ctl ADD */
+  uint64_t blocks;        /* waits on a readiness semaphore */
+  uint64_t polls;         /* epoll_wait calls that returned events */
+  uint64_t events;        /* readiness events delivered */
+};
+/* The calling fibre's cluster's I/O counters. */
+void loom_io_stats(struct loom_io_stats* stats);
+
+/* Runs fn(arg) on the offload cluster (its own processors) and returns its
+ * result; other fibres keep running meanwhile. For blocking code that has no
+ * fibre-aware form (a library's blocking call, a long computation). */
+void* loom_offload(void* (*fn)(void*), void* arg);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* Every errno read or written after this point is looked up afresh (see the
+ * top of this file). */
+#ifndef LOOM_KEEP_LIBC_ERRNO
+#undef errno
+#define errno (*loom_errno_location())
+#endif
+
+#endif /* LOOM_LOOM_H */
