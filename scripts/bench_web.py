@@ -65,8 +65,10 @@ CONNECTIONS = [100, 1000, 10000]
 MODES = ["keepalive", "close"]  # the jsonl's `bench`
 FULL = dict(warmup=1, duration=10, rounds=1, processors=[1, 2], retries=12,
             points={"keepalive": CONNECTIONS, "close": CONNECTIONS})
-QUICK = dict(warmup=1, duration=2, rounds=1, processors=[1], retries=2,
-             points={"keepalive": CONNECTIONS, "close": [1000]})
+# --quick (make demo): under a minute — the ends of the keep-alive range and
+# one short-connection point, 1 processor only.
+QUICK = dict(warmup=1, duration=2, rounds=1, processors=[1], retries=1,
+             points={"keepalive": [100, 10000], "close": [1000]})
 DISTURBED = 0.3  # others_cpus above which a run is repeated
 MAX_ATTEMPTS = 2
 SERVER_BOUND = 0.9  # share of its CPUs above which the server is the bottleneck
@@ -327,7 +329,7 @@ def one_run(runner, drv, system, variant, vargs, mode, conns, processors, s):
         srv.stop()
         return None
     try:
-        time.sleep(0.2)
+        time.sleep(0.1)
         rss_idle = srv.rss_kib()
         w = subprocess.run(wrk_cmd(srv.port, conns, s["warmup"], mode, wrk_cpus), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, timeout=s["warmup"] + 60, preexec_fn=raise_nofile)
@@ -337,7 +339,7 @@ def one_run(runner, drv, system, variant, vargs, mode, conns, processors, s):
                                    f"{(w.stdout + w.stderr).strip()[-300:]}"
                                    f"{srv.err_tail()}")
             return None
-        time.sleep(0.2)  # the warm-up's connections close
+        time.sleep(0.1)  # the warm-up's connections close
         cmd = wrk_cmd(srv.port, conns, s["duration"], mode, wrk_cpus)
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         m0, c0, t0 = machine_busy_ticks(), srv.cpu_ticks(), time.time()
