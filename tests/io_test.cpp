@@ -26,6 +26,12 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// errno of the calling kernel thread, read afresh: glibc declares
+// __errno_location() const, so a compiler may reuse the address it got
+// before a call that moved this fibre to another kernel thread (see
+// loom/io.hpp). Tests read errno through this after loom calls.
+__attribute__((noinline)) int err() { return errno; }
+
 sockaddr_in loopback(int port) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -52,7 +58,7 @@ int connect_to(int port) {
   int fd = io::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a = loopback(port);
   if (io::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    int e = errno;
+    int e = err();
     io::close(fd);
     errno = e;
     return -1;
@@ -109,12 +115,12 @@ void echo_connection(int fd, std::atomic<long>* echoed) {
   char buf[4096];  // on a 16 KiB stack
   for (;;) {
     ssize_t r = io::read(fd, buf, sizeof buf);
-    if (r < 0) std::fprintf(stderr, "echo server: read: %s\n", std::strerror(errno));
+    if (r < 0) std::fprintf(stderr, "echo server: read: %s\n", std::strerror(err()));
     if (r <= 0) break;
     for (ssize_t off = 0; off < r;) {
       ssize_t w = io::write(fd, buf + off, r - off);
       if (w <= 0) {
-        std::fprintf(stderr, "echo server: write: %s\n", std::strerror(errno));
+        std::fprintf(stderr, "echo server: write: %s\n", std::strerror(err()));
         io::close(fd);
         return;
       }
@@ -154,7 +160,7 @@ TEST_P(Echo, EveryByteComesBackInOrder) {
       attr.cluster = &server;
       for (long i = 0; i < conns; ++i) {
         int fd = io::accept4(l, nullptr, nullptr, SOCK_CLOEXEC);
-        ASSERT_GE(fd, 0) << std::strerror(errno);
+        ASSERT_GE(fd, 0) << std::strerror(err());
         loom::Fibre(attr, echo_connection, fd, &echoed).detach();
       }
       io::close(l);
@@ -228,7 +234,7 @@ TEST(Io, PeerResetGivesEconnreset) {
     });
     char buf[16];
     EXPECT_EQ(io::read(p[0], buf, sizeof buf), -1);
-    EXPECT_EQ(errno, ECONNRESET);
+    EXPECT_EQ(err(), ECONNRESET);
     resetter.join();
     io::close(p[0]);
   });
@@ -241,15 +247,15 @@ TEST(Io, WriteToClosedPeerGivesEpipeNotDeath) {
     io::close(p[1]);
     char buf[4096] = {};
     ssize_t r = 0;
-    int err = 0;
+    int e = 0;
     // write(2), not send: the signal, were it not ignored, would kill us here.
     for (int i = 0; i < 1000 && r >= 0; ++i) {
       r = io::write(p[0], buf, sizeof buf);
-      err = errno;
+      e = err();
       loom::this_fibre::sleep_for(1ms);
     }
     EXPECT_EQ(r, -1);
-    EXPECT_TRUE(err == EPIPE || err == ECONNRESET) << std::strerror(err);
+    EXPECT_TRUE(e == EPIPE || e == ECONNRESET) << std::strerror(e);
     io::close(p[0]);
   });
 }
@@ -260,7 +266,7 @@ TEST(Io, ConnectToClosedPortIsRefused) {
     int l = listener(&port);
     io::close(l);
     EXPECT_EQ(connect_to(port), -1);
-    EXPECT_EQ(errno, ECONNREFUSED);
+    EXPECT_EQ(err(), ECONNREFUSED);
   });
 }
 
@@ -278,7 +284,7 @@ TEST(Io, ConnectTimesOut) {
       auto t0 = std::chrono::steady_clock::now();
       int r = io::connect_until(fd, reinterpret_cast<sockaddr*>(&a), sizeof a, loom::deadline_after(100ms));
       if (r == -1) {
-        EXPECT_EQ(errno, ETIMEDOUT);
+        EXPECT_EQ(err(), ETIMEDOUT);
         EXPECT_GE(std::chrono::steady_clock::now() - t0, 100ms);  // never early
         break;
       }
@@ -299,14 +305,14 @@ TEST(Io, ReadTimeouts) {
     char c;
     auto t0 = std::chrono::steady_clock::now();
     EXPECT_EQ(io::read_until(p[0], &c, 1, loom::deadline_after(50ms)), -1);
-    EXPECT_EQ(errno, ETIMEDOUT);
+    EXPECT_EQ(err(), ETIMEDOUT);
     EXPECT_GE(std::chrono::steady_clock::now() - t0, 50ms);
     // SO_RCVTIMEO semantics: EAGAIN after the timeout.
     timeval tv{0, 50'000};
     ASSERT_EQ(io::setsockopt(p[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
     t0 = std::chrono::steady_clock::now();
     EXPECT_EQ(io::recv(p[0], &c, 1, 0), -1);
-    EXPECT_EQ(errno, EAGAIN);
+    EXPECT_EQ(err(), EAGAIN);
     EXPECT_GE(std::chrono::steady_clock::now() - t0, 50ms);
     // Data that arrives in time is read.
     ASSERT_EQ(io::set_timeouts(p[0], 2s, 0s), 0);
@@ -317,7 +323,7 @@ TEST(Io, ReadTimeouts) {
     EXPECT_EQ(io::read(p[0], &c, 1), 1);
     w.join();
     EXPECT_EQ(io::set_timeouts(p[0], -1s, 0s), -1);
-    EXPECT_EQ(errno, EINVAL);
+    EXPECT_EQ(err(), EINVAL);
     io::close(p[0]);
     io::close(p[1]);
   });
@@ -358,11 +364,11 @@ TEST(Io, AcceptUnderFdExhaustionRecoversWithoutSpinning) {
         if (fd >= 0) {
           accepted++;
           io::close(fd);
-        } else if (errno == EMFILE || errno == ENFILE) {
+        } else if (err() == EMFILE || err() == ENFILE) {
           emfiles++;
           loom::this_fibre::sleep_for(10ms);
         } else {
-          ADD_FAILURE() << std::strerror(errno);
+          ADD_FAILURE() << std::strerror(err());
           return;
         }
       }
@@ -387,11 +393,11 @@ TEST(Io, CloseWakesAFibreBlockedOnTheSameFd) {
   on_fibre([] {
     int p[2];
     tcp_pair(p);
-    std::atomic<int> err{0};
+    std::atomic<int> e{0};
     std::atomic<bool> done{false};
     loom::Fibre reader([&] {
       char c;
-      if (io::read(p[0], &c, 1) < 0) err = errno;
+      if (io::read(p[0], &c, 1) < 0) e = err();
       done = true;
     });
     loom::this_fibre::sleep_for(20ms);
@@ -400,7 +406,7 @@ TEST(Io, CloseWakesAFibreBlockedOnTheSameFd) {
     io::close(p[0]);
     reader.join();
     EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
-    EXPECT_EQ(err.load(), EBADF);
+    EXPECT_EQ(e.load(), EBADF);
     io::close(p[1]);
   });
 }
@@ -517,7 +523,7 @@ TEST(Io, PollOneSeesReadinessAndTimesOut) {
     EXPECT_EQ(io::poll_one(p[0], POLLIN, 5000) & POLLIN, POLLIN);
     w.join();
     EXPECT_EQ(io::poll_one(p[0], 0, 0), -1);
-    EXPECT_EQ(errno, EINVAL);
+    EXPECT_EQ(err(), EINVAL);
     io::close(p[0]);
     io::close(p[1]);
   });
@@ -545,7 +551,7 @@ TEST(Io, DupAndFcntlKeepTheProgramsView) {
     // The program asks for O_NONBLOCK: now EAGAIN is its to see.
     ASSERT_EQ(io::fcntl(p[0], F_SETFL, io::fcntl(p[0], F_GETFL) | O_NONBLOCK), 0);
     EXPECT_EQ(io::read(p[0], &c, 1), -1);
-    EXPECT_EQ(errno, EAGAIN);
+    EXPECT_EQ(err(), EAGAIN);
     int d2 = 100;
     EXPECT_EQ(io::dup2(p[1], d2), d2);
     EXPECT_EQ(io::write(d2, "s", 1), 1);

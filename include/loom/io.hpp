@@ -25,6 +25,13 @@
 // accept with EAGAIN, and connect with ETIMEDOUT. The *_until forms take an
 // absolute deadline for one call and fail with ETIMEDOUT.
 //
+// errno. Each call sets errno on the kernel thread it returns on. A fibre
+// may resume on another kernel thread after any call that waits, and glibc
+// declares __errno_location() const, so a compiler may reuse errno's address
+// from before such a call: read errno in a function that has not read it
+// before the call, or through a non-inlined helper (loom's own code does the
+// latter; loom/loom.h states the same rule for C).
+//
 // SIGPIPE. Loom sets SIGPIPE to SIG_IGN when the runtime starts unless the
 // program has installed a handler of its own (LOOM_SIGPIPE=keep leaves it
 // alone), and send/sendto/sendmsg add MSG_NOSIGNAL: a write to a closed peer

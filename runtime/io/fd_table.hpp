@@ -40,6 +40,14 @@ struct FdSide {
 struct FdEntry {
   std::atomic<std::uint8_t> kind{kFdUnknown};
   std::atomic<bool> user_nonblock{false};  // the program asked for O_NONBLOCK
+  std::atomic<bool> stream{false};  // byte stream: a short read drains it
+  // A read returned less than asked while registered: the receive queue was
+  // empty then, and any later arrival raises an edge (epoll(7)), so the next
+  // read may wait for that edge instead of spending a system call on EAGAIN.
+  std::atomic<bool> in_drained{false};
+  // The poller saw the peer hang up (or an error): the end of the stream
+  // needs no new edge, so drained reads must not wait for one.
+  std::atomic<bool> hup{false};
   std::atomic<IoState*> registered{nullptr};  // whose epoll set holds it
   std::atomic<std::uint32_t> gen{0};
   FdSide in, out;

@@ -56,10 +56,13 @@ FdTable& table() {
 
 // Sets up the entry of a descriptor loom just created: non-blocking
 // underneath, `user_nonblock` as the program asked.
-void adopt(int fd, bool user_nonblock, bool eager_register) {
+void adopt(int fd, bool user_nonblock, bool eager_register, bool stream) {
   FdEntry* e = table().get(fd);
   if (!e) return;
   e->user_nonblock.store(user_nonblock, std::memory_order_relaxed);
+  e->stream.store(stream, std::memory_order_relaxed);
+  e->in_drained.store(false, std::memory_order_relaxed);
+  e->hup.store(false, std::memory_order_relaxed);
   e->in.timeout_ns.store(0, std::memory_order_relaxed);
   e->out.timeout_ns.store(0, std::memory_order_relaxed);
   e->registered.store(nullptr, std::memory_order_relaxed);
@@ -84,6 +87,12 @@ std::uint8_t classify(int fd, FdEntry& e) {
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0) {
       e.user_nonblock.store((fl & O_NONBLOCK) != 0, std::memory_order_relaxed);
+      int type = 0;
+      socklen_t len = sizeof type;
+      e.stream.store(getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM,
+                     std::memory_order_relaxed);
+      e.in_drained.store(false, std::memory_order_relaxed);
+      e.hup.store(false, std::memory_order_relaxed);
       if (!(fl & O_NONBLOCK)) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
       kind = kFdPollable;
     }
@@ -167,9 +176,11 @@ long wait_and_retry(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeo
   return r;
 }
 
-// The generic wrapper; returns the result or -errno.
+// The generic wrapper; returns the result or -errno. `want`: bytes asked of
+// a plain read (0 for other calls), for the drained-queue shortcut.
 template <typename Op>
-long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = EAGAIN, bool input = false) {
+long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = EAGAIN, bool input = false,
+          std::size_t want = 0) {
   Processor* p = this_processor_at_entry();
   FdEntry* e = table().get(fd);
   if (!e) return sys(op);
@@ -178,10 +189,24 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
   if (!p) return kind == kFdPollable ? thread_call(fd, *e, side, op, d, timeout_err) : sys(op);
   if (kind != kFdPollable) return offloaded(op);
   if (e->user_nonblock.load(std::memory_order_relaxed)) return sys(op);
-  if (input && p->cluster().config().yield_before_read) p->yield();
-  long r = sys(op);
-  if (r != -EAGAIN) return r;
-  return wait_and_retry(fd, *e, side, op, d, timeout_err, false);
+  long r;
+  if (want && e->in_drained.load(std::memory_order_relaxed) && !e->hup.load(std::memory_order_relaxed) &&
+      e->registered.load(std::memory_order_relaxed)) {
+    // Nothing has arrived unless the poller saw an edge: wait for it.
+    e->in_drained.store(false, std::memory_order_relaxed);
+    r = wait_and_retry(fd, *e, side, op, d, timeout_err, false);
+  } else {
+    if (input && p->cluster().config().yield_before_read) p->yield();
+    r = sys(op);
+    if (r == -EAGAIN) r = wait_and_retry(fd, *e, side, op, d, timeout_err, false);
+  }
+  // Any input call that may have consumed an edge decides the hint anew.
+  if (input) {
+    bool drained = want && r > 0 && std::size_t(r) < want && e->stream.load(std::memory_order_relaxed) &&
+                   e->registered.load(std::memory_order_relaxed);
+    if (drained != e->in_drained.load(std::memory_order_relaxed)) e->in_drained.store(drained, std::memory_order_relaxed);
+  }
+  return r;
 }
 
 // After a close (by loom or not) of fd: waiters fail with EBADF, the number
@@ -204,6 +229,9 @@ void copy_view(int from, int to) {
   std::uint8_t kind = a->kind.load(std::memory_order_acquire);
   if (kind == kFdUnknown) return;  // classified on first use
   b->user_nonblock.store(a->user_nonblock.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  b->stream.store(a->stream.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  b->in_drained.store(false, std::memory_order_relaxed);
+  b->hup.store(false, std::memory_order_relaxed);
   b->in.timeout_ns.store(0, std::memory_order_relaxed);
   b->out.timeout_ns.store(0, std::memory_order_relaxed);
   b->registered.store(nullptr, std::memory_order_relaxed);
@@ -252,21 +280,21 @@ using rt::sys;
 
 int socket(int domain, int type, int protocol) {
   long fd = sys([&] { return ::socket(domain, type | SOCK_NONBLOCK, protocol); });
-  if (fd >= 0) rt::adopt(int(fd), (type & SOCK_NONBLOCK) != 0, !rt::lazy_here());
+  if (fd >= 0) rt::adopt(int(fd), (type & SOCK_NONBLOCK) != 0, !rt::lazy_here(), (type & 0xf) == SOCK_STREAM);
   return int(finish(fd));
 }
 
 int socketpair(int domain, int type, int protocol, int sv[2]) {
   long r = sys([&] { return ::socketpair(domain, type | SOCK_NONBLOCK, protocol, sv); });
   if (r == 0)
-    for (int i = 0; i < 2; ++i) rt::adopt(sv[i], (type & SOCK_NONBLOCK) != 0, !rt::lazy_here());
+    for (int i = 0; i < 2; ++i) rt::adopt(sv[i], (type & SOCK_NONBLOCK) != 0, !rt::lazy_here(), (type & 0xf) == SOCK_STREAM);
   return int(finish(r));
 }
 
 int pipe2(int fds[2], int flags) {
   long r = sys([&] { return ::pipe2(fds, flags | O_NONBLOCK); });
   if (r == 0)
-    for (int i = 0; i < 2; ++i) rt::adopt(fds[i], (flags & O_NONBLOCK) != 0, !rt::lazy_here());
+    for (int i = 0; i < 2; ++i) rt::adopt(fds[i], (flags & O_NONBLOCK) != 0, !rt::lazy_here(), true);
   return int(finish(r));
 }
 
@@ -276,7 +304,10 @@ int listen(int fd, int backlog) { return ::listen(fd, backlog); }
 int accept4_until(int fd, sockaddr* addr, socklen_t* len, int flags, Deadline d) {
   long r = call(
       fd, kIn, [&] { return ::accept4(fd, addr, len, flags | SOCK_NONBLOCK); }, d, d == kForever ? EAGAIN : ETIMEDOUT);
-  if (r >= 0) rt::adopt(int(r), (flags & SOCK_NONBLOCK) != 0, !rt::lazy_here());
+  if (r >= 0) {
+    rt::FdEntry* l = rt::table().get(fd);
+    rt::adopt(int(r), (flags & SOCK_NONBLOCK) != 0, !rt::lazy_here(), l && l->stream.load(std::memory_order_relaxed));
+  }
   return int(finish(r));
 }
 int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) { return accept4_until(fd, addr, len, flags, kForever); }
@@ -290,7 +321,7 @@ int connect_until(int fd, const sockaddr* addr, socklen_t len, Deadline d) {
 }
 
 ssize_t read(int fd, void* buf, size_t n) {
-  return finish(call(fd, kIn, [&] { return ::read(fd, buf, n); }, kForever, EAGAIN, true));
+  return finish(call(fd, kIn, [&] { return ::read(fd, buf, n); }, kForever, EAGAIN, true, n));
 }
 ssize_t read_until(int fd, void* buf, size_t n, Deadline d) {
   return finish(call(fd, kIn, [&] { return ::read(fd, buf, n); }, d, ETIMEDOUT, true));
@@ -311,7 +342,7 @@ ssize_t writev(int fd, const iovec* iov, int iovcnt) {
 // MSG_DONTWAIT asks for this one call not to wait: the system call as is.
 ssize_t recv(int fd, void* buf, size_t n, int flags) {
   if (flags & MSG_DONTWAIT) return ::recv(fd, buf, n, flags);
-  return finish(call(fd, kIn, [&] { return ::recv(fd, buf, n, flags); }, kForever, EAGAIN, true));
+  return finish(call(fd, kIn, [&] { return ::recv(fd, buf, n, flags); }, kForever, EAGAIN, true, flags ? 0 : n));
 }
 ssize_t send(int fd, const void* buf, size_t n, int flags) {
   flags |= MSG_NOSIGNAL;
@@ -454,6 +485,8 @@ int poll_one(int fd, short events, int timeout_ms) {
     };
     return int(finish(p ? rt::offloaded(blocking) : sys(blocking)));
   }
+  // A wait here may consume the edge a drained read would wait for.
+  if (events & POLLIN) e->in_drained.store(false, std::memory_order_relaxed);
   // Both directions: wait on input in slices, looking at output between.
   bool both = (events & POLLIN) && (events & POLLOUT);
   for (;;) {
