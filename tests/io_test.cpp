@@ -182,7 +182,7 @@ std::vector<EchoVariant> echo_variants() {
   // 10,000 × 1 MiB (10 GiB through loopback, about two minutes here) is the
   // DISABLED_ case: --gtest_also_run_disabled_tests runs it.
   std::vector<EchoVariant> v;
-  const loom::PollerKind pollers[] = {loom::PollerKind::fibre, loom::PollerKind::loop, loom::PollerKind::loop_sleep,
+  const loom::PollerKind pollers[] = {loom::PollerKind::idle, loom::PollerKind::fibre, loom::PollerKind::loop, loom::PollerKind::loop_sleep,
                                       loom::PollerKind::opportunistic, loom::PollerKind::opportunistic_timeout};
   for (auto p : pollers)
     for (bool lazy : {true, false})

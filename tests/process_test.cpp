@@ -67,7 +67,7 @@ TEST(Process, EveryVariableSelectsItsVariant) {
   EXPECT_EQ(r.out, "queue=nemesis placement=push steal=off sticky=8 spin=0 stack=64KiB "
                    "poller=opportunistic-timeout/1000us lazy=on ybr=on mutex=baton\n");
   r = run("LOOM_POLLER=epoll " + probe + " config");
-  EXPECT_NE(r.out.find("loom: LOOM_POLLER=epoll: expected fibre|loop|loop-sleep|opportunistic|opportunistic-timeout; "
+  EXPECT_NE(r.out.find("loom: LOOM_POLLER=epoll: expected idle|fibre|loop|loop-sleep|opportunistic|opportunistic-timeout; "
                        "using fibre"), std::string::npos) << r.out;
   r = run("LOOM_MUTEX=fastest LOOM_SPIN=-1 " + probe + " config");
   EXPECT_NE(r.out.find("loom: LOOM_MUTEX=fastest: expected blocking|spin|baton|hybrid; using blocking"), std::string::npos)

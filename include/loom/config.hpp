@@ -17,7 +17,7 @@
 //   LOOM_SPIN=N                polls of the queues before an idle processor
 //                              sleeps (0 = sleep at once)
 //   LOOM_STACK_SIZE=BYTES      default fibre stack size
-//   LOOM_POLLER=fibre|loop|loop-sleep|opportunistic|opportunistic-timeout
+//   LOOM_POLLER=idle|fibre|loop|loop-sleep|opportunistic|opportunistic-timeout
 //                              how the cluster's epoll set is polled (see
 //                              runtime/io/poller.hpp)
 //   LOOM_POLLER_SLEEP=US       loop-sleep's sleep, opportunistic-timeout's
@@ -49,6 +49,10 @@ enum class Placement {
 
 // How a cluster polls its epoll set (thesis §3.4, figure 4.4).
 enum class PollerKind {
+  idle,                   // no poller of its own: the last processor to go
+                          // idle blocks in epoll_wait instead of sleeping,
+                          // and busy processors poll without blocking
+                          // every 128th pick
   fibre,                  // poller fibre in the background queue; a master
                           // poller thread blocks on every cluster's epoll fd
   loop,                   // poller thread: epoll_wait without pause

@@ -34,6 +34,15 @@ void deliver(IoState& s, const epoll_event* ev, int n) {
   for (int i = 0; i < n; ++i) {
     int fd = ev[i].data.fd;
     if (fd == s.stop_fd) continue;
+    if (fd == s.wake_fd) {
+      // Level-triggered: drained here, by the sleeper it was meant for
+      // (a busy processor's poll leaves it, or the sleeper could miss it).
+      if (s.sleeper.load(std::memory_order_relaxed) == this_processor()) {
+        std::uint64_t v;
+        if (read(s.wake_fd, &v, sizeof v) < 0 && errno != EAGAIN) die("read (wake fd)");
+      }
+      continue;
+    }
     FdEntry* e = table.get(fd);
     if (!e) continue;
     std::uint32_t m = ev[i].events;
@@ -154,7 +163,20 @@ void poller_fibre_main(void* arg) {
   }
 }
 
+void add_eventfd(IoState& s, int* fd) {
+  *fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (*fd < 0) die("eventfd");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = *fd;
+  if (epoll_ctl(s.epfd, EPOLL_CTL_ADD, *fd, &ev) != 0) die("epoll_ctl (eventfd)");
+}
+
 void start_poller(IoState& s) {
+  if (s.kind == PollerKind::idle) {
+    add_eventfd(s, &s.wake_fd);
+    return;
+  }
   if (s.kind == PollerKind::fibre) {
     FibreAttr attr;
     attr.cluster = s.cluster->facade;
@@ -168,12 +190,7 @@ void start_poller(IoState& s) {
     s.poller_handle = f;
     return;
   }
-  s.stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (s.stop_fd < 0) die("eventfd");
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = s.stop_fd;
-  if (epoll_ctl(s.epfd, EPOLL_CTL_ADD, s.stop_fd, &ev) != 0) die("epoll_ctl (stop fd)");
+  add_eventfd(s, &s.stop_fd);
   if (int e = pthread_create(&s.thread, nullptr, &poller_thread_main, &s)) {
     errno = e;
     die("pthread_create (poller)");
@@ -225,6 +242,40 @@ void io_deregister(int fd, FdEntry& e) {
 
 void io_processor_idle(IoState& s) {
   if (s.kind == PollerKind::opportunistic || s.kind == PollerKind::opportunistic_timeout) s.idle_signal.post();
+}
+
+bool io_idle_sleep(IoState& s, Processor& p, std::int64_t deadline) {
+  if (s.kind != PollerKind::idle) return false;
+  Processor* none = nullptr;
+  if (!s.sleeper.compare_exchange_strong(none, &p, std::memory_order_acq_rel)) return false;
+  p.epoll_sleep.store(true, std::memory_order_seq_cst);
+  if (!p.wake_flag.try_consume()) {
+    int timeout = -1;
+    if (deadline >= 0) {
+      std::int64_t left = deadline - now_ns();
+      timeout = left <= 0 ? 0 : int((left + 999'999) / 1'000'000);
+    }
+    static thread_local epoll_event ev[kBatch];
+    int n = epoll_wait(s.epfd, ev, kBatch, timeout);
+    if (n < 0 && errno != EINTR) die("epoll_wait (idle processor)");
+    if (n > 0) deliver(s, ev, n);
+  }
+  p.epoll_sleep.store(false, std::memory_order_relaxed);
+  s.sleeper.store(nullptr, std::memory_order_release);
+  p.wake_flag.try_consume();  // awake now: whatever was posted is in a queue
+  return true;
+}
+
+void io_interrupt(IoState& s) {
+  std::uint64_t one = 1;
+  if (write(s.wake_fd, &one, sizeof one) < 0 && errno != EAGAIN) die("write (wake fd)");
+}
+
+void io_busy_poll(IoState& s) {
+  if (s.kind != PollerKind::idle || s.sleeper.load(std::memory_order_relaxed)) return;
+  epoll_event ev[64];
+  int n = epoll_wait(s.epfd, ev, 64, 0);
+  if (n > 0) deliver(s, ev, n);
 }
 
 void io_shutdown(Cluster& c) {

@@ -8,6 +8,12 @@
 // processors' queues first, then each processor concerned is woken once.
 //
 // Who polls (SchedConfig::poller, LOOM_POLLER):
+//   idle                   nobody of its own: the last processor to go
+//                          idle sleeps in epoll_wait (until the next timer)
+//                          rather than on its futex, and is woken through an
+//                          eventfd in the set; busy processors poll without
+//                          blocking every 128th pick. No thread, no fibre,
+//                          and an idle-to-busy transition costs one wake-up;
 //   fibre                  a poller fibre in the cluster's background queue:
 //                          it runs when a processor finds nothing else,
 //                          polls without blocking, and when the poll finds
@@ -39,6 +45,7 @@ namespace loom::rt {
 
 class Cluster;
 class Fibre;
+class Processor;
 struct FdEntry;
 
 struct IoState {
@@ -46,6 +53,8 @@ struct IoState {
   PollerKind kind = PollerKind::fibre;
   int epfd = -1;
   int stop_fd = -1;  // eventfd: stops a poller thread blocked in epoll_wait
+  int wake_fd = -1;  // eventfd: wakes the processor sleeping in epoll_wait
+  std::atomic<Processor*> sleeper{nullptr};  // idle poller: who sleeps in epoll_wait
   unsigned sleep_us = 0;
   bool lazy = true;
   bool yield_before_read = true;
@@ -69,6 +78,14 @@ bool io_register(IoState& s, int fd, FdEntry& e);
 void io_deregister(int fd, FdEntry& e);
 // Called by a processor of c about to sleep (opportunistic pollers).
 void io_processor_idle(IoState& s);
+// The idle poller: p sleeps in epoll_wait (until `deadline`, ns, or -1)
+// instead of on its futex, if no other processor does; delivers what it
+// sees. False if p must sleep on its futex.
+bool io_idle_sleep(IoState& s, Processor& p, std::int64_t deadline);
+// Breaks a processor's epoll_wait (io_idle_sleep).
+void io_interrupt(IoState& s);
+// The idle poller, from a busy processor: a poll that does not block.
+void io_busy_poll(IoState& s);
 // Process start-up: SIGPIPE (see loom/io.hpp).
 void io_boot();
 // Stops the cluster's poller (cluster shutdown).

@@ -175,7 +175,7 @@ void Cluster::wake(Processor& p) {
     p.idle.store(false, std::memory_order_relaxed);
   }
   p.wakes.fetch_add(1, std::memory_order_relaxed);
-  p.wake_flag.post();
+  p.wake_up();
 }
 
 void Cluster::wake_thief() {
@@ -200,14 +200,14 @@ bool Cluster::wake_one() {
     p->idle.store(false, std::memory_order_relaxed);
   }
   p->wakes.fetch_add(1, std::memory_order_relaxed);
-  p->wake_flag.post();
+  p->wake_up();
   return true;
 }
 
 void Cluster::add_timer(TimerNode* n) {
   if (!timers.add(n)) return;  // an earlier deadline is already armed
   if (Processor* k = keeper_.load(std::memory_order_seq_cst))
-    k->wake_flag.post();  // re-arm for the new, earlier deadline
+    k->wake_up();  // re-arm for the new, earlier deadline
   else
     wake_one();  // it fires or becomes the keeper; if all are busy, they
                  // fire it at their next scheduling point

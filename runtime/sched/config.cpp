@@ -17,6 +17,7 @@ const char* to_string(Placement p) { return p == Placement::push ? "push" : "sha
 
 const char* to_string(PollerKind k) {
   switch (k) {
+    case PollerKind::idle: return "idle";
     case PollerKind::fibre: return "fibre";
     case PollerKind::loop: return "loop";
     case PollerKind::loop_sleep: return "loop-sleep";
@@ -38,7 +39,7 @@ SchedConfig SchedConfig::from_env() {
   c.spin = unsigned(env_size("LOOM_SPIN", c.spin, 0, 1 << 24));
   c.stack_size = env_size("LOOM_STACK_SIZE", c.stack_size, kStackMin, std::size_t(1) << 30);
   c.poller = static_cast<PollerKind>(
-      env_choice("LOOM_POLLER", {"fibre", "loop", "loop-sleep", "opportunistic", "opportunistic-timeout"}, int(c.poller)));
+      env_choice("LOOM_POLLER", {"idle", "fibre", "loop", "loop-sleep", "opportunistic", "opportunistic-timeout"}, int(c.poller)));
   c.poller_sleep_us = unsigned(env_size("LOOM_POLLER_SLEEP", c.poller_sleep_us, 0, 10'000'000));
   c.lazy_register = env_bool("LOOM_LAZY_REGISTER", c.lazy_register);
   c.yield_before_read = env_bool("LOOM_YIELD_BEFORE_READ", c.yield_before_read);

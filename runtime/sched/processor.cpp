@@ -190,7 +190,7 @@ void* Processor::thread_main(void* self) {
 
 void Processor::request_stop() {
   stop_.store(true, std::memory_order_seq_cst);
-  wake_flag.post();
+  wake_up();
 }
 
 void Processor::join_thread() {
@@ -211,7 +211,12 @@ void Processor::switch_to(Fibre* next, PostFn post, void* arg, bool dying) {
 Fibre* Processor::next_ready(unsigned max_level, bool fire_timers) {
   Fibre* f;
   ++tick_;
-  if (fire_timers && (tick_ & 15) == 0 && cluster_->timers.pending()) cluster_->fire_timers();
+  if (fire_timers && (tick_ & 15) == 0) {
+    if (cluster_->timers.pending()) cluster_->fire_timers();
+    // The idle poller: busy processors look at the epoll set now and then.
+    if ((tick_ & 127) == 0)
+      if (IoState* io = cluster_->io.load(std::memory_order_relaxed)) io_busy_poll(*io);
+  }
   if ((tick_ & 63) == 0 && (f = cluster_->pop_staging(*this))) return f;
   if ((f = rq_->pop(max_level))) return f;
   return cluster_->pop_staging(*this);
@@ -305,13 +310,17 @@ void Processor::idle_loop() {
         sleeps.store(sleeps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         // One idle processor (the keeper) sleeps only until the earliest
         // timer; the others sleep until woken.
-        if (IoState* io = cluster_->io.load(std::memory_order_acquire)) io_processor_idle(*io);
+        IoState* io = cluster_->io.load(std::memory_order_acquire);
+        if (io) io_processor_idle(*io);
         bool keeper = cluster_->claim_keeper(*this);
         std::int64_t deadline = keeper ? cluster_->timers.next() : kNoDeadline;
-        if (deadline == kNoDeadline)
+        if (io && io_idle_sleep(*io, *this, deadline)) {
+          // slept in epoll_wait (the idle poller), and delivered what it saw
+        } else if (deadline == kNoDeadline) {
           wake_flag.wait();
-        else if (deadline > now_ns())
+        } else if (deadline > now_ns()) {
           wake_flag.wait(deadline);
+        }
         if (keeper) cluster_->release_keeper(*this);
       }
       cluster_->go_busy(*this);
@@ -323,6 +332,13 @@ void Processor::idle_loop() {
     }
     run(f);
   }
+}
+
+void Processor::wake_up() noexcept {
+  wake_flag.post();
+  // seq_cst post, then this load; the sleeper stores epoll_sleep, then
+  // looks at the flag: one of the two sees the other.
+  if (epoll_sleep.load(std::memory_order_seq_cst)) io_interrupt(*cluster_->io.load(std::memory_order_acquire));
 }
 
 thread_local WakeDefer* tls_wake_defer = nullptr;

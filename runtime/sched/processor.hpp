@@ -88,6 +88,9 @@ class Processor {
   Processor* list_next = nullptr;
   std::atomic<bool> idle{false};  // on the idle list (read by pushers)
   WakeFlag wake_flag;
+  // Wakes the processor from its sleep, on the futex or in epoll_wait.
+  void wake_up() noexcept;
+  std::atomic<bool> epoll_sleep{false};  // sleeping in the cluster's epoll_wait
 
  private:
   friend void processor_idle_entry(transfer_t);
