@@ -48,6 +48,10 @@ struct FdEntry {
   // The poller saw the peer hang up (or an error): the end of the stream
   // needs no new edge, so drained reads must not wait for one.
   std::atomic<bool> hup{false};
+  // Another number may refer to the same open file (loom made a dup): its
+  // close must deregister explicitly. Otherwise close(2) of the last number
+  // removes it from the epoll set, and loom saves the EPOLL_CTL_DEL.
+  std::atomic<bool> shared{false};
   std::atomic<IoState*> registered{nullptr};  // whose epoll set holds it
   std::atomic<std::uint32_t> gen{0};
   FdSide in, out;

@@ -63,6 +63,7 @@ void adopt(int fd, bool user_nonblock, bool eager_register, bool stream) {
   e->stream.store(stream, std::memory_order_relaxed);
   e->in_drained.store(false, std::memory_order_relaxed);
   e->hup.store(false, std::memory_order_relaxed);
+  e->shared.store(false, std::memory_order_relaxed);
   e->in.timeout_ns.store(0, std::memory_order_relaxed);
   e->out.timeout_ns.store(0, std::memory_order_relaxed);
   e->registered.store(nullptr, std::memory_order_relaxed);
@@ -93,6 +94,7 @@ std::uint8_t classify(int fd, FdEntry& e) {
                      std::memory_order_relaxed);
       e.in_drained.store(false, std::memory_order_relaxed);
       e.hup.store(false, std::memory_order_relaxed);
+      e.shared.store(true, std::memory_order_relaxed);  // not made by loom: who knows
       if (!(fl & O_NONBLOCK)) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
       kind = kFdPollable;
     }
@@ -214,7 +216,10 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
 void retire(int fd) {
   FdEntry* e = table().get(fd);
   if (!e || e->kind.load(std::memory_order_acquire) == kFdUnknown) return;
-  io_deregister(fd, *e);
+  if (e->shared.load(std::memory_order_relaxed))
+    io_deregister(fd, *e);
+  else
+    e->registered.store(nullptr, std::memory_order_relaxed);  // close(2) deregisters
   e->gen.fetch_add(1, std::memory_order_acq_rel);
   e->kind.store(kFdUnknown, std::memory_order_release);
   e->in.ready.release();
@@ -232,6 +237,8 @@ void copy_view(int from, int to) {
   b->stream.store(a->stream.load(std::memory_order_relaxed), std::memory_order_relaxed);
   b->in_drained.store(false, std::memory_order_relaxed);
   b->hup.store(false, std::memory_order_relaxed);
+  a->shared.store(true, std::memory_order_relaxed);
+  b->shared.store(true, std::memory_order_relaxed);
   b->in.timeout_ns.store(0, std::memory_order_relaxed);
   b->out.timeout_ns.store(0, std::memory_order_relaxed);
   b->registered.store(nullptr, std::memory_order_relaxed);
