@@ -18,6 +18,13 @@
 
 namespace {
 
+// 16 KiB stacks; sanitizers' frames are bigger.
+#if defined(LOOM_ASAN) || defined(LOOM_TSAN)
+constexpr std::size_t kStack = 4 * loom::kStackMin;
+#else
+constexpr std::size_t kStack = loom::kStackMin;
+#endif
+
 std::atomic<long> failures{0};
 
 unsigned char pattern(long conn, long off) { return static_cast<unsigned char>((conn * 131 + off * 7 + (off >> 9)) & 0xff); }
@@ -40,7 +47,7 @@ void connection(int port, long id, long bytes) {
   constexpr long kWindow = 32 << 10;
   loom::Semaphore credit(kWindow / 4096);
   loom::FibreAttr attr;
-  attr.stack_size = loom::kStackMin;
+  attr.stack_size = kStack;
   loom::Fibre writer(attr, [fd, id, bytes, &credit] {
     unsigned char buf[4096];
     for (long off = 0; off < bytes;) {
@@ -103,7 +110,7 @@ int main(int argc, char** argv) {
   std::vector<loom::Fibre> fibres;
   fibres.reserve(conns);
   loom::FibreAttr attr;
-  attr.stack_size = loom::kStackMin;
+  attr.stack_size = kStack;
   for (long i = 0; i < conns; ++i) fibres.emplace_back(attr, connection, port, i, bytes);
   for (auto& f : fibres) f.join();
   if (failures) {

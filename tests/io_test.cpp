@@ -156,7 +156,7 @@ TEST_P(Echo, EveryByteComesBackInOrder) {
       // The client runs as a child process; a kernel thread waits for it.
       std::thread client([&] { status = std::system(cmd.c_str()); });
       loom::FibreAttr attr;
-      attr.stack_size = loom::kStackMin;
+      attr.stack_size = loom::test::sanitized() ? 4 * loom::kStackMin : loom::kStackMin;  // sanitizers: bigger frames
       attr.cluster = &server;
       for (long i = 0; i < conns; ++i) {
         int fd = io::accept4(l, nullptr, nullptr, SOCK_CLOEXEC);

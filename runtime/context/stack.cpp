@@ -26,6 +26,9 @@ Stack stack_allocate(std::size_t size) {
 void stack_release(Stack& s) noexcept {
   if (!s.base) return;
   tools_deregister_stack(s.valgrind_id);
+  // munmap leaves ASan's shadow as the last fibre's frames left it, and the
+  // next mmap may return the same range to another fibre.
+  sanitizer_unpoison(s.lo(), s.size);
   munmap(s.base, s.size + kGuardSize);
   s = Stack{};
 }
