@@ -381,7 +381,7 @@ static void condition_destroyed_after_broadcast(void) {
 /* ---- rwlocks ------------------------------------------------------------------------- */
 
 static loom_rwlock_t static_rw = LOOM_RWLOCK_INITIALIZER;
-static atomic_int readers_in, max_readers, writers_in;
+static atomic_int readers_in, writers_in;
 static long rw_a, rw_b;
 
 static void* rw_worker(void* arg) {
@@ -398,10 +398,7 @@ static void* rw_worker(void* arg) {
       CHECK_EQ(loom_rwlock_unlock(&static_rw), 0);
     } else {
       CHECK_EQ(loom_rwlock_rdlock(&static_rw), 0);
-      int now = atomic_fetch_add(&readers_in, 1) + 1;
-      int seen = atomic_load(&max_readers);
-      while (now > seen && !atomic_compare_exchange_weak(&max_readers, &seen, now)) {
-      }
+      atomic_fetch_add(&readers_in, 1);
       CHECK_EQ(atomic_load(&writers_in), 0);
       CHECK_EQ(rw_a, rw_b);
       loom_yield();
@@ -420,7 +417,7 @@ static void rwlock_readers_and_writers(void) {
   for (int i = 0; i < N; ++i) join(t[i]);
   CHECK_EQ(rw_a, N * ((n + 7) / 8));
   CHECK_EQ(rw_a, rw_b);
-  CHECK(atomic_load(&max_readers) > 1);
+  /* (That readers share the lock is checked deterministically below.) */
 }
 
 static void* try_rd(void* r) { return (void*)(intptr_t)loom_rwlock_tryrdlock((loom_rwlock_t*)r); }
