@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the build into a scratch prefix and builds a program against it
-# with pkg-config only; also checks that every public header compiles alone.
+# Installs the build into a scratch prefix and builds programs against it
+# with pkg-config only — C++, C (loom/loom.h), and a plain pthread program
+# through loom/pthread.h; also checks that every public header compiles alone.
 set -euo pipefail
 build=$1
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,6 +19,16 @@ for h in "$src"/include/loom/*.hpp; do
     || { echo "install_test: $(basename "$h") does not compile on its own"; exit 1; }
 done
 
+# The C headers, alone, in strict C (and loom.h in C++ too).
+for h in loom.h pthread.h; do
+  echo "#include <loom/$h>" > "$tmp/one.c"
+  gcc -std=c11 -pedantic -fsyntax-only -Wall -Wextra -Werror $(pkg-config --cflags loom) "$tmp/one.c" \
+    || { echo "install_test: $h does not compile on its own"; exit 1; }
+done
+echo "#include <loom/loom.h>" > "$tmp/one.cpp"
+g++ -std=c++17 -pedantic -fsyntax-only -Wall -Wextra -Werror $(pkg-config --cflags loom) "$tmp/one.cpp" \
+  || { echo "install_test: loom.h does not compile as C++"; exit 1; }
+
 cat > "$tmp/user.cpp" <<'CPP'
 #include <loom/loom.hpp>
 #include <cstdio>
@@ -34,4 +45,48 @@ out=$("$tmp/user")
 # The static library links too.
 g++ -std=c++17 "$tmp/user.cpp" -o "$tmp/user-static" $(pkg-config --cflags loom) "$libdir/libloom.a" -lboost_context -pthread
 [ "$("$tmp/user-static")" = "42" ] || { echo "install_test: static build failed"; exit 1; }
+
+# A C program on the C API, built with pkg-config alone.
+cat > "$tmp/user.c" <<'C'
+#include <loom/loom.h>
+#include <stdio.h>
+static loom_mutex_t lock = LOOM_MUTEX_INITIALIZER;
+static int sum;
+static void* add(void* arg) {
+  loom_mutex_lock(&lock);
+  sum += (int)(long)arg;
+  loom_mutex_unlock(&lock);
+  return NULL;
+}
+int main(void) {
+  loom_t a, b;
+  loom_create(&a, NULL, add, (void*)20);
+  loom_create(&b, NULL, add, (void*)22);
+  loom_join(a, NULL);
+  loom_join(b, NULL);
+  printf("%d\n", sum);
+  return 0;
+}
+C
+gcc -std=c11 -Wall -Wextra -Werror "$tmp/user.c" -o "$tmp/user-c" $(pkg-config --cflags --libs loom) -Wl,-rpath,"$libdir"
+[ "$("$tmp/user-c")" = "42" ] || { echo "install_test: the C program failed"; exit 1; }
+# A plain pthread program, unchanged, through loom/pthread.h.
+cat > "$tmp/plain.c" <<'C'
+#include <pthread.h>
+#include <stdio.h>
+static void* twice(void* arg) { return (void*)(2 * (long)arg); }
+int main(void) {
+  pthread_t t;
+  void* r;
+  pthread_create(&t, NULL, twice, (void*)21);
+  pthread_join(t, &r);
+  printf("%ld\n", (long)r);
+  return 0;
+}
+C
+gcc -std=c11 -D_POSIX_C_SOURCE=200809L -include loom/pthread.h "$tmp/plain.c" -o "$tmp/plain" \
+  $(pkg-config --cflags --libs loom) -Wl,-rpath,"$libdir"
+[ "$("$tmp/plain")" = "42" ] || { echo "install_test: the pthread program failed on loom"; exit 1; }
+nm -D --undefined-only "$tmp/plain" | grep -q ' loom_create$' \
+  || { echo "install_test: the pthread program does not call loom_create"; exit 1; }
 echo "install_test: ok"
