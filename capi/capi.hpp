@@ -9,8 +9,6 @@
 #pragma once
 
 #define LOOM_KEEP_LIBC_ERRNO  // inside the library errno is glibc's macro
-#include "loom/loom.h"
-
 #include <time.h>
 
 #include <atomic>
@@ -18,6 +16,7 @@
 #include <cstdint>
 #include <new>
 
+#include "loom/loom.h"
 #include "loom/sync.hpp"
 
 namespace loom::capi {
@@ -48,10 +47,10 @@ class ErrnoKeeper {
 //
 // _loom_state of every C synchronisation object.
 enum : unsigned char {
-  kUnset = 0,         // all zero: static initialiser (or never initialised)
-  kBuilding = 1,      // one caller is constructing it
-  kReady = 2,         // holds a live C++ object
-  kDestroyed = 3,     // destroy()ed: EINVAL until initialised again
+  kUnset = 0,      // all zero: static initialiser (or never initialised)
+  kBuilding = 1,   // one caller is constructing it
+  kReady = 2,      // holds a live C++ object
+  kDestroyed = 3,  // destroy()ed: EINVAL until initialised again
 };
 
 inline unsigned char load_state(const unsigned char* s) { return __atomic_load_n(s, __ATOMIC_ACQUIRE); }

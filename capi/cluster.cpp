@@ -1,10 +1,11 @@
 // capi/cluster.cpp — clusters and processors in C: a loom_cluster_t is a
 // loom::Cluster (loom/cluster.hpp).
+#include "loom/cluster.hpp"
+
 #include <new>
 #include <stdexcept>
 
 #include "capi.hpp"
-#include "loom/cluster.hpp"
 #include "sched/cluster.hpp"
 #include "sched/processor.hpp"
 

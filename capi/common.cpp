@@ -1,10 +1,9 @@
 // capi/common.cpp — errno, the build-once state and C time for the C API.
-#include "capi.hpp"
-
 #include <climits>
 
 #include "base/futex.hpp"
 #include "base/spinlock.hpp"
+#include "capi.hpp"
 #include "sched/timer.hpp"
 
 namespace loom::capi {

@@ -4,11 +4,12 @@
 // What the wrapper adds is per-fibre errno (capi.hpp): the call may resume
 // on another kernel thread, so errno is read back afresh after it, and a
 // successful call leaves the caller's errno as it was.
+#include "loom/io.hpp"
+
 #include <fcntl.h>
 #include <stdarg.h>
 
 #include "capi.hpp"
-#include "loom/io.hpp"
 
 namespace loom::capi {
 
@@ -90,12 +91,18 @@ int loom_socket(int domain, int type, int protocol) {
 int loom_socketpair(int domain, int type, int protocol, int sv[2]) {
   return io_call<int>([&] { return io::socketpair(domain, type, protocol, sv); });
 }
-int loom_pipe(int fds[2]) { return io_call<int>([&] { return io::pipe2(fds, 0); }); }
-int loom_pipe2(int fds[2], int flags) { return io_call<int>([&] { return io::pipe2(fds, flags); }); }
+int loom_pipe(int fds[2]) {
+  return io_call<int>([&] { return io::pipe2(fds, 0); });
+}
+int loom_pipe2(int fds[2], int flags) {
+  return io_call<int>([&] { return io::pipe2(fds, flags); });
+}
 int loom_bind(int fd, const struct sockaddr* addr, socklen_t len) {
   return io_call<int>([&] { return io::bind(fd, addr, len); });
 }
-int loom_listen(int fd, int backlog) { return io_call<int>([&] { return io::listen(fd, backlog); }); }
+int loom_listen(int fd, int backlog) {
+  return io_call<int>([&] { return io::listen(fd, backlog); });
+}
 int loom_accept(int fd, struct sockaddr* addr, socklen_t* len) {
   return io_call<int>([&] { return io::accept(fd, addr, len); });
 }
@@ -106,7 +113,9 @@ int loom_connect(int fd, const struct sockaddr* addr, socklen_t len) {
   return io_call<int>([&] { return io::connect(fd, addr, len); });
 }
 
-ssize_t loom_read(int fd, void* buf, size_t n) { return io_call<ssize_t>([&] { return io::read(fd, buf, n); }); }
+ssize_t loom_read(int fd, void* buf, size_t n) {
+  return io_call<ssize_t>([&] { return io::read(fd, buf, n); });
+}
 ssize_t loom_write(int fd, const void* buf, size_t n) {
   return io_call<ssize_t>([&] { return io::write(fd, buf, n); });
 }
@@ -154,7 +163,9 @@ ssize_t loom_pread(int fd, void* buf, size_t n, off_t off) {
 ssize_t loom_pwrite(int fd, const void* buf, size_t n, off_t off) {
   return io_call<ssize_t>([&] { return io::pwrite(fd, buf, n, off); });
 }
-int loom_fsync(int fd) { return io_call<int>([&] { return io::fsync(fd); }); }
+int loom_fsync(int fd) {
+  return io_call<int>([&] { return io::fsync(fd); });
+}
 
 int loom_getaddrinfo(const char* node, const char* service, const struct addrinfo* hints, struct addrinfo** res) {
   // Returns an EAI_* code, not -1: errno matters only for EAI_SYSTEM.
@@ -164,19 +175,32 @@ int loom_getaddrinfo(const char* node, const char* service, const struct addrinf
   return r;
 }
 
-int loom_close(int fd) { return io_call<int>([&] { return io::close(fd); }); }
-int loom_dup(int fd) { return io_call<int>([&] { return io::dup(fd); }); }
-int loom_dup2(int fd, int newfd) { return io_call<int>([&] { return io::dup2(fd, newfd); }); }
-int loom_dup3(int fd, int newfd, int flags) { return io_call<int>([&] { return io::dup3(fd, newfd, flags); }); }
+int loom_close(int fd) {
+  return io_call<int>([&] { return io::close(fd); });
+}
+int loom_dup(int fd) {
+  return io_call<int>([&] { return io::dup(fd); });
+}
+int loom_dup2(int fd, int newfd) {
+  return io_call<int>([&] { return io::dup2(fd, newfd); });
+}
+int loom_dup3(int fd, int newfd, int flags) {
+  return io_call<int>([&] { return io::dup3(fd, newfd, flags); });
+}
 
 int loom_fcntl(int fd, int cmd, ...) {
   long arg = 0;
   va_list ap;
   va_start(ap, cmd);
   switch (fcntl_arg(cmd)) {
-    case ArgKind::none: break;
-    case ArgKind::integer: arg = va_arg(ap, int); break;
-    case ArgKind::pointer: arg = reinterpret_cast<long>(va_arg(ap, void*)); break;
+    case ArgKind::none:
+      break;
+    case ArgKind::integer:
+      arg = va_arg(ap, int);
+      break;
+    case ArgKind::pointer:
+      arg = reinterpret_cast<long>(va_arg(ap, void*));
+      break;
   }
   va_end(ap);
   return io_call<int>([&] { return io::fcntl(fd, cmd, arg); });

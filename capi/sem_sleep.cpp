@@ -4,8 +4,8 @@
 #include <chrono>
 #include <limits>
 
-#include "capi.hpp"
 #include "base/futex.hpp"
+#include "capi.hpp"
 
 namespace loom::capi {
 
@@ -17,7 +17,9 @@ int fail(int e) {
 }
 
 Semaphore* sem_of(loom_sem_t* s) {
-  return s ? object<Semaphore>(s, [](void*) {}, /*build_unset=*/false) : nullptr;
+  return s ? object<Semaphore>(
+                 s, [](void*) {}, /*build_unset=*/false)
+           : nullptr;
 }
 
 // Sleeps until clock c reads abs or later. A sleep too long for a deadline
@@ -101,9 +103,7 @@ int loom_sem_clockwait(loom_sem_t* s, clockid_t clock, const struct timespec* ab
   return e ? -1 : 0;
 }
 
-int loom_sem_timedwait(loom_sem_t* s, const struct timespec* abs) {
-  return loom_sem_clockwait(s, CLOCK_REALTIME, abs);
-}
+int loom_sem_timedwait(loom_sem_t* s, const struct timespec* abs) { return loom_sem_clockwait(s, CLOCK_REALTIME, abs); }
 
 int loom_sem_post(loom_sem_t* s) {
   Semaphore* x = sem_of(s);

@@ -13,10 +13,10 @@ namespace loom::capi {
 
 namespace {
 
-constexpr unsigned kMutexAttrMagic = 0x6c6f6d61;   // "loma"
-constexpr unsigned kCondAttrMagic = 0x6c6f6361;    // "loca"
-constexpr unsigned kRWAttrMagic = 0x6c6f7277;      // "lorw"
-constexpr unsigned kBarrierAttrMagic = 0x6c6f6261; // "loba"
+constexpr unsigned kMutexAttrMagic = 0x6c6f6d61;    // "loma"
+constexpr unsigned kCondAttrMagic = 0x6c6f6361;     // "loca"
+constexpr unsigned kRWAttrMagic = 0x6c6f7277;       // "lorw"
+constexpr unsigned kBarrierAttrMagic = 0x6c6f6261;  // "loba"
 
 template <class A>
 bool ok(const A* a, unsigned magic) {
@@ -31,25 +31,34 @@ int check_pshared(int v) {
 
 MutexType mutex_type(unsigned char t) {
   switch (t) {
-    case LOOM_MUTEX_RECURSIVE: return MutexType::recursive;
-    case LOOM_MUTEX_ERRORCHECK: return MutexType::errorcheck;
-    default: return MutexType::normal;
+    case LOOM_MUTEX_RECURSIVE:
+      return MutexType::recursive;
+    case LOOM_MUTEX_ERRORCHECK:
+      return MutexType::errorcheck;
+    default:
+      return MutexType::normal;
   }
 }
 
 MutexPolicy mutex_policy(unsigned char type, unsigned char policy) {
   switch (policy) {
-    case LOOM_MUTEX_POLICY_BLOCKING: return MutexPolicy::blocking;
-    case LOOM_MUTEX_POLICY_SPIN: return MutexPolicy::spin;
-    case LOOM_MUTEX_POLICY_BATON: return MutexPolicy::baton;
-    case LOOM_MUTEX_POLICY_HYBRID: return MutexPolicy::hybrid;
-    default: return type == LOOM_MUTEX_ADAPTIVE_NP ? MutexPolicy::spin : default_mutex_policy();
+    case LOOM_MUTEX_POLICY_BLOCKING:
+      return MutexPolicy::blocking;
+    case LOOM_MUTEX_POLICY_SPIN:
+      return MutexPolicy::spin;
+    case LOOM_MUTEX_POLICY_BATON:
+      return MutexPolicy::baton;
+    case LOOM_MUTEX_POLICY_HYBRID:
+      return MutexPolicy::hybrid;
+    default:
+      return type == LOOM_MUTEX_ADAPTIVE_NP ? MutexPolicy::spin : default_mutex_policy();
   }
 }
 
 Mutex* mutex_of(loom_mutex_t* m) {
   if (!m) return nullptr;
-  return object<Mutex>(m, [m](void* w) { new (w) Mutex(mutex_type(m->_loom_type), mutex_policy(m->_loom_type, m->_loom_policy)); });
+  return object<Mutex>(
+      m, [m](void* w) { new (w) Mutex(mutex_type(m->_loom_type), mutex_policy(m->_loom_type, m->_loom_policy)); });
 }
 
 CondVar* cond_of(loom_cond_t* c) {
@@ -488,7 +497,9 @@ int loom_barrier_destroy(loom_barrier_t* b) {
 }
 
 int loom_barrier_wait(loom_barrier_t* b) {
-  Barrier* x = b ? object<Barrier>(b, [](void*) {}, false) : nullptr;
+  Barrier* x = b ? object<Barrier>(
+                       b, [](void*) {}, false)
+                 : nullptr;
   if (!x) return EINVAL;
   ErrnoKeeper k;
   bool serial = x->arrive_and_wait();

@@ -87,43 +87,43 @@ struct iovec;
 
 /* ---- limits and constants --------------------------------------------------- */
 
-#define LOOM_STACK_MIN 16384            /* = loom::kStackMin */
-#define LOOM_STACK_DEFAULT 65536        /* unless LOOM_STACK_SIZE says otherwise */
-#define LOOM_KEYS_MAX 128               /* = loom::kKeysMax */
-#define LOOM_DESTRUCTOR_ITERATIONS 4    /* = loom::kKeyDestructorRounds */
+#define LOOM_STACK_MIN 16384         /* = loom::kStackMin */
+#define LOOM_STACK_DEFAULT 65536     /* unless LOOM_STACK_SIZE says otherwise */
+#define LOOM_KEYS_MAX 128            /* = loom::kKeysMax */
+#define LOOM_DESTRUCTOR_ITERATIONS 4 /* = loom::kKeyDestructorRounds */
 #define LOOM_SEM_VALUE_MAX 0x7fffffff
 #define LOOM_BARRIER_SERIAL_THREAD (-1)
 
 #define LOOM_CREATE_JOINABLE 0
 #define LOOM_CREATE_DETACHED 1
-#define LOOM_SCOPE_SYSTEM 0             /* not supported: fibres are process scope */
+#define LOOM_SCOPE_SYSTEM 0 /* not supported: fibres are process scope */
 #define LOOM_SCOPE_PROCESS 1
 #define LOOM_PROCESS_PRIVATE 0
-#define LOOM_PROCESS_SHARED 1           /* not supported: ENOTSUP */
+#define LOOM_PROCESS_SHARED 1 /* not supported: ENOTSUP */
 
 /* Fibre priorities (loom::Priority): every ready queue is searched from high. */
 #define LOOM_PRIORITY_HIGH 0
 #define LOOM_PRIORITY_NORMAL 1
 #define LOOM_PRIORITY_LOW 2
 
-#define LOOM_MUTEX_NORMAL 0             /* relock by the owner deadlocks */
+#define LOOM_MUTEX_NORMAL 0 /* relock by the owner deadlocks */
 #define LOOM_MUTEX_RECURSIVE 1
 #define LOOM_MUTEX_ERRORCHECK 2
-#define LOOM_MUTEX_ADAPTIVE_NP 3        /* a normal mutex with the spin policy */
+#define LOOM_MUTEX_ADAPTIVE_NP 3 /* a normal mutex with the spin policy */
 #define LOOM_MUTEX_DEFAULT LOOM_MUTEX_NORMAL
 /* The barging spectrum of loom::MutexPolicy (loom/sync.hpp). */
-#define LOOM_MUTEX_POLICY_DEFAULT 0     /* the process default: LOOM_MUTEX=... */
+#define LOOM_MUTEX_POLICY_DEFAULT 0 /* the process default: LOOM_MUTEX=... */
 #define LOOM_MUTEX_POLICY_BLOCKING 1
 #define LOOM_MUTEX_POLICY_SPIN 2
 #define LOOM_MUTEX_POLICY_BATON 3
 #define LOOM_MUTEX_POLICY_HYBRID 4
 #define LOOM_MUTEX_STALLED 0
-#define LOOM_MUTEX_ROBUST 1             /* not supported: ENOTSUP */
+#define LOOM_MUTEX_ROBUST 1 /* not supported: ENOTSUP */
 #define LOOM_PRIO_NONE 0
-#define LOOM_PRIO_INHERIT 1             /* not supported: ENOTSUP */
-#define LOOM_PRIO_PROTECT 2             /* not supported: ENOTSUP */
+#define LOOM_PRIO_INHERIT 1 /* not supported: ENOTSUP */
+#define LOOM_PRIO_PROTECT 2 /* not supported: ENOTSUP */
 
-#define LOOM_RWLOCK_PREFER_READER_NP 0  /* default, as in glibc */
+#define LOOM_RWLOCK_PREFER_READER_NP 0 /* default, as in glibc */
 #define LOOM_RWLOCK_PREFER_WRITER_NP 1
 #define LOOM_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP 2
 #define LOOM_RWLOCK_DEFAULT_NP LOOM_RWLOCK_PREFER_READER_NP
@@ -141,27 +141,27 @@ struct iovec;
  * and the LOOM_*_INITIALIZER constants need no init call. Sizes are part of
  * the ABI. */
 
-typedef unsigned long loom_t;              /* like glibc's pthread_t */
+typedef unsigned long loom_t;               /* like glibc's pthread_t */
 typedef struct loom_cluster loom_cluster_t; /* a loom::Cluster */
 typedef unsigned int loom_key_t;
 
-#define LOOM_STORAGE_(n) \
-  union {                \
+#define LOOM_STORAGE_(n)          \
+  union {                         \
     unsigned char _loom_bytes[n]; \
-    int64_t _loom_ll;    \
-    void* _loom_p;       \
-    double _loom_d;      \
+    int64_t _loom_ll;             \
+    void* _loom_p;                \
+    double _loom_d;               \
   }
 
 typedef struct {
   unsigned int _loom_magic;
   int _loom_detachstate;
-  size_t _loom_stacksize;   /* 0: the cluster's default */
+  size_t _loom_stacksize; /* 0: the cluster's default */
   size_t _loom_guardsize;
   loom_cluster_t* _loom_cluster; /* null: the creator's cluster */
   int _loom_priority;
   int _loom_scope;
-  void* _loom_stackaddr;    /* set by loom_getattr_np only */
+  void* _loom_stackaddr; /* set by loom_getattr_np only */
   void* _loom_reserved[2];
 } loom_attr_t;
 
@@ -184,7 +184,7 @@ typedef struct {
 
 typedef struct {
   unsigned char _loom_state;
-  unsigned char _loom_monotonic;  /* timedwait's clock: 0 realtime, 1 monotonic */
+  unsigned char _loom_monotonic; /* timedwait's clock: 0 realtime, 1 monotonic */
   unsigned char _loom_pad[6];
   LOOM_STORAGE_(40) _loom_impl;
 } loom_cond_t;
@@ -227,7 +227,7 @@ typedef struct {
 
 typedef struct {
   unsigned char _loom_state;
-  unsigned char _loom_done;  /* 1 once the routine has returned */
+  unsigned char _loom_done; /* 1 once the routine has returned */
   unsigned char _loom_pad[6];
   LOOM_STORAGE_(32) _loom_impl;
 } loom_once_t;
@@ -237,16 +237,40 @@ typedef struct {
   int _loom_pad;
 } loom_spinlock_t;
 
-#define LOOM_MUTEX_INITIALIZER_(type) { 0, type, 0, { 0 }, { { 0 } } }
+#define LOOM_MUTEX_INITIALIZER_(type) \
+  {                                   \
+    0, type, 0, {0}, {                \
+      { 0 }                           \
+    }                                 \
+  }
 #define LOOM_MUTEX_INITIALIZER LOOM_MUTEX_INITIALIZER_(LOOM_MUTEX_NORMAL)
 #define LOOM_RECURSIVE_MUTEX_INITIALIZER_NP LOOM_MUTEX_INITIALIZER_(LOOM_MUTEX_RECURSIVE)
 #define LOOM_ERRORCHECK_MUTEX_INITIALIZER_NP LOOM_MUTEX_INITIALIZER_(LOOM_MUTEX_ERRORCHECK)
 #define LOOM_ADAPTIVE_MUTEX_INITIALIZER_NP LOOM_MUTEX_INITIALIZER_(LOOM_MUTEX_ADAPTIVE_NP)
-#define LOOM_COND_INITIALIZER { 0, 0, { 0 }, { { 0 } } }
-#define LOOM_RWLOCK_INITIALIZER { 0, LOOM_RWLOCK_DEFAULT_NP, { 0 }, { { 0 } } }
-#define LOOM_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP \
-  { 0, LOOM_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP, { 0 }, { { 0 } } }
-#define LOOM_ONCE_INIT { 0, 0, { 0 }, { { 0 } } }
+#define LOOM_COND_INITIALIZER \
+  {                           \
+    0, 0, {0}, {              \
+      { 0 }                   \
+    }                         \
+  }
+#define LOOM_RWLOCK_INITIALIZER       \
+  {                                   \
+    0, LOOM_RWLOCK_DEFAULT_NP, {0}, { \
+      { 0 }                           \
+    }                                 \
+  }
+#define LOOM_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP   \
+  {                                                      \
+    0, LOOM_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP, {0}, { \
+      { 0 }                                              \
+    }                                                    \
+  }
+#define LOOM_ONCE_INIT \
+  {                    \
+    0, 0, {0}, {       \
+      { 0 }            \
+    }                  \
+  }
 
 /* ---- threads -------------------------------------------------------------------
  * Errors are those POSIX lists; where loom can detect an undefined use it
@@ -341,9 +365,10 @@ void loom_cleanup_pop_frame(struct loom_cleanup_frame* frame, int execute);
   do {                                      \
     struct loom_cleanup_frame _loom_cframe; \
     loom_cleanup_push_frame(&_loom_cframe, (fn), (arg));
-#define loom_cleanup_pop(execute)                      \
-    loom_cleanup_pop_frame(&_loom_cframe, (execute));  \
-  } while (0)
+#define loom_cleanup_pop(execute)                   \
+  loom_cleanup_pop_frame(&_loom_cframe, (execute)); \
+  }                                                 \
+  while (0)
 
 /* ---- fibre-local keys -----------------------------------------------------------
  * Per fibre (per kernel thread for callers that are not fibres). At a

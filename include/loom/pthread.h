@@ -87,11 +87,13 @@
 #define LOOM_UNSUPPORTED_ATTR_(msg) __attribute__((__error__(msg)))
 #endif
 #ifdef __cplusplus
-#define LOOM_UNSUPPORTED_(name, why) \
-  extern "C" int loom_unsupported_##name(...) LOOM_UNSUPPORTED_ATTR_("loom/pthread.h: " #name " is not supported on fibres: " why);
+#define LOOM_UNSUPPORTED_(name, why)          \
+  extern "C" int loom_unsupported_##name(...) \
+      LOOM_UNSUPPORTED_ATTR_("loom/pthread.h: " #name " is not supported on fibres: " why);
 #else
-#define LOOM_UNSUPPORTED_(name, why) \
-  extern int loom_unsupported_##name() LOOM_UNSUPPORTED_ATTR_("loom/pthread.h: " #name " is not supported on fibres: " why);
+#define LOOM_UNSUPPORTED_(name, why)   \
+  extern int loom_unsupported_##name() \
+      LOOM_UNSUPPORTED_ATTR_("loom/pthread.h: " #name " is not supported on fibres: " why);
 #endif
 
 #define LOOM_WHY_SIGNALS_ "signals and signal masks belong to kernel threads, not fibres"
@@ -167,8 +169,12 @@ LOOM_UNSUPPORTED_(sem_unlink, LOOM_WHY_PSHARED_)
 #define pthread_mutexattr_getprioceiling loom_unsupported_pthread_mutexattr_getprioceiling
 #define pthread_mutex_setprioceiling loom_unsupported_pthread_mutex_setprioceiling
 #define pthread_mutex_getprioceiling loom_unsupported_pthread_mutex_getprioceiling
-#define pthread_cleanup_push_defer_np(fn, arg) loom_unsupported_pthread_cleanup_push_defer_np(fn, arg); {
-#define pthread_cleanup_pop_restore_np(ex) } loom_unsupported_pthread_cleanup_pop_restore_np(ex)
+#define pthread_cleanup_push_defer_np(fn, arg)             \
+  loom_unsupported_pthread_cleanup_push_defer_np(fn, arg); \
+  {
+#define pthread_cleanup_pop_restore_np(ex) \
+  }                                        \
+  loom_unsupported_pthread_cleanup_pop_restore_np(ex)
 #define sem_open loom_unsupported_sem_open
 #define sem_close loom_unsupported_sem_close
 #define sem_unlink loom_unsupported_sem_unlink

@@ -12,29 +12,28 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHECK(cond)                                                              \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);   \
-      abort();                                                                   \
-    }                                                                            \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      abort();                                                                 \
+    }                                                                          \
   } while (0)
 
-#define CHECK_EQ(a, b)                                                                              \
-  do {                                                                                              \
-    long long a_ = (long long)(a), b_ = (long long)(b);                                             \
-    if (a_ != b_) {                                                                                 \
-      fprintf(stderr, "%s:%d: check failed: %s == %s (%lld vs %lld)\n", __FILE__, __LINE__, #a, #b, \
-              a_, b_);                                                                              \
-      abort();                                                                                      \
-    }                                                                                               \
+#define CHECK_EQ(a, b)                                                                                       \
+  do {                                                                                                       \
+    long long a_ = (long long)(a), b_ = (long long)(b);                                                      \
+    if (a_ != b_) {                                                                                          \
+      fprintf(stderr, "%s:%d: check failed: %s == %s (%lld vs %lld)\n", __FILE__, __LINE__, #a, #b, a_, b_); \
+      abort();                                                                                               \
+    }                                                                                                        \
   } while (0)
 
-#define RUN(test)                                \
-  do {                                           \
-    fprintf(stderr, "[ RUN  ] %s\n", #test);     \
-    test();                                      \
-    fprintf(stderr, "[   OK ] %s\n", #test);     \
+#define RUN(test)                            \
+  do {                                       \
+    fprintf(stderr, "[ RUN  ] %s\n", #test); \
+    test();                                  \
+    fprintf(stderr, "[   OK ] %s\n", #test); \
   } while (0)
 
 /* Sanitizer runs set LOOM_TEST_SCALE to divide iteration counts. */

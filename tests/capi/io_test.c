@@ -3,10 +3,9 @@
  * conventions and errors, deadlines that never expire early, and errno
  * kept per fibre across calls that block. */
 #define _POSIX_C_SOURCE 200809L
-#include <loom/loom.h>
-
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <loom/loom.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>

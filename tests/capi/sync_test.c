@@ -4,7 +4,6 @@
  * initialised objects first used by many fibres at once. */
 #define _POSIX_C_SOURCE 200809L
 #include <loom/loom.h>
-
 #include <stdatomic.h>
 
 #include "ctest.h"

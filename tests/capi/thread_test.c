@@ -3,7 +3,6 @@
  * migration, per-fibre errno, and callers that are kernel threads. */
 #define _POSIX_C_SOURCE 200809L
 #include <loom/loom.h>
-
 #include <pthread.h> /* the system's: a kernel thread that is not a processor */
 #include <stdatomic.h>
 

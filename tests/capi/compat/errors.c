@@ -8,16 +8,26 @@
 
 static const char* name(int e) {
   switch (e) {
-    case 0: return "0";
-    case EBUSY: return "EBUSY";
-    case EDEADLK: return "EDEADLK";
-    case EPERM: return "EPERM";
-    case EINVAL: return "EINVAL";
-    case ETIMEDOUT: return "ETIMEDOUT";
-    case EAGAIN: return "EAGAIN";
-    case ESRCH: return "ESRCH";
-    case ENOTSUP: return "ENOTSUP";
-    default: return strerror(e);
+    case 0:
+      return "0";
+    case EBUSY:
+      return "EBUSY";
+    case EDEADLK:
+      return "EDEADLK";
+    case EPERM:
+      return "EPERM";
+    case EINVAL:
+      return "EINVAL";
+    case ETIMEDOUT:
+      return "ETIMEDOUT";
+    case EAGAIN:
+      return "EAGAIN";
+    case ESRCH:
+      return "ESRCH";
+    case ENOTSUP:
+      return "ENOTSUP";
+    default:
+      return strerror(e);
   }
 }
 
