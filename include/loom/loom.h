@@ -23,12 +23,13 @@
  * destroyed while another call uses it (as POSIX says). Attribute objects
  * are plain data: guard one that several threads change.
  *
- * Async-signal safety. Only loom_self, loom_equal, loom_errno_location and
- * the attribute getters may be called from a signal handler. Note that this
- * includes NOT loom_sem_post, which POSIX makes async-signal-safe: a handler
- * runs on whatever fibre its kernel thread was running, which may hold the
- * semaphore's internal spin lock. Use a pipe or an eventfd written from the
- * handler (write(2) itself, not loom_write) and read by a fibre.
+ * Async-signal safety. Only loom_self, loom_equal, loom_errno_location, the
+ * attribute getters (loom_*attr_get*) and loom_spin_trylock/loom_spin_unlock
+ * may be called from a signal handler. Unlike POSIX's sem_post, loom_sem_post
+ * is not among them: a handler runs on whatever fibre its kernel thread was
+ * running, which may hold the semaphore's internal spin lock. From a handler,
+ * write(2) (the system's, not loom_write) to a pipe or an eventfd that a
+ * fibre reads.
  *
  * errno and thread-locals. errno is per kernel thread in the C library, and
  * a fibre that blocks may resume on another processor, i.e. another kernel
@@ -48,9 +49,12 @@
  * the call. This header therefore redefines `errno` as
  * (*loom_errno_location()), a call the compiler must repeat after every call
  * (define LOOM_KEEP_LIBC_ERRNO before including it to keep glibc's macro).
- * The same holds for any _Thread_local / __thread variable: it belongs to
- * the processor, not to the fibre; never keep its address across a call
- * that may block, and prefer loom keys (loom_key_create) for per-fibre data.
+ * The same trap holds for any _Thread_local / __thread variable, which
+ * belongs to the processor, not to the fibre: within one function a
+ * compiler may compute its address before a call that blocks and use it
+ * after. Keep per-fibre data in loom keys (loom_key_create), or reach a
+ * thread-local only through a function the compiler may not inline
+ * (__attribute__((noinline))), as loom_errno_location does.
  *
  * What differs from glibc's pthreads, all documented at the functions:
  * process-private objects only (PTHREAD_PROCESS_SHARED gives ENOTSUP);

@@ -38,6 +38,12 @@
  * (compiled into libstdc++ against the system's types), which block the
  * processor; C++ programs should use loom::Mutex and loom::Fibre instead.
  *
+ * The mappings are object-like macros, so an identifier spelled like a
+ * mapped name is renamed wherever it appears after this header: a struct
+ * member called `sleep`, say, becomes `loom_sleep` — consistently within
+ * the program, which is harmless unless a library's header, compiled
+ * without these macros, shares that struct.
+ *
  * errno is per fibre across loom's calls (loom/loom.h explains how); limits
  * the program reads through sysconf (_SC_THREAD_STACK_MIN...) are still the
  * system's.
