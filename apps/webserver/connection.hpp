@@ -159,8 +159,7 @@ class Connection {
     return !closing;
   }
 
-  void append_error(int status, bool closing, std::string_view extra = {}, bool head_only = false,
-                    unsigned minor = 1) {
+  void append_error(int status, bool closing, std::string_view extra = {}, bool head_only = false, unsigned minor = 1) {
     char* p = reserve(kMaxResponseHead + 64);
     out_len_ += format_error(p, ctx_.server_name, status, conn_header(closing, minor), head_only, extra);
   }
@@ -321,11 +320,11 @@ class Connection {
   char* out_ = out_inline_;
   std::size_t out_cap_ = kInlineOut, out_len_ = 0;
   std::uint64_t discard_ = 0;
-  unsigned batch_ = 0;     // requests answered since the last read
-  bool fresh_ = true;      // at a request boundary: the next wait gets a new deadline
+  unsigned batch_ = 0;  // requests answered since the last read
+  bool fresh_ = true;   // at a request boundary: the next wait gets a new deadline
   bool want_big_ = false;
-  bool broken_ = false;    // a write failed, or the answer was cut short
-  bool unread_ = false;    // the peer may still be sending a body we will not read
+  bool broken_ = false;  // a write failed, or the answer was cut short
+  bool unread_ = false;  // the peer may still be sending a body we will not read
   bool nodelay_ = false;
   std::unique_ptr<char[]> big_in_, big_out_;
   char out_inline_[kInlineOut];

@@ -67,16 +67,26 @@ inline bool ows(char c) { return c == ' ' || c == '\t'; }
 
 const char* method_name(Method m) {
   switch (m) {
-    case Method::get: return "GET";
-    case Method::head: return "HEAD";
-    case Method::post: return "POST";
-    case Method::put: return "PUT";
-    case Method::delete_: return "DELETE";
-    case Method::options: return "OPTIONS";
-    case Method::trace: return "TRACE";
-    case Method::connect: return "CONNECT";
-    case Method::patch: return "PATCH";
-    case Method::unknown: break;
+    case Method::get:
+      return "GET";
+    case Method::head:
+      return "HEAD";
+    case Method::post:
+      return "POST";
+    case Method::put:
+      return "PUT";
+    case Method::delete_:
+      return "DELETE";
+    case Method::options:
+      return "OPTIONS";
+    case Method::trace:
+      return "TRACE";
+    case Method::connect:
+      return "CONNECT";
+    case Method::patch:
+      return "PATCH";
+    case Method::unknown:
+      break;
   }
   return "?";
 }
@@ -194,8 +204,10 @@ RequestParser::Status RequestParser::on_header(const char* buf, std::size_t b, s
           while (q < ve && (ows(*q) || *q == ',')) ++q;
           const char* tok = q;
           while (q < ve && *q != ',' && !ows(*q)) ++q;
-          if (iequals(tok, q - tok, "close")) conn_close_ = true;
-          else if (iequals(tok, q - tok, "keep-alive")) conn_keep_alive_ = true;
+          if (iequals(tok, q - tok, "close"))
+            conn_close_ = true;
+          else if (iequals(tok, q - tok, "keep-alive"))
+            conn_keep_alive_ = true;
         }
       }
       break;

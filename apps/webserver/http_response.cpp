@@ -92,19 +92,32 @@ DateCache& date_cache() {
 
 const char* status_text(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Content Too Large";
+    case 414:
+      return "URI Too Long";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    case 505:
+      return "HTTP Version Not Supported";
   }
   return "Unknown";
 }
@@ -126,8 +139,10 @@ std::size_t format_head(char* out, std::string_view server, int status, std::str
   p = put(p, "\r\nContent-Length: ");
   p = put_uint(p, content_length);
   p = put(p, "\r\n");
-  if (conn == ConnHeader::close) p = put(p, "Connection: close\r\n");
-  else if (conn == ConnHeader::keep_alive) p = put(p, "Connection: keep-alive\r\n");
+  if (conn == ConnHeader::close)
+    p = put(p, "Connection: close\r\n");
+  else if (conn == ConnHeader::keep_alive)
+    p = put(p, "Connection: keep-alive\r\n");
   p = put(p, extra.substr(0, 128));
   p = put(p, "\r\n");
   return static_cast<std::size_t>(p - out);

@@ -3,12 +3,11 @@
 // loom::offload for code that may block on a disk.
 #pragma once
 
-#include <loom/io.hpp>
-#include <loom/loom.hpp>
-
 #include <chrono>
 #include <cstddef>
 #include <exception>
+#include <loom/io.hpp>
+#include <loom/loom.hpp>
 #include <utility>
 
 #include "connection.hpp"

@@ -55,8 +55,10 @@ bool parse_uint(const char* s, unsigned long long lo, unsigned long long hi, uns
 bool parse_size(const char* s, unsigned long long& out) {
   std::string v(s);
   unsigned long long mult = 1;
-  if (!v.empty() && (v.back() == 'K' || v.back() == 'k')) mult = 1024, v.pop_back();
-  else if (!v.empty() && (v.back() == 'M' || v.back() == 'm')) mult = 1024 * 1024, v.pop_back();
+  if (!v.empty() && (v.back() == 'K' || v.back() == 'k'))
+    mult = 1024, v.pop_back();
+  else if (!v.empty() && (v.back() == 'M' || v.back() == 'm'))
+    mult = 1024 * 1024, v.pop_back();
   unsigned long long n;
   if (!parse_uint(v.c_str(), 1, 1ull << 32, n)) return false;
   out = n * mult;
@@ -84,9 +86,9 @@ int parse_options(int argc, char** argv, Options& o) {
       value = arg.substr(eq + 1);
       has_value = true;
     }
-    static const char* const kWithValue[] = {"--runtime", "--processors", "--cluster-size", "--poller",
-                                             "--port", "--address", "--root", "--read-timeout",
-                                             "--max-connections", "--stack-size", "--backlog"};
+    static const char* const kWithValue[] = {
+        "--runtime", "--processors",   "--cluster-size",    "--poller",     "--port",   "--address",
+        "--root",    "--read-timeout", "--max-connections", "--stack-size", "--backlog"};
     bool known = false;
     for (const char* k : kWithValue) known = known || name == k;
     if (!known) return bad("unknown option '%s'", arg.c_str());
@@ -97,9 +99,12 @@ int parse_options(int argc, char** argv, Options& o) {
     const char* v = value.c_str();
     unsigned long long n = 0;
     if (name == "--runtime") {
-      if (value == "loom") o.runtime = Options::Runtime::loom;
-      else if (value == "pthread") o.runtime = Options::Runtime::pthread;
-      else return bad("--runtime: '%s' is not loom or pthread", v);
+      if (value == "loom")
+        o.runtime = Options::Runtime::loom;
+      else if (value == "pthread")
+        o.runtime = Options::Runtime::pthread;
+      else
+        return bad("--runtime: '%s' is not loom or pthread", v);
     } else if (name == "--processors") {
       if (!parse_uint(v, 1, 1024, n)) return bad("--processors: '%s' is not a number from 1 to 1024", v);
       o.processors = static_cast<unsigned>(n);

@@ -15,16 +15,15 @@ struct Options {
   std::string poller;         // loom: SchedConfig::poller by name; empty = LOOM_POLLER or the default
   unsigned port = 8080;       // 0: any free port (printed)
   std::string address = "127.0.0.1";
-  std::string root;           // static files; empty = none
+  std::string root;  // static files; empty = none
   std::chrono::milliseconds read_timeout{10000};
-  std::size_t max_connections = 0;  // 0: the open-files limit less a reserve
+  std::size_t max_connections = 0;     // 0: the open-files limit less a reserve
   std::size_t stack_size = 16 * 1024;  // loom fibres; kernel threads get at least 64 KiB
   int backlog = 4096;
   bool quiet = false;
 };
 
-inline constexpr const char* kPollerNames[] = {"fibre", "loop", "loop-sleep", "opportunistic",
-                                               "opportunistic-timeout"};
+inline constexpr const char* kPollerNames[] = {"fibre", "loop", "loop-sleep", "opportunistic", "opportunistic-timeout"};
 
 // Parses argv into o. Returns -1 to go on, 0 after printing --help, or 2
 // after printing an error (the exit status for a bad command line).

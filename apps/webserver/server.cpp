@@ -69,8 +69,8 @@ unsigned local_port(int fd) {
 void print_listening(const char* prog, const Options& o, unsigned port, const std::string& details) {
   if (o.quiet) return;
   bool v6 = o.address.find(':') != std::string::npos && o.address.front() != '[';
-  std::printf("%s: listening on http://%s%s%s:%u/ (%s)\n", prog, v6 ? "[" : "", o.address.c_str(), v6 ? "]" : "",
-              port, details.c_str());
+  std::printf("%s: listening on http://%s%s%s:%u/ (%s)\n", prog, v6 ? "[" : "", o.address.c_str(), v6 ? "]" : "", port,
+              details.c_str());
   std::fflush(stdout);
 }
 

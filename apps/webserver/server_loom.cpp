@@ -12,11 +12,10 @@
 #include <sched.h>
 
 #include <cstdio>
+#include <loom/loom.hpp>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <loom/loom.hpp>
 
 #include "io_loom.hpp"
 #include "server.hpp"
@@ -98,8 +97,8 @@ int run_loom(const Options& o) {
     acceptors.emplace_back(a, [ctx, l] { accept_loop<LoomIo>(*ctx, l); });
   }
   print_listening("webserver", o, port,
-                  "runtime=loom, processors=" + std::to_string(processors) + ", clusters=" +
-                      std::to_string(nclusters) + " (" + std::to_string(per) + " each), " + cfg.describe());
+                  "runtime=loom, processors=" + std::to_string(processors) + ", clusters=" + std::to_string(nclusters) +
+                      " (" + std::to_string(per) + " each), " + cfg.describe());
   for (auto& f : acceptors) f.join();  // never: the acceptors do not return
   return 0;
 }

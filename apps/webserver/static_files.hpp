@@ -6,9 +6,8 @@
 // the result is the root or below it (a symlink pointing out of the root is
 // refused, one pointing inside is followed). A directory serves its
 // index.html, or 404 without one (no listings); anything that is not a
-// regular file is 403. Malformed escapes and %00 are 400. Every call here may block on the disk: the server runs it through its
-// runtime's `blocking` (loom's offload cluster, or in place on a kernel
-// thread).
+// regular file is 403. Malformed escapes and %00 are 400. Every call here may block on the disk: the server runs it
+// through its runtime's `blocking` (loom's offload cluster, or in place on a kernel thread).
 #pragma once
 
 #include <cstdint>

@@ -2,6 +2,7 @@
 // file mapping and timeout table (apps/webserver), without a server.
 #include <dirent.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,8 +13,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "http_parser.hpp"
 #include "http_response.hpp"
@@ -178,10 +177,10 @@ TEST(Parser, VersionsAndMethods) {
 }
 
 TEST(Parser, MalformedRequestLines) {
-  for (const char* line : {"GET  / HTTP/1.1", "GET / HTTP/1.1 ", " GET / HTTP/1.1", "GET /", "GET / HTTP/1.",
-                           "GET / http/1.1", "GET / HTTP/1.1x", "GET x HTTP/1.1", "GET / HTTP/a.1", "G(T / HTTP/1.1",
-                           "GET\t/ HTTP/1.1", "GET / HTTP/11.1", "\x01GET / HTTP/1.1", "GET /\x7f HTTP/1.1",
-                           "GET /\x80 HTTP/1.1", "GET / \x00HTTP/1.1"}) {
+  for (const char* line :
+       {"GET  / HTTP/1.1", "GET / HTTP/1.1 ", " GET / HTTP/1.1", "GET /", "GET / HTTP/1.", "GET / http/1.1",
+        "GET / HTTP/1.1x", "GET x HTTP/1.1", "GET / HTTP/a.1", "G(T / HTTP/1.1", "GET\t/ HTTP/1.1", "GET / HTTP/11.1",
+        "\x01GET / HTTP/1.1", "GET /\x7f HTTP/1.1", "GET /\x80 HTTP/1.1", "GET / \x00HTTP/1.1"}) {
     std::string s = std::string(line) + "\r\nHost: x\r\n\r\n";
     EXPECT_EQ(error_of(s), 400) << "request line: " << line;
   }
@@ -194,7 +193,7 @@ TEST(Parser, BadBytesAreRefusedBeforeTheLineEnds) {
   EXPECT_EQ(error_of("\x16\x03\x01\x02"), 400);  // a TLS hello
   EXPECT_EQ(error_of("GET / HTTP/1.1\r\nHost: a\x01"), 400);
   EXPECT_EQ(error_of("GET /\xff"), 400);
-  EXPECT_EQ(error_of("GET / HTTP/1.1\r"), -1);  // CR may yet be followed by LF
+  EXPECT_EQ(error_of("GET / HTTP/1.1\r"), -1);                  // CR may yet be followed by LF
   EXPECT_EQ(error_of("GET / HTTP/1.1\r\nX: caf\xc3\xa9"), -1);  // obs-text in a value is fine
   // One byte at a time or all at once: the same verdict.
   std::string s = "GET /" + std::string(100, 'a') + "\x02" + std::string(web::kMaxHead, 'b');

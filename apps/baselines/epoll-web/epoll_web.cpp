@@ -29,8 +29,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -157,8 +157,8 @@ std::size_t answer(Loop& l, Conn* c, const char* buf, std::size_t len) {
     bool head_only = r.method == web::Method::head;
     if (r.method != web::Method::get && r.method != web::Method::head) {
       bool body = r.has_transfer_encoding || r.content_length;
-      l.out_len += web::format_error(l.out + l.out_len, kServer, 405, web::conn_header(closing || body, r.minor),
-                                     false, "Allow: GET, HEAD\r\n");
+      l.out_len += web::format_error(l.out + l.out_len, kServer, 405, web::conn_header(closing || body, r.minor), false,
+                                     "Allow: GET, HEAD\r\n");
       c->closing = closing || body;
     } else if (r.has_transfer_encoding || r.content_length > (1u << 20)) {
       int status = r.has_transfer_encoding ? 501 : 413;
@@ -211,8 +211,8 @@ bool on_readable(Loop& l, Conn* c) {
       c->pending_in_len = len - used;
     }
     if (l.out_len && !flush(l, c)) return false;
-    if (c->closing) return c->pending_out != nullptr;  // close once the rest is written
-    if (c->pending_out) return true;  // wait for EPOLLOUT before reading more
+    if (c->closing) return c->pending_out != nullptr;            // close once the rest is written
+    if (c->pending_out) return true;                             // wait for EPOLLOUT before reading more
     if (static_cast<std::size_t>(n) < kBuf - have) return true;  // drained
   }
 }
@@ -246,7 +246,7 @@ void run_loop(Loop* lp) {
       std::uint32_t e = evs[i].events;
       bool broken = false;
       if ((e & EPOLLOUT) && c->pending_out) {
-        if (write_pending(c, broken) && c->closing) broken = true;  // final answer written
+        if (write_pending(c, broken) && c->closing) broken = true;       // final answer written
         if (!broken && !c->pending_out && !(e & EPOLLIN)) e |= EPOLLIN;  // resume reading what we left
       }
       if (!broken && (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !c->pending_out && !c->closing)
@@ -325,7 +325,8 @@ int main(int argc, char** argv) {
     epoll_ctl(l->ep, EPOLL_CTL_ADD, l->listener, &ev);
     loops.push_back(l);
   }
-  web::print_listening("epoll-web", o, port, "epoll, " + std::to_string(threads) + " loop(s), edge-triggered, SO_REUSEPORT");
+  web::print_listening("epoll-web", o, port,
+                       "epoll, " + std::to_string(threads) + " loop(s), edge-triggered, SO_REUSEPORT");
   std::vector<std::thread> ts;
   for (unsigned t = 1; t < threads; ++t) ts.emplace_back(run_loop, loops[t]);
   run_loop(loops[0]);
