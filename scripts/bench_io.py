@@ -65,7 +65,7 @@ import time
 SERVER_CPUS, CLIENT_CPUS = "1", "0"
 CLIENT = "io_client"
 
-POLLERS = ["fibre", "loop", "loop-sleep", "opportunistic", "opportunistic-timeout"]
+POLLERS = ["idle", "fibre", "loop", "loop-sleep", "opportunistic", "opportunistic-timeout"]
 
 # (system, binary, environment overrides, benches it runs in)
 PERSISTENT = ("pingpong", "stream")

@@ -56,7 +56,7 @@ TEST(Process, MalformedSettingIsReportedAndIgnored) {
 
 TEST(Process, EveryVariableSelectsItsVariant) {
   EXPECT_EQ(run(probe + " config").out,
-            "queue=nemesis placement=push steal=longest-busy sticky=8 spin=0 stack=64KiB poller=fibre lazy=on ybr=on "
+            "queue=nemesis placement=push steal=longest-busy sticky=8 spin=0 stack=64KiB poller=idle lazy=on ybr=on "
             "mutex=blocking\n");
   Result r = run("LOOM_QUEUE=shared LOOM_PLACEMENT=share LOOM_STEAL_POLICY=random LOOM_STICKY=3 LOOM_SPIN=500 "
                  "LOOM_STACK_SIZE=131072 LOOM_MUTEX=hybrid LOOM_POLLER=loop-sleep LOOM_POLLER_SLEEP=250 "
@@ -68,7 +68,7 @@ TEST(Process, EveryVariableSelectsItsVariant) {
                    "poller=opportunistic-timeout/1000us lazy=on ybr=on mutex=baton\n");
   r = run("LOOM_POLLER=epoll " + probe + " config");
   EXPECT_NE(r.out.find("loom: LOOM_POLLER=epoll: expected idle|fibre|loop|loop-sleep|opportunistic|opportunistic-timeout; "
-                       "using fibre"), std::string::npos) << r.out;
+                       "using idle"), std::string::npos) << r.out;
   r = run("LOOM_MUTEX=fastest LOOM_SPIN=-1 " + probe + " config");
   EXPECT_NE(r.out.find("loom: LOOM_MUTEX=fastest: expected blocking|spin|baton|hybrid; using blocking"), std::string::npos)
       << r.out;

@@ -16,7 +16,7 @@ const char* usage() {
          "  --processors N           loom processors in all (default: the CPUs this process may use)\n"
          "  --cluster-size N         processors per cluster (default: all in one); each cluster has\n"
          "                           its own listening socket (SO_REUSEPORT) and acceptor fibre\n"
-         "  --poller MODE            fibre, loop, loop-sleep, opportunistic, opportunistic-timeout\n"
+         "  --poller MODE            idle (default), fibre, loop, loop-sleep, opportunistic, opportunistic-timeout\n"
          "                           (default: LOOM_POLLER, else fibre)\n"
          "  --port N                 TCP port (default 8080; 0: any free port, printed)\n"
          "  --address A              IPv4 or IPv6 address to listen on (default 127.0.0.1)\n"
@@ -115,7 +115,7 @@ int parse_options(int argc, char** argv, Options& o) {
       bool ok = false;
       for (const char* p : kPollerNames) ok = ok || value == p;
       if (!ok)
-        return bad("--poller: '%s' is not one of fibre, loop, loop-sleep, opportunistic, opportunistic-timeout", v);
+        return bad("--poller: '%s' is not one of idle, fibre, loop, loop-sleep, opportunistic, opportunistic-timeout", v);
       o.poller = value;
     } else if (name == "--port") {
       if (!parse_uint(v, 0, 65535, n)) return bad("--port: '%s' is not a port number (0 to 65535)", v);

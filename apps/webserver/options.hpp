@@ -23,7 +23,7 @@ struct Options {
   bool quiet = false;
 };
 
-inline constexpr const char* kPollerNames[] = {"fibre", "loop", "loop-sleep", "opportunistic", "opportunistic-timeout"};
+inline constexpr const char* kPollerNames[] = {"idle", "fibre", "loop", "loop-sleep", "opportunistic", "opportunistic-timeout"};
 
 // Parses argv into o. Returns -1 to go on, 0 after printing --help, or 2
 // after printing an error (the exit status for a bad command line).

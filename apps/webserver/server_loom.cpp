@@ -34,6 +34,7 @@ unsigned usable_cpus() {
 }
 
 loom::PollerKind poller_kind(const std::string& name, loom::PollerKind dflt) {
+  if (name == "idle") return loom::PollerKind::idle;
   if (name == "fibre") return loom::PollerKind::fibre;
   if (name == "loop") return loom::PollerKind::loop;
   if (name == "loop-sleep") return loom::PollerKind::loop_sleep;

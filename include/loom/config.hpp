@@ -72,7 +72,7 @@ struct SchedConfig {
   std::size_t sticky_threshold = 8;
   unsigned spin = 0;
   std::size_t stack_size = kStackDefault;
-  PollerKind poller = PollerKind::fibre;
+  PollerKind poller = PollerKind::idle;
   unsigned poller_sleep_us = 1000;
   bool lazy_register = true;
   bool yield_before_read = true;
