@@ -1,6 +1,8 @@
 // options.cpp — see options.hpp.
 #include "options.hpp"
 
+#include <arpa/inet.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -115,13 +117,18 @@ int parse_options(int argc, char** argv, Options& o) {
       bool ok = false;
       for (const char* p : kPollerNames) ok = ok || value == p;
       if (!ok)
-        return bad("--poller: '%s' is not one of idle, fibre, loop, loop-sleep, opportunistic, opportunistic-timeout", v);
+        return bad("--poller: '%s' is not one of idle, fibre, loop, loop-sleep, opportunistic, opportunistic-timeout",
+                   v);
       o.poller = value;
     } else if (name == "--port") {
       if (!parse_uint(v, 0, 65535, n)) return bad("--port: '%s' is not a port number (0 to 65535)", v);
       o.port = static_cast<unsigned>(n);
     } else if (name == "--address") {
-      if (value.empty()) return bad("--address: empty%s", "");
+      std::string a =
+          value.size() > 2 && value.front() == '[' && value.back() == ']' ? value.substr(1, value.size() - 2) : value;
+      unsigned char addr[16];
+      if (inet_pton(AF_INET, a.c_str(), addr) != 1 && inet_pton(AF_INET6, a.c_str(), addr) != 1)
+        return bad("--address: '%s' is not an IPv4 or IPv6 address", v);
       o.address = value;
     } else if (name == "--root") {
       if (value.empty()) return bad("--root: empty%s", "");

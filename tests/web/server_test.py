@@ -553,7 +553,8 @@ class LimitsTest(unittest.TestCase):
         for args, what in ((["--bogus"], "unknown option"), (["--port", "abc"], "--port"),
                            (["--runtime=fibres"], "--runtime"), (["--poller", "nope"], "--poller"),
                            (["--stack-size", "1K"], "--stack-size"), (["--read-timeout", "-1"], "--read-timeout"),
-                           (["--processors"], "needs a value"), (["--root", "/nonexistent/dir"], "--root")):
+                           (["--processors"], "needs a value"), (["--root", "/nonexistent/dir"], "--root"),
+                           (["--address", "1.2.3"], "--address")):
             r = subprocess.run([ARGS.server, "--runtime", ARGS.runtime, "--port", "0"] + args, capture_output=True,
                                text=True, timeout=10)
             self.assertEqual(r.returncode, 2, f"{args}: exit {r.returncode}, {r.stderr}")
