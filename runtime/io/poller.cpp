@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
@@ -13,6 +14,7 @@
 #include "loom/fibre.hpp"
 #include "sched/cluster.hpp"
 #include "sched/processor.hpp"
+#include "sched/timer.hpp"
 
 namespace loom::rt {
 
@@ -250,10 +252,10 @@ bool io_idle_sleep(IoState& s, Processor& p, std::int64_t deadline) {
   if (!s.sleeper.compare_exchange_strong(none, &p, std::memory_order_acq_rel)) return false;
   p.epoll_sleep.store(true, std::memory_order_seq_cst);
   if (!p.wake_flag.try_consume()) {
-    int timeout = -1;
-    if (deadline >= 0) {
+    int timeout = -1;  // kNoDeadline: until woken
+    if (deadline >= 0 && deadline != kNoDeadline) {
       std::int64_t left = deadline - now_ns();
-      timeout = left <= 0 ? 0 : int((left + 999'999) / 1'000'000);
+      timeout = left <= 0 ? 0 : int(std::min<std::int64_t>((left + 999'999) / 1'000'000, 1 << 30));
     }
     static thread_local epoll_event ev[kBatch];
     int n = epoll_wait(s.epfd, ev, kBatch, timeout);

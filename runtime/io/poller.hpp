@@ -78,7 +78,8 @@ bool io_register(IoState& s, int fd, FdEntry& e);
 void io_deregister(int fd, FdEntry& e);
 // Called by a processor of c about to sleep (opportunistic pollers).
 void io_processor_idle(IoState& s);
-// The idle poller: p sleeps in epoll_wait (until `deadline`, ns, or -1)
+// The idle poller: p sleeps in epoll_wait (until `deadline`, ns; kNoDeadline
+// or -1: until woken)
 // instead of on its futex, if no other processor does; delivers what it
 // sees. False if p must sleep on its futex.
 bool io_idle_sleep(IoState& s, Processor& p, std::int64_t deadline);

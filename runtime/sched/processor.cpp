@@ -292,6 +292,10 @@ Fibre* Processor::find_work() {
 
 void Processor::run(Fibre* f) { switch_to(f, nullptr, nullptr); }
 
+namespace {
+constexpr std::int64_t kTrimAfterNs = 50'000'000;  // 50 ms idle: the burst is over
+}  // namespace
+
 void Processor::idle_loop() {
   // Runs on the idle fibre; every switch back here returns into run().
   // Re-read `this` is not needed: the idle fibre never leaves its processor.
@@ -306,7 +310,6 @@ void Processor::idle_loop() {
       cluster_->go_idle(*this);
       f = find_work();  // the last look, after announcing idle
       if (!f && !stop_.load(std::memory_order_acquire)) {
-        stacks_.trim(StackCache::kKeepIdle);  // a burst is over: give memory back
         sleeps.store(sleeps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         // One idle processor (the keeper) sleeps only until the earliest
         // timer; the others sleep until woken.
@@ -314,6 +317,15 @@ void Processor::idle_loop() {
         if (io) io_processor_idle(*io);
         bool keeper = cluster_->claim_keeper(*this);
         std::int64_t deadline = keeper ? cluster_->timers.next() : kNoDeadline;
+        // A burst is over when the processor stays idle for kTrimAfterNs: only
+        // then are cached stacks given back. Trimming at every sleep made a
+        // server between bursts unmap and map stacks all the time (the web
+        // benchmark's short connections: 0.3 mmap+mprotect+munmap each).
+        std::int64_t trim_at = -1;
+        if (stacks_.cached() > StackCache::kKeepIdle) {
+          trim_at = now_ns() + kTrimAfterNs;
+          if (deadline == kNoDeadline || trim_at < deadline) deadline = trim_at;
+        }
         if (io && io_idle_sleep(*io, *this, deadline)) {
           // slept in epoll_wait (the idle poller), and delivered what it saw
         } else if (deadline == kNoDeadline) {
@@ -322,6 +334,7 @@ void Processor::idle_loop() {
           wake_flag.wait(deadline);
         }
         if (keeper) cluster_->release_keeper(*this);
+        if (trim_at >= 0 && now_ns() >= trim_at) stacks_.trim(StackCache::kKeepIdle);
       }
       cluster_->go_busy(*this);
       if (!f) {
