@@ -163,7 +163,7 @@ http {{
     keepalive_requests 1000000000;
     keepalive_timeout 120s;
     server {{
-        listen 127.0.0.1:{port} backlog=4096;
+        listen 127.0.0.1:{port} backlog=4096{deferred};
         location / {{
             default_type text/plain;
             return 200 "Hello, World!";
@@ -194,10 +194,10 @@ class Server:
             cmd += variant_args
         elif system == "epoll":
             path = runner.binary("epoll-web")
-            cmd = [path, "--threads", str(processors), "--port", "0"]
+            cmd = [path, "--threads", str(processors), "--port", "0"] + variant_args
         elif system == "go":
             path = runner.binary(GO_BINARY)
-            cmd = [path, "-port", "0"]
+            cmd = [path, "-port", "0"] + variant_args
             env["GOMAXPROCS"] = str(processors)
         elif system == "nginx":
             path = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
@@ -206,6 +206,7 @@ class Server:
             nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
             with open(os.path.join(self.tmp, "nginx.conf"), "w") as f:
                 f.write(NGINX_CONF.format(workers=processors, tmp=self.tmp, port=self.port,
+                                          deferred=" deferred" if "deferred" in variant_args else "",
                                           nofile=min(nofile, 65536)))
             cmd = [path, "-p", self.tmp, "-c", os.path.join(self.tmp, "nginx.conf"), "-e",
                    os.path.join(self.tmp, "error.log")] if path else None
@@ -489,14 +490,25 @@ def median_row(rows):
     return row
 
 
-def configs(processors_list):
-    """(system, variant, extra args, processors) in run order."""
+# TCP_DEFER_ACCEPT, the same knob for every server (nginx: `listen ...
+# deferred`): a connection is accepted once its request is in, so loom's
+# first read succeeds and, with lazy registration, a short connection never
+# touches epoll. Short connections only, 1 processor, full runs only.
+DEFER_ARGS = {"loom": ["--defer-accept"], "pthread": ["--defer-accept"], "epoll": ["--defer-accept"],
+              "nginx": ["deferred"], "go": ["-defer-accept"]}
+
+
+def configs(processors_list, quick):
+    """(system, variant, extra args, processors, modes) in run order."""
     out = []
     for p in processors_list:
         for system in SYSTEMS:
-            out.append((system, "", [], p))
+            out.append((system, "", [], p, MODES))
             if system == "loom" and p > 1:
-                out.append((system, "clusters=2", ["--cluster-size", "1"], p))
+                out.append((system, "clusters=2", ["--cluster-size", "1"], p, MODES))
+    if not quick:
+        for system in SYSTEMS:
+            out.append((system, "defer-accept", DEFER_ARGS[system], 1, ["close"]))
     return out
 
 
@@ -513,8 +525,8 @@ def run(runner, drv):
     raise_nofile()
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     load_before = drv.loadavg()
-    cfgs = configs(s["processors"])
-    todo = [(mode, c, cfg) for cfg in cfgs for mode in MODES for c in s["points"][mode]]
+    cfgs = configs(s["processors"], runner.quick)
+    todo = [(mode, c, cfg) for cfg in cfgs for mode in cfg[4] for c in s["points"][mode]]
     print(f"web: {rounds} round(s) of {len(todo)} runs ({', '.join(sorted({label(c[0], c[1]) for c in cfgs}))}; "
           f"keep-alive and Connection: close; processors {', '.join(map(str, s['processors']))}); warm-up "
           f"{s['warmup']:g} s, wrk -t1 -d{s['duration']}s --latency", flush=True)
@@ -524,7 +536,7 @@ def run(runner, drv):
         order = drv.rotated(todo, rnd * (len(cfgs) + 1))
         # Interleave: every system at one point before the next point.
         order.sort(key=lambda x: (x[2][3], MODES.index(x[0]), x[1]))
-        for mode, conns, (system, variant, vargs, procs) in order:
+        for mode, conns, (system, variant, vargs, procs, _) in order:
             t0 = time.time()
             best, attempts = None, 0
             while True:
@@ -630,8 +642,8 @@ def div(a, b, digits=None):
 
 def print_goals(by):
     """The issue's goals, as ratios in this run (1 processor, server on CPU 1)."""
-    def get(mode, system, c, key):
-        r = by.get((mode, system, "", c, 1))
+    def get(mode, system, c, key, variant=""):
+        r = by.get((mode, system, variant, c, 1))
         return r.get(key) if r else None
 
     lines = []
@@ -663,6 +675,9 @@ def print_goals(by):
              div(get("close", "loom", c, rps), get("close", "epoll", c, rps)), 1.0, True)
         goal(f"Connection: close c={c}: CPU/request loom / epoll",
              div(get("close", "loom", c, cpu), get("close", "epoll", c, cpu)), 1.0, False)
+        d = "defer-accept"
+        goal(f"Connection: close c={c}, both with {d}: CPU/request loom / epoll",
+             div(get("close", "loom", c, cpu, d), get("close", "epoll", c, cpu, d)), 1.0, False)
     if not lines:
         return
     print()

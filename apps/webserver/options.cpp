@@ -30,6 +30,9 @@ const char* usage() {
          "  --stack-size BYTES       fibre stack size, suffix K or M allowed (default 16K, the\n"
          "                           minimum); kernel threads get at least 64K\n"
          "  --backlog N              listen(2) backlog (default 4096)\n"
+         "  --defer-accept           TCP_DEFER_ACCEPT: accept connections only once their first\n"
+         "                           bytes have arrived (a client that sends nothing is accepted\n"
+         "                           after about a second, then timed out as usual)\n"
          "  --quiet                  do not print the listening line\n"
          "  --help\n"
          "Routes: GET|HEAD /plaintext and / (without --root) answer \"Hello, World!\".\n";
@@ -78,6 +81,10 @@ int parse_options(int argc, char** argv, Options& o) {
     }
     if (arg == "--quiet") {
       o.quiet = true;
+      continue;
+    }
+    if (arg == "--defer-accept") {
+      o.defer_accept = true;
       continue;
     }
     std::string name = arg, value;

@@ -20,10 +20,12 @@ struct Options {
   std::size_t max_connections = 0;     // 0: the open-files limit less a reserve
   std::size_t stack_size = 16 * 1024;  // loom fibres; kernel threads get at least 64 KiB
   int backlog = 4096;
+  bool defer_accept = false;  // TCP_DEFER_ACCEPT: accept a connection once its first bytes are in
   bool quiet = false;
 };
 
-inline constexpr const char* kPollerNames[] = {"idle", "fibre", "loop", "loop-sleep", "opportunistic", "opportunistic-timeout"};
+inline constexpr const char* kPollerNames[] = {"idle",       "fibre",         "loop",
+                                               "loop-sleep", "opportunistic", "opportunistic-timeout"};
 
 // Parses argv into o. Returns -1 to go on, 0 after printing --help, or 2
 // after printing an error (the exit status for a bad command line).

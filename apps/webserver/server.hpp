@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -42,6 +43,12 @@ int open_listener(const Options& o, unsigned port, bool reuseport, std::string& 
   int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (reuseport) ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  if (o.defer_accept) {
+    // The first read of a new connection then finds its request: on loom
+    // it neither fails with EAGAIN nor registers the socket with epoll.
+    int secs = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &secs, sizeof secs);
+  }
   if (Io::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || Io::listen(fd, o.backlog) != 0) {
     err = o.address + ":" + std::to_string(port) + ": " + std::strerror(errno);
     Io::close(fd);

@@ -549,6 +549,27 @@ class LimitsTest(unittest.TestCase):
         finally:
             server.stop()
 
+    def test_defer_accept(self):
+        server = Server("--defer-accept")
+        try:
+            s = connect(server.port)
+            s.sendall(request("/plaintext", headers=["Connection: close"]))
+            out = read_until_close(s, 5)
+            s.close()
+            self.assertIsNotNone(out)
+            got, _ = parse_responses(out, [False])
+            self.assertEqual((got[0][0], got[0][2]), (200, b"Hello, World!"))
+            # A client that sends nothing is still accepted (after about a
+            # second) and then closed at its read timeout.
+            s = connect(server.port)
+            t0 = time.monotonic()
+            self.assertEqual(read_until_close(s, READ_TIMEOUT + 6), b"")
+            self.assertLess(time.monotonic() - t0, READ_TIMEOUT + 6)
+            s.close()
+            self.assertTrue(server.alive())
+        finally:
+            server.stop()
+
     def test_bad_command_lines(self):
         for args, what in ((["--bogus"], "unknown option"), (["--port", "abc"], "--port"),
                            (["--runtime=fibres"], "--runtime"), (["--poller", "nope"], "--poller"),

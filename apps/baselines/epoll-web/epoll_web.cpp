@@ -2,7 +2,7 @@
 // edge-triggered epoll loop, one per thread, each with its own listening
 // socket on the same port (SO_REUSEPORT).
 //
-//   epoll-web [--threads N] [--port P] [--address A] [--quiet]
+//   epoll-web [--threads N] [--port P] [--address A] [--defer-accept] [--quiet]
 //
 // Kept as lean as we know how, and honest: the same request parser and the
 // same response bytes as the loom server (apps/webserver's http_parser and
@@ -66,6 +66,7 @@ struct Loop {
   char in[kBuf];
   char out[kBuf];
   std::size_t out_len = 0;
+  bool defer_accept = false;
 };
 
 void close_conn(Conn* c) {
@@ -228,7 +229,15 @@ void accept_all(Loop& l) {
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
     ev.data.ptr = c;
-    if (epoll_ctl(l.ep, EPOLL_CTL_ADD, fd, &ev) != 0) close_conn(c);
+    if (epoll_ctl(l.ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      close_conn(c);
+    } else if (l.defer_accept) {
+      // TCP_DEFER_ACCEPT: the request is already here; answer it now
+      // rather than after the next epoll_wait.
+      bool broken = !on_readable(l, c);
+      if (!broken && c->closing && !c->pending_out) broken = true;
+      if (broken) close_conn(c);
+    }
   }
 }
 
@@ -258,8 +267,10 @@ void run_loop(Loop* lp) {
 }
 
 int usage_error(const char* msg, const char* arg) {
-  std::fprintf(stderr, "epoll-web: %s '%s'\nusage: epoll-web [--threads N] [--port P] [--address A] [--quiet]\n", msg,
-               arg);
+  std::fprintf(
+      stderr,
+      "epoll-web: %s '%s'\nusage: epoll-web [--threads N] [--port P] [--address A] [--defer-accept] [--quiet]\n", msg,
+      arg);
   return 2;
 }
 
@@ -280,8 +291,10 @@ int main(int argc, char** argv) {
     char* end = nullptr;
     if (a == "--quiet") {
       o.quiet = true;
+    } else if (a == "--defer-accept") {
+      o.defer_accept = true;
     } else if (a == "--help" || a == "-h") {
-      std::printf("usage: epoll-web [--threads N] [--port P] [--address A] [--quiet]\n");
+      std::printf("usage: epoll-web [--threads N] [--port P] [--address A] [--defer-accept] [--quiet]\n");
       return 0;
     } else if ((v = value("--threads"))) {
       unsigned long t = std::strtoul(v, &end, 10);
@@ -319,6 +332,7 @@ int main(int argc, char** argv) {
     if (t == 0) port = web::local_port(l->listener);
     if (::fcntl(l->listener, F_SETFL, O_NONBLOCK) != 0) return 1;
     l->ep = epoll_create1(EPOLL_CLOEXEC);
+    l->defer_accept = o.defer_accept;
     epoll_event ev{};
     ev.events = EPOLLIN;  // level-triggered: accept_all may stop early (EMFILE)
     ev.data.ptr = nullptr;

@@ -5,13 +5,14 @@
 // Date (net/http adds it) and Content-Length; anything else 404. Standard
 // library only; built offline by scripts/bench (GOPROXY=off, no modules).
 //
-//	go-web [-port N] [-address A]
+//	go-web [-port N] [-address A] [-defer-accept]
 //
 // GOMAXPROCS (environment) sets how many threads run goroutines; the
 // benchmark sets it to the CPUs the server is given.
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"syscall"
 )
 
 var (
@@ -51,12 +53,28 @@ func handle(w http.ResponseWriter, r *http.Request) {
 func main() {
 	port := flag.Int("port", 8080, "TCP port (0: any free port, printed)")
 	address := flag.String("address", "127.0.0.1", "address to listen on")
+	defer_ := flag.Bool("defer-accept", false, "TCP_DEFER_ACCEPT on the listening socket")
 	flag.Parse()
 	if flag.NArg() > 0 || *port < 0 || *port > 65535 {
-		fmt.Fprintln(os.Stderr, "usage: go-web [-port N] [-address A]")
+		fmt.Fprintln(os.Stderr, "usage: go-web [-port N] [-address A] [-defer-accept]")
 		os.Exit(2)
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(*address, strconv.Itoa(*port)))
+	var lc net.ListenConfig
+	if *defer_ {
+		// The same knob as the other servers' --defer-accept: accept a
+		// connection once its first bytes are in.
+		lc.Control = func(network, addr string, c syscall.RawConn) error {
+			var serr error
+			err := c.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_DEFER_ACCEPT, 1)
+			})
+			if err != nil {
+				return err
+			}
+			return serr
+		}
+	}
+	ln, err := lc.Listen(context.Background(), "tcp", net.JoinHostPort(*address, strconv.Itoa(*port)))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "go-web:", err)
 		os.Exit(1)
