@@ -447,14 +447,17 @@ def plot(out_dir, rows, drv, started):
                     continue
                 name = f"{mode}_{metric}_{i}"
                 blocks.append(f"${name} << EOD\n" + "".join(f"{c} {v:.4f}\n" for c, v in pts) + "EOD\n")
-                plots.append(f"${name} using 1:2 with linespoints lw 2 lc {i + 1} pt {5 + i % 9} "
+                # One colour per system, one dash pattern per variant.
+                colour = SYSTEMS.index(system) + 1 if system in SYSTEMS else 8
+                dash = {"": 1, "defer-accept": 2}.get(variant, 3)
+                plots.append(f"${name} using 1:2 with linespoints lw 2 lc {colour} dt {dash} pt {5 + i % 9} "
                              f"title '{label(system, variant)}'")
             if plots:
                 panels.append(f"set title '{mtitle}: {ytitle}'\nset ylabel '{ytitle}'\nplot {', '.join(plots)}\n")
     if not panels:
         return None
     script = "".join(blocks) + f"""
-set terminal pngcairo size 1300,900 font ',10'
+set terminal pngcairo size 1500,900 font ',10'
 set output '{png}'
 set multiplot layout 2,2 title "web plaintext: wrk -t1 on CPU 0, server on CPU 1 (1 processor / loop / worker)\\n{drv.MACHINE}, {started}"
 set logscale x
@@ -463,7 +466,7 @@ set xtics ({', '.join(str(c) for c in CONNECTIONS)})
 set xrange [70:14000]
 set yrange [0:*]
 set grid
-set key bottom left font ',8'
+set key outside right top font ',8'
 """ + "".join(panels) + "unset multiplot\n"
     r = subprocess.run(["gnuplot"], input=script, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        timeout=60)
