@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 
 #include "io/fd_table.hpp"
@@ -62,7 +63,10 @@ void deliver(IoState& s, const epoll_event* ev, int n) {
 
 void* poller_thread_main(void* arg) {
   IoState& s = *static_cast<IoState*>(arg);
-  static thread_local epoll_event ev[kBatch];
+  // On the heap: a thread_local array would be static TLS in every thread
+  // of every program linked with loom.
+  std::unique_ptr<epoll_event[]> events(new epoll_event[kBatch]);
+  epoll_event* ev = events.get();
   for (;;) {
     int timeout = -1;
     // Opportunistic: poll while a processor is idle (a sleeping processor
@@ -176,6 +180,7 @@ void add_eventfd(IoState& s, int* fd) {
 
 void start_poller(IoState& s) {
   if (s.kind == PollerKind::idle) {
+    s.sleeper_events.reset(new epoll_event[kBatch]);
     add_eventfd(s, &s.wake_fd);
     return;
   }
@@ -257,7 +262,8 @@ bool io_idle_sleep(IoState& s, Processor& p, std::int64_t deadline) {
       std::int64_t left = deadline - now_ns();
       timeout = left <= 0 ? 0 : int(std::min<std::int64_t>((left + 999'999) / 1'000'000, 1 << 30));
     }
-    static thread_local epoll_event ev[kBatch];
+    // One sleeper at a time (the CAS above): it owns the cluster's buffer.
+    epoll_event* ev = s.sleeper_events.get();
     int n = epoll_wait(s.epfd, ev, kBatch, timeout);
     if (n < 0 && errno != EINTR) die("epoll_wait (idle processor)");
     if (n > 0) deliver(s, ev, n);
@@ -275,8 +281,8 @@ void io_interrupt(IoState& s) {
 
 void io_busy_poll(IoState& s) {
   if (s.kind != PollerKind::idle || s.sleeper.load(std::memory_order_relaxed)) return;
-  epoll_event ev[64];
-  int n = epoll_wait(s.epfd, ev, 64, 0);
+  epoll_event ev[32];  // on the running fibre's stack: keep it small
+  int n = epoll_wait(s.epfd, ev, 32, 0);
   if (n > 0) deliver(s, ev, n);
 }
 

@@ -31,8 +31,11 @@
 
 #include <pthread.h>
 
+#include <sys/epoll.h>
+
 #include <atomic>
 #include <cstdint>
+#include <memory>
 
 #include "base/futex.hpp"
 #include "loom/config.hpp"
@@ -55,6 +58,7 @@ struct IoState {
   int stop_fd = -1;  // eventfd: stops a poller thread blocked in epoll_wait
   int wake_fd = -1;  // eventfd: wakes the processor sleeping in epoll_wait
   std::atomic<Processor*> sleeper{nullptr};  // idle poller: who sleeps in epoll_wait
+  std::unique_ptr<epoll_event[]> sleeper_events;  // ... and the events it takes
   unsigned sleep_us = 0;
   bool lazy = true;
   bool yield_before_read = true;
