@@ -74,4 +74,4 @@ install: all
 	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	@rm -rf $(BUILD) build-asan build-tsan bench-results
+	@rm -rf $(BUILD) build-asan build-tsan build-fuzz bench-results
