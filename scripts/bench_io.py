@@ -339,12 +339,7 @@ set yrange [0:*]
 set grid
 set key top left font ',8'
 """ + "".join(panels) + "unset multiplot\n"
-    r = subprocess.run(["gnuplot"], input=script, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       timeout=60)
-    if r.returncode != 0:
-        print(f"{drv.PROG}: gnuplot failed: {r.stderr.strip()}", file=sys.stderr)
-        return None
-    return png
+    return png if drv.run_gnuplot(script) else None
 
 
 # ---- the benchmark -------------------------------------------------------------

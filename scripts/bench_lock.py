@@ -40,9 +40,7 @@ how many kept runs were still disturbed.
 
 import datetime
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import time
 
@@ -92,34 +90,6 @@ def label(system, variant):
 
 
 # ---- building ------------------------------------------------------------------
-
-
-def build_go(runner, root):
-    """go build of the Go peer into build/ (standard library only, no network)."""
-    if runner.bin_dir:
-        return True
-    go = shutil.which("go")
-    if not go:
-        runner.failures.append("go not found: the Go peer is not measured (apt-get install golang-go)")
-        return False
-    out_dir = os.path.join(root, "build", "apps", "baselines", "lockbench-go")
-    os.makedirs(out_dir, exist_ok=True)
-    env = dict(os.environ)
-    env.update(GOCACHE=os.path.join(root, "build", "go-cache"), GOPATH=os.path.join(root, "build", "go-path"),
-               GOPROXY="off", GO111MODULE="on", CGO_ENABLED="0")
-    env.pop("GOFLAGS", None)
-    cmd = [go, "build", "-o", os.path.join(out_dir, GO_BINARY), "."]
-    try:
-        r = subprocess.run(cmd, cwd=os.path.join(root, GO_SOURCE), env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        runner.failures.append(f"{' '.join(cmd)} (in {GO_SOURCE}): timed out after 300 s")
-        return False
-    if r.returncode != 0:
-        sys.stderr.write(r.stdout[-4000:])
-        runner.failures.append(f"{' '.join(cmd)} (in {GO_SOURCE}) failed (exit {r.returncode})")
-        return False
-    return True
 
 
 # ---- running -------------------------------------------------------------------
@@ -172,18 +142,6 @@ def median_row(rows):
 # ---- plots ---------------------------------------------------------------------
 
 
-def gnuplot(script, prog):
-    if not shutil.which("gnuplot"):
-        print(f"{prog}: gnuplot not found; no plot (scripts/deps.sh bench installs it)", file=sys.stderr)
-        return False
-    r = subprocess.run(["gnuplot"], input=script, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       timeout=60)
-    if r.returncode != 0:
-        print(f"{prog}: gnuplot failed: {r.stderr.strip()}", file=sys.stderr)
-        return False
-    return True
-
-
 COLOURS = ["#6a0dad", "#1e90ff", "#00a0a0", "#7b68ee", "#d2691e", "#228b22", "#9acd32", "#000000"]
 
 
@@ -217,7 +175,7 @@ set grid
 set key outside right top vertical
 plot {', '.join(plots)}, 2 with lines lc rgb 'gray' dt 3 title '2 processors, ideal'
 """
-    return png if gnuplot(script, prog) else None
+    return png if DRIVER.run_gnuplot(script) else None
 
 
 def plot_efficiency(out_dir, eff, machine, started, prog, points):
@@ -250,19 +208,24 @@ set grid
 set key outside right top vertical
 plot {', '.join(plots)}, 0 with lines lc rgb 'gray' dt 3 notitle
 """
-    return png if gnuplot(script, prog) else None
+    return png if DRIVER.run_gnuplot(script) else None
 
 
 # ---- the benchmark ---------------------------------------------------------------
 
 
+DRIVER = None  # scripts/bench, the module that called run()
+
+
 def run(runner, drv):
+    global DRIVER
+    DRIVER = drv
     root, prog, machine = drv.ROOT, drv.PROG, drv.MACHINE
     s = QUICK if runner.quick else FULL
     scal_rounds = runner.rounds or s["scal_rounds"]
     eff_rounds = runner.rounds or s["eff_rounds"]
     t_start = time.time()
-    have_go = build_go(runner, root)
+    have_go = drv.go_build(runner, GO_SOURCE, GO_BINARY, timeout=300)
     if not runner.build(CXX_BINARIES + ([GO_BINARY] if have_go else [])):
         return
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")

@@ -398,34 +398,6 @@ def one_run(runner, drv, system, variant, vargs, mode, conns, processors, s):
 # ---- building ----------------------------------------------------------------------
 
 
-def build_go(runner, root):
-    """go build of go-web into build/ (standard library only, offline)."""
-    if runner.bin_dir:
-        return runner.binary(GO_BINARY) is not None
-    go = shutil.which("go")
-    if not go:
-        runner.failures.append("go not found: the Go peer is not measured (scripts/deps.sh bench)")
-        return False
-    out_dir = os.path.join(root, "build", "apps", "baselines", "go-web")
-    os.makedirs(out_dir, exist_ok=True)
-    env = dict(os.environ)
-    env.update(GOCACHE=os.path.join(root, "build", "go-cache"), GOPATH=os.path.join(root, "build", "go-path"),
-               GOPROXY="off", GO111MODULE="on", CGO_ENABLED="0")
-    env.pop("GOFLAGS", None)
-    cmd = [go, "build", "-o", os.path.join(out_dir, GO_BINARY), "."]
-    try:
-        r = subprocess.run(cmd, cwd=os.path.join(root, GO_SOURCE), env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, timeout=600)
-    except subprocess.TimeoutExpired:
-        runner.failures.append(f"{' '.join(cmd)} (in {GO_SOURCE}): timed out")
-        return False
-    if r.returncode != 0:
-        sys.stderr.write(r.stdout[-4000:])
-        runner.failures.append(f"{' '.join(cmd)} (in {GO_SOURCE}) failed (exit {r.returncode})")
-        return False
-    return True
-
-
 # ---- the plot --------------------------------------------------------------------
 
 
@@ -468,12 +440,7 @@ set yrange [0:*]
 set grid
 set key outside right top font ',8'
 """ + "".join(panels) + "unset multiplot\n"
-    r = subprocess.run(["gnuplot"], input=script, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       timeout=60)
-    if r.returncode != 0:
-        print(f"{drv.PROG}: gnuplot failed: {r.stderr.strip()}", file=sys.stderr)
-        return None
-    return png
+    return png if drv.run_gnuplot(script) else None
 
 
 # ---- the benchmark -------------------------------------------------------------
@@ -522,7 +489,7 @@ def run(runner, drv):
     if not shutil.which("wrk"):
         runner.failures.append("web: wrk not found (scripts/deps.sh bench)")
         return
-    have_go = build_go(runner, drv.ROOT)
+    have_go = drv.go_build(runner, GO_SOURCE, GO_BINARY)
     if not runner.build(BINARIES + ([GO_BINARY] if have_go else [])):
         return
     raise_nofile()
