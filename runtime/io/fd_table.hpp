@@ -45,6 +45,10 @@ struct FdEntry {
   // empty then, and any later arrival raises an edge (epoll(7)), so the next
   // read may wait for that edge instead of spending a system call on EAGAIN.
   std::atomic<bool> in_drained{false};
+  // The last read filled the caller's buffer: more is probably queued, so
+  // the next read does not yield first (yield-before-read is for reads that
+  // would otherwise find nothing yet).
+  std::atomic<bool> in_full{false};
   // The poller saw the peer hang up (or an error): the end of the stream
   // needs no new edge, so drained reads must not wait for one.
   std::atomic<bool> hup{false};

@@ -62,6 +62,7 @@ void adopt(int fd, bool user_nonblock, bool eager_register, bool stream) {
   e->user_nonblock.store(user_nonblock, std::memory_order_relaxed);
   e->stream.store(stream, std::memory_order_relaxed);
   e->in_drained.store(false, std::memory_order_relaxed);
+  e->in_full.store(false, std::memory_order_relaxed);
   e->hup.store(false, std::memory_order_relaxed);
   e->shared.store(false, std::memory_order_relaxed);
   e->in.timeout_ns.store(0, std::memory_order_relaxed);
@@ -198,7 +199,8 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
     e->in_drained.store(false, std::memory_order_relaxed);
     r = wait_and_retry(fd, *e, side, op, d, timeout_err, false);
   } else {
-    if (input && p->cluster().config().yield_before_read) p->yield();
+    if (input && p->cluster().config().yield_before_read && !(want && e->in_full.load(std::memory_order_relaxed)))
+      p->yield();
     r = sys(op);
     if (r == -EAGAIN) r = wait_and_retry(fd, *e, side, op, d, timeout_err, false);
   }
@@ -207,6 +209,8 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
     bool drained = want && r > 0 && std::size_t(r) < want && e->stream.load(std::memory_order_relaxed) &&
                    e->registered.load(std::memory_order_relaxed);
     if (drained != e->in_drained.load(std::memory_order_relaxed)) e->in_drained.store(drained, std::memory_order_relaxed);
+    bool full = want && r > 0 && std::size_t(r) == want;
+    if (full != e->in_full.load(std::memory_order_relaxed)) e->in_full.store(full, std::memory_order_relaxed);
   }
   return r;
 }
