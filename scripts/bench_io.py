@@ -50,7 +50,6 @@ repeated (bounded), keeping the least disturbed attempt.
 import datetime
 import json
 import os
-import resource
 import select
 import shutil
 import signal
@@ -59,6 +58,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from bench_common import label, proc_rss_kib, raise_nofile, spread
 
 # ---- settings ----------------------------------------------------------------
 
@@ -99,17 +100,7 @@ MEDIAN_KEYS = ("requests_per_s", "server_cpu_us_per_req", "client_cpu_us_per_req
                "others_cpus", "server_rss_kib", "rss_per_connection_kib")
 
 
-def label(system, variant):
-    return system + (f" [{variant}]" if variant else "")
-
-
 # ---- processes -------------------------------------------------------------------
-
-
-def raise_nofile():
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def read_line(proc, timeout):
@@ -133,17 +124,6 @@ def read_line(proc, timeout):
     line, buf = buf.split(b"\n", 1)
     proc._linebuf = buf
     return line.decode(errors="replace")
-
-
-def rss_kib(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return None
 
 
 class Server:
@@ -224,7 +204,7 @@ def one_run(runner, drv, cfg, bench, conns, s):
         runner.failures.append(srv.error)
         return None
     pid, port = srv.info["pid"], srv.info["listening"]
-    rss_idle = rss_kib(pid)
+    rss_idle = proc_rss_kib(pid)
     client = runner.binary(CLIENT)
     cmd = ["taskset", "-c", CLIENT_CPUS, client, "--port", str(port), "--mode", bench, "--connections", str(conns),
            "--warmup", str(s["warmup"]), "--duration", str(s["duration"]), "--server-pid", str(pid)]
@@ -374,11 +354,6 @@ def cell(r, rounds):
     pm = f" ±{r['spread_pct']:.0f}%" if rounds > 1 and r.get("spread_pct") is not None else ""
     sat = {"server": "S", "client": "C", "both": "B", "neither": "-"}.get(r.get("saturated"), "?")
     return f"{r['requests_per_s']:>10,.0f} | {cpu:6.2f}{pm:<5} | {sat}"
-
-
-def spread(values):
-    m = statistics.median(values)
-    return 100.0 * (max(values) - min(values)) / 2 / m if m else 0.0
 
 
 def run(runner, drv):

@@ -44,6 +44,8 @@ import statistics
 import sys
 import time
 
+from bench_common import label
+
 # ---- settings ----------------------------------------------------------------
 
 # (system, variant, binary, extra arguments). The variant is what the program
@@ -83,10 +85,6 @@ MAX_RETRIES = 2
 # The goals at the goal point: (peer, peer variant, goal for loom / peer).
 GOALS = [("pthread", "", 1.0), ("boost.fiber", "", 0.5), ("go", "", 0.5)]
 IDLE_GOAL_MS_PER_S = 1.0  # "zero": under 1 ms of CPU per second (0.1 % of a CPU)
-
-
-def label(system, variant):
-    return system + (f" [{variant}]" if variant else "")
 
 
 # ---- building ------------------------------------------------------------------

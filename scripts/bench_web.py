@@ -54,6 +54,8 @@ import sys
 import tempfile
 import time
 
+from bench_common import label, proc_rss_kib, raise_nofile
+
 # ---- settings ----------------------------------------------------------------
 
 SYSTEMS = ["loom", "pthread", "epoll", "nginx", "go"]
@@ -77,17 +79,7 @@ RSS_GOAL_KIB = 8.0
 HZ = os.sysconf("SC_CLK_TCK")
 
 
-def label(system, variant):
-    return system + (f" [{variant}]" if variant else "")
-
-
 # ---- processes -------------------------------------------------------------------
-
-
-def raise_nofile():
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def proc_cpu_ticks(pid):
@@ -97,17 +89,6 @@ def proc_cpu_ticks(pid):
         return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
     except (OSError, ValueError, IndexError):
         return None
-
-
-def proc_rss_kib(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return None
 
 
 def children(pid):
