@@ -54,21 +54,31 @@ FdTable& table() {
   return t;
 }
 
+// Records what a descriptor's number refers to, with fresh per-use hints
+// and no registration; the kind is published last.
+void describe(FdEntry& e, std::uint8_t kind, bool user_nonblock, bool stream, bool shared) {
+  e.user_nonblock.store(user_nonblock, std::memory_order_relaxed);
+  e.stream.store(stream, std::memory_order_relaxed);
+  e.shared.store(shared, std::memory_order_relaxed);
+  e.in_drained.store(false, std::memory_order_relaxed);
+  e.in_full.store(false, std::memory_order_relaxed);
+  e.hup.store(false, std::memory_order_relaxed);
+  e.registered.store(nullptr, std::memory_order_relaxed);
+  e.kind.store(kind, std::memory_order_release);
+}
+
+void clear_timeouts(FdEntry& e) {
+  e.in.timeout_ns.store(0, std::memory_order_relaxed);
+  e.out.timeout_ns.store(0, std::memory_order_relaxed);
+}
+
 // Sets up the entry of a descriptor loom just created: non-blocking
 // underneath, `user_nonblock` as the program asked.
 void adopt(int fd, bool user_nonblock, bool eager_register, bool stream) {
   FdEntry* e = table().get(fd);
   if (!e) return;
-  e->user_nonblock.store(user_nonblock, std::memory_order_relaxed);
-  e->stream.store(stream, std::memory_order_relaxed);
-  e->in_drained.store(false, std::memory_order_relaxed);
-  e->in_full.store(false, std::memory_order_relaxed);
-  e->hup.store(false, std::memory_order_relaxed);
-  e->shared.store(false, std::memory_order_relaxed);
-  e->in.timeout_ns.store(0, std::memory_order_relaxed);
-  e->out.timeout_ns.store(0, std::memory_order_relaxed);
-  e->registered.store(nullptr, std::memory_order_relaxed);
-  e->kind.store(kFdPollable, std::memory_order_release);
+  clear_timeouts(*e);
+  describe(*e, kFdPollable, user_nonblock, stream, /*shared=*/false);
   if (eager_register)
     if (Processor* p = this_processor()) io_register(io_state(p->cluster()), fd, *e);
 }
@@ -83,26 +93,21 @@ bool lazy_here() {
 // regular file, a terminal shared with the parent, a pipe) is left as it is
 // and its calls are offloaded.
 std::uint8_t classify(int fd, FdEntry& e) {
+  // Not made by loom: another number or process may share the file.
   struct stat st {};
-  std::uint8_t kind = kFdFile;
   if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) {
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0) {
-      e.user_nonblock.store((fl & O_NONBLOCK) != 0, std::memory_order_relaxed);
       int type = 0;
       socklen_t len = sizeof type;
-      e.stream.store(getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM,
-                     std::memory_order_relaxed);
-      e.in_drained.store(false, std::memory_order_relaxed);
-      e.hup.store(false, std::memory_order_relaxed);
-      e.shared.store(true, std::memory_order_relaxed);  // not made by loom: who knows
+      bool stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM;
       if (!(fl & O_NONBLOCK)) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-      kind = kFdPollable;
+      describe(e, kFdPollable, (fl & O_NONBLOCK) != 0, stream, /*shared=*/true);
+      return kFdPollable;
     }
   }
-  e.registered.store(nullptr, std::memory_order_relaxed);
-  e.kind.store(kind, std::memory_order_release);
-  return kind;
+  describe(e, kFdFile, false, false, /*shared=*/true);
+  return kFdFile;
 }
 
 template <typename Op>
@@ -237,16 +242,10 @@ void copy_view(int from, int to) {
   if (!a || !b) return;
   std::uint8_t kind = a->kind.load(std::memory_order_acquire);
   if (kind == kFdUnknown) return;  // classified on first use
-  b->user_nonblock.store(a->user_nonblock.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  b->stream.store(a->stream.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  b->in_drained.store(false, std::memory_order_relaxed);
-  b->hup.store(false, std::memory_order_relaxed);
   a->shared.store(true, std::memory_order_relaxed);
-  b->shared.store(true, std::memory_order_relaxed);
-  b->in.timeout_ns.store(0, std::memory_order_relaxed);
-  b->out.timeout_ns.store(0, std::memory_order_relaxed);
-  b->registered.store(nullptr, std::memory_order_relaxed);
-  b->kind.store(kind, std::memory_order_release);
+  clear_timeouts(*b);
+  describe(*b, kind, a->user_nonblock.load(std::memory_order_relaxed), a->stream.load(std::memory_order_relaxed),
+           /*shared=*/true);
 }
 
 long connect_wait(int fd, const sockaddr* addr, socklen_t len, Deadline d, int timeout_err) {
