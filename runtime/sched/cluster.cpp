@@ -84,7 +84,7 @@ Fibre* Cluster::pop_background(Processor& p) {
   return f;
 }
 
-Fibre* Cluster::steal(Processor& thief) {
+Fibre* Cluster::steal(Processor& thief, bool wait) {
   Processor* victims[64];
   std::size_t n = 0;
   {
@@ -96,7 +96,7 @@ Fibre* Cluster::steal(Processor& thief) {
   n = policy_->order(thief, victims, n);
   for (std::size_t i = 0; i < n; ++i) {
     std::size_t length = 0;
-    Fibre* f = victims[i]->ready_queue().steal(&length);
+    Fibre* f = victims[i]->ready_queue().steal(&length, wait);
     if (!f) continue;
     thief.steals.store(thief.steals.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     // Transient by default: the fibre keeps its affinity and goes home when

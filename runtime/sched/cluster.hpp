@@ -52,7 +52,9 @@ class Cluster {
   Fibre* pop_background(Processor& p);
   ReadyQueue* shared_queue() { return config_.queue == QueueKind::shared ? &shared_ : nullptr; }
   bool stealing() const { return config_.stealing && config_.queue != QueueKind::shared; }
-  Fibre* steal(Processor& thief);
+  // wait: take each victim's consumer lock even if another consumer holds
+  // it, instead of moving on (for the last look before sleeping).
+  Fibre* steal(Processor& thief, bool wait = false);
 
   // Idle and busy lists (thesis §3.2.3).
   void go_idle(Processor& p);

@@ -282,11 +282,16 @@ void Processor::push_local(Fibre* f) {
   if (rq_ != &own_rq_) cluster_->wake_one();
 }
 
-Fibre* Processor::find_work() {
+Fibre* Processor::find_work(bool last_look) {
   cluster_->fire_timers();
   if (Fibre* f = next_ready()) return f;
+  // The last look, after announcing idle, must see any work pushed behind a
+  // busy processor before the announcement (its pusher saw no sleeper to
+  // wake): a steal that gave up on a busy consumer lock would leave that
+  // work to its owner alone (CI under TSan, where the owner takes the same
+  // lock, caught it).
   if (cluster_->stealing())
-    if (Fibre* f = cluster_->steal(*this)) return f;
+    if (Fibre* f = cluster_->steal(*this, last_look)) return f;
   return cluster_->pop_background(*this);
 }
 
@@ -308,7 +313,7 @@ void Processor::idle_loop() {
     if (!f) {
       if (stop_.load(std::memory_order_acquire)) return;
       cluster_->go_idle(*this);
-      f = find_work();  // the last look, after announcing idle
+      f = find_work(/*last_look=*/true);  // after announcing idle
       if (!f && !stop_.load(std::memory_order_acquire)) {
         sleeps.store(sleeps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         // One idle processor (the keeper) sleeps only until the earliest
@@ -337,11 +342,12 @@ void Processor::idle_loop() {
         if (trim_at >= 0 && now_ns() >= trim_at) stacks_.trim(StackCache::kKeepIdle);
       }
       cluster_->go_busy(*this);
-      if (!f) {
-        f = find_work();
-        cluster_->thief_done();
-        if (!f) continue;
-      }
+      if (!f) f = find_work();
+      // Also when the last look found work: a thief woken just then would
+      // otherwise keep every other sleeper from being woken to steal until
+      // it next went idle.
+      cluster_->thief_done();
+      if (!f) continue;
     }
     run(f);
   }

@@ -96,7 +96,7 @@ class Processor {
   friend void processor_idle_entry(transfer_t);
   static void* thread_main(void* self);
   void idle_loop();
-  Fibre* find_work();
+  Fibre* find_work(bool last_look = false);
   void run(Fibre* f);
   void enter_thread();  // per-thread set-up on the processor's kernel thread
 

@@ -7,8 +7,10 @@
 //                  serialised internally (spin lock), so the owner, a thief
 //                  and — for shared queues — every processor may call it;
 //   steal(...)     like pop, but gives up at once when another consumer
-//                  holds the queue, and reports the queue's length (capped)
-//                  so the thief can decide whether the fibre sticks;
+//                  holds the queue (unless told to wait: a processor's last
+//                  look before it sleeps must not miss work), and reports
+//                  the queue's length (capped) so the thief can decide
+//                  whether the fibre sticks;
 //   maybe_nonempty() a racy hint for thieves and idle checks.
 //
 // The Nemesis kind keeps producers lock-free. Its consumers are serialised
@@ -83,14 +85,17 @@ class ReadyQueue {
     return nullptr;
   }
 
-  Fibre* steal(std::size_t* length) noexcept {
+  Fibre* steal(std::size_t* length, bool wait) noexcept {
     if (!maybe_nonempty()) return nullptr;
     if (!nemesis_) {
       *length = 0;
       for (auto& q : lq_) *length += q.walk(~std::size_t(0));
       return pop_locked(kPriorities - 1);
     }
-    if (!thief_.try_lock()) return nullptr;
+    if (wait)
+      thief_.lock();
+    else if (!thief_.try_lock())
+      return nullptr;
     if (asymmetric_) {
       heavy_fence();
       while (owner_busy_.load(std::memory_order_acquire)) cpu_relax();
