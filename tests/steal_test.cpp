@@ -48,7 +48,7 @@ void job_body(void* arg) {
     rt::Fibre* self = rt::this_fibre_or_null();
     r.ran_on = loom::this_fibre::processor_index();
     r.affinity = int(self->affinity->index());
-    spin_for(std::chrono::microseconds(50));
+    spin_for(std::chrono::microseconds(150));  // 200 of them: 30 ms on the victim alone
     ++r.iterations;
     r.running.store(0);
     if (i < j->yields) loom::this_fibre::yield();
