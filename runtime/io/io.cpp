@@ -166,7 +166,8 @@ long wait_and_retry(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeo
     r = -errno;
   } else {
     for (;;) {
-      io.blocks.fetch_add(1, std::memory_order_relaxed);
+      Processor* here = this_processor();  // the owner: a plain increment
+      here->io_blocks.store(here->io_blocks.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       int rc = s.ready.acquire_errno(d);
       if (e.gen.load(std::memory_order_acquire) != gen) {
         r = -EBADF;
@@ -515,7 +516,8 @@ Stats stats() {
   rt::IoState* io = p->cluster().io.load(std::memory_order_acquire);
   if (!io) return s;
   s.registrations = io->registrations.load(std::memory_order_relaxed);
-  s.blocks = io->blocks.load(std::memory_order_relaxed);
+  rt::Cluster& c = p->cluster();
+  for (std::size_t i = 0, n = c.size(); i < n; ++i) s.blocks += c.processor(i)->io_blocks.load(std::memory_order_relaxed);
   s.polls = io->polls.load(std::memory_order_relaxed);
   s.events = io->events.load(std::memory_order_relaxed);
   return s;

@@ -96,16 +96,18 @@ Fibre* Cluster::steal(Processor& thief, bool wait) {
   n = policy_->order(thief, victims, n);
   for (std::size_t i = 0; i < n; ++i) {
     std::size_t length = 0;
-    Fibre* f = victims[i]->ready_queue().steal(&length, wait);
-    if (!f) continue;
-    thief.steals.store(thief.steals.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    // Transient by default: the fibre keeps its affinity and goes home when
-    // it next blocks. Past the threshold the victim is overloaded: stay.
+    Fibre* got[kStealBatch];
+    std::size_t k = victims[i]->ready_queue().steal(got, kStealBatch, &length, wait);
+    if (!k) continue;
+    thief.steals.store(thief.steals.load(std::memory_order_relaxed) + k, std::memory_order_relaxed);
+    // Transient by default: the fibres keep their affinity and go home when
+    // they next block. Past the threshold the victim is overloaded: stay.
     if (config_.sticky_threshold && length >= config_.sticky_threshold) {
-      f->affinity = &thief;
-      thief.sticky_steals.store(thief.sticky_steals.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      for (std::size_t j = 0; j < k; ++j) got[j]->affinity = &thief;
+      thief.sticky_steals.store(thief.sticky_steals.load(std::memory_order_relaxed) + k, std::memory_order_relaxed);
     }
-    return f;
+    for (std::size_t j = 1; j < k; ++j) thief.push_local(got[j]);
+    return got[0];
   }
   return nullptr;
 }

@@ -54,7 +54,10 @@ class Cluster {
   bool stealing() const { return config_.stealing && config_.queue != QueueKind::shared; }
   // wait: take each victim's consumer lock even if another consumer holds
   // it, instead of moving on (for the last look before sleeping).
+  // Takes half a victim's queue (up to kStealBatch): returns one fibre and
+  // queues the others on the thief.
   Fibre* steal(Processor& thief, bool wait = false);
+  static constexpr std::size_t kStealBatch = 32;
 
   // Idle and busy lists (thesis §3.2.3).
   void go_idle(Processor& p);
@@ -75,12 +78,12 @@ class Cluster {
   // Timers (see sched/timer.hpp). add_timer wakes whoever must re-arm.
   void add_timer(TimerNode* n);
   void fire_timers();
-  TimerHeap timers;
+  alignas(64) TimerHeap timers;
   bool claim_keeper(Processor& p);
   void release_keeper(Processor& p);
 
-  std::atomic<IoState*> io{nullptr};  // epoll set and poller, made on first use
-  std::atomic<long> fibres{0};  // live fibres that belong to this cluster
+  alignas(64) std::atomic<IoState*> io{nullptr};  // epoll set and poller, made on first use
+  alignas(64) std::atomic<long> fibres{0};  // live fibres that belong to this cluster
   loom::Cluster* facade = nullptr;  // the public object for this cluster
   ClusterStats stats() const;
 
@@ -88,18 +91,24 @@ class Cluster {
   void list_remove(Processor& p);
   void list_append(Processor& p, ListState s);
 
+  // Layout: what every scheduling decision reads (config_, procs_, io,
+  // policy_) stays apart from what processors write as they come and go
+  // (the queues, the idle/busy lists, the timer heap, the fibre count), each
+  // group on cache lines of its own: with one cluster of several
+  // processors, a shared line written at every idle/busy transition was
+  // re-read by every yield and I/O call.
   SchedConfig config_;
   unsigned id_;
   std::atomic<Processor*> procs_[kMaxProcessors] = {};
   std::atomic<std::size_t> nprocs_{0};
   SpinLock grow_lock_;
-  std::atomic<unsigned> rr_{0};
-  ReadyQueue staging_;
-  ReadyQueue background_;
-  ReadyQueue shared_;
   std::unique_ptr<StealPolicy> policy_;
+  alignas(64) std::atomic<unsigned> rr_{0};
+  alignas(64) ReadyQueue staging_;
+  alignas(64) ReadyQueue background_;
+  alignas(64) ReadyQueue shared_;
 
-  SpinLock list_lock_;
+  alignas(64) SpinLock list_lock_;
   Processor* busy_head_ = nullptr;  // longest busy first
   Processor* busy_tail_ = nullptr;
   Processor* idle_head_ = nullptr;

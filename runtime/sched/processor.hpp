@@ -78,11 +78,14 @@ class Processor {
   void join_thread();
   void retire();  // after join_thread: frees the stacks and signal stack
 
-  // Per-processor counters: steals, sticky_steals and sleeps are written
-  // only by the owner; wakes by whoever wakes it.
-  std::atomic<std::uint64_t> steals{0}, sticky_steals{0}, sleeps{0}, wakes{0};
+  // Per-processor counters: steals, sticky_steals, sleeps and io_blocks
+  // (waits for readiness) are written only by the owner; wakes by whoever
+  // wakes it. Per processor, so that counting costs no shared cache line.
+  std::atomic<std::uint64_t> steals{0}, sticky_steals{0}, sleeps{0}, io_blocks{0};
 
-  // Owned by the cluster, guarded by its list lock.
+  // What others write (wakers, and the cluster under its list lock), on
+  // cache lines apart from the owner's counters above and its private state.
+  alignas(64) std::atomic<std::uint64_t> wakes{0};
   ListState list_state = ListState::none;
   Processor* list_prev = nullptr;
   Processor* list_next = nullptr;
@@ -100,7 +103,7 @@ class Processor {
   void run(Fibre* f);
   void enter_thread();  // per-thread set-up on the processor's kernel thread
 
-  Cluster* cluster_;
+  alignas(64) Cluster* cluster_;
   unsigned index_;
   ReadyQueue own_rq_;
   ReadyQueue* rq_;
