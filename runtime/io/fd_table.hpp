@@ -10,8 +10,9 @@
 //  - a mutex: fibres sharing a descriptor in one direction take turns in
 //    the slow path (the one waiting on readiness), so one edge-triggered
 //    notification is never consumed by a fibre that then does not read;
-//  - a binary semaphore: the poller posts it on every edge; edges that
-//    arrive while nobody waits collapse into one pending post.
+//  - a ReadyWord, a binary semaphore for the one fibre that holds the turn:
+//    the poller posts it on every edge; edges that arrive while nobody
+//    waits collapse into one pending post.
 // `gen` counts closes of the number: a fibre woken from a wait whose
 // generation changed returns EBADF (close wakes everyone waiting).
 #pragma once
@@ -19,6 +20,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "io/ready_word.hpp"
 #include "loom/sync.hpp"
 
 namespace loom::rt {
@@ -33,7 +35,7 @@ enum FdKind : std::uint8_t {
 
 struct FdSide {
   Mutex turn{MutexType::normal, MutexPolicy::blocking};
-  BinarySemaphore ready{false};
+  ReadyWord ready;  // posted by the poller on every edge
   std::atomic<std::int64_t> timeout_ns{0};  // 0 = none
 };
 

@@ -168,7 +168,7 @@ long wait_and_retry(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeo
     for (;;) {
       Processor* here = this_processor();  // the owner: a plain increment
       here->io_blocks.store(here->io_blocks.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      int rc = s.ready.acquire_errno(d);
+      int rc = s.ready.wait(d);
       if (e.gen.load(std::memory_order_acquire) != gen) {
         r = -EBADF;
         break;
@@ -232,8 +232,8 @@ void retire(int fd) {
     e->registered.store(nullptr, std::memory_order_relaxed);  // close(2) deregisters
   e->gen.fetch_add(1, std::memory_order_acq_rel);
   e->kind.store(kFdUnknown, std::memory_order_release);
-  e->in.ready.release();
-  e->out.ready.release();
+  e->in.ready.post();
+  e->out.ready.post();
 }
 
 // A new number that refers to the same open file as `from`.

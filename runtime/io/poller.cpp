@@ -51,8 +51,8 @@ void deliver(IoState& s, const epoll_event* ev, int n) {
     std::uint32_t m = ev[i].events;
     if ((m & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !e->hup.load(std::memory_order_relaxed))
       e->hup.store(true, std::memory_order_relaxed);  // before the post that wakes the reader
-    if (m & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) e->in.ready.release();
-    if (m & (EPOLLOUT | EPOLLHUP | EPOLLERR)) e->out.ready.release();
+    if (m & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) e->in.ready.post();
+    if (m & (EPOLLOUT | EPOLLHUP | EPOLLERR)) e->out.ready.post();
     ++delivered;
   }
   s.polls.fetch_add(1, std::memory_order_relaxed);

@@ -1,0 +1,100 @@
+#include "io/ready_word.hpp"
+
+#include <cerrno>
+
+#include "sched/cluster.hpp"
+#include "sched/processor.hpp"
+#include "sched/timer.hpp"
+#include "sync/wait.hpp"
+
+namespace loom::rt {
+
+namespace {
+
+enum : int { kPosted = 0, kExpired = 1 };
+
+// On the waiting fibre's stack, for the length of one wait. The word holds
+// the Fibre itself, not this record, so a post touches nothing of the
+// waiter's but what schedule() does; only the timer writes the result.
+struct Parked {
+  TimerNode timer;  // first member: TimerNode* -> Parked*
+  std::atomic<std::uintptr_t>* word = nullptr;
+  Fibre* fibre = nullptr;
+  Cluster* cluster = nullptr;
+  std::atomic<int> result{kPosted};
+  std::atomic<bool> settled{false};  // timed waits: the park action is done with it
+};
+
+bool parked_expire(TimerNode* n) {
+  auto* r = reinterpret_cast<Parked*>(n);
+  std::uintptr_t me = reinterpret_cast<std::uintptr_t>(r->fibre);
+  if (!r->word->compare_exchange_strong(me, ReadyWord::kEmpty, std::memory_order_acq_rel)) return false;
+  r->result.store(kExpired, std::memory_order_release);
+  return true;
+}
+
+void parked_complete(TimerNode* n) { schedule(reinterpret_cast<Parked*>(n)->fibre); }
+
+// The post-switch action of a wait (see ready_word.hpp).
+void park(Processor&, Fibre*, void* arg) {
+  auto* r = static_cast<Parked*>(arg);
+  // Read before publishing: an untimed record may be gone once published.
+  const bool timed = r->timer.deadline != kNoDeadline;
+  Fibre* const self = r->fibre;
+  std::atomic<std::uintptr_t>& word = *r->word;
+  std::uintptr_t cur = word.load(std::memory_order_acquire);
+  for (;;) {
+    if (cur == ReadyWord::kToken) {
+      if (!word.compare_exchange_weak(cur, ReadyWord::kEmpty, std::memory_order_acq_rel)) continue;
+      r->settled.store(true, std::memory_order_release);
+      schedule(self);
+      return;
+    }
+    // kEmpty: the turn mutex admits one waiter, so never another fibre.
+    if (word.compare_exchange_weak(cur, reinterpret_cast<std::uintptr_t>(self), std::memory_order_acq_rel)) break;
+  }
+  if (!timed) return;
+  r->cluster->add_timer(&r->timer);
+  r->settled.store(true, std::memory_order_release);
+}
+
+}  // namespace
+
+void ReadyWord::post() noexcept {
+  std::uintptr_t cur = word_.load(std::memory_order_acquire);
+  for (;;) {
+    if (cur == kToken) return;  // edges collapse
+    std::uintptr_t next = cur == kEmpty ? kToken : kEmpty;
+    if (!word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) continue;
+    if (cur != kEmpty) schedule(reinterpret_cast<Fibre*>(cur));  // took the waiter: its wake-up is ours
+    return;
+  }
+}
+
+int ReadyWord::wait(Deadline d) noexcept {
+  std::uintptr_t cur = word_.load(std::memory_order_acquire);
+  if (cur == kToken && word_.compare_exchange_strong(cur, kEmpty, std::memory_order_acq_rel)) return 0;
+  if (expired(d)) return d == kNow ? EAGAIN : ETIMEDOUT;
+  Processor* p = this_processor();
+  Parked r;
+  r.word = &word_;
+  r.fibre = p->current();
+  r.cluster = r.fibre->cluster;
+  if (d != kForever) {
+    r.timer.deadline = d;
+    r.timer.expire = &parked_expire;
+    r.timer.complete = &parked_complete;
+  }
+  p->suspend(&park, &r);
+  // Resumed, maybe on another processor: by a post, by the timer, or by
+  // the park action itself (the token arrived while it parked).
+  if (d != kForever)
+    while (!r.settled.load(std::memory_order_acquire)) cpu_relax();
+  if (r.result.load(std::memory_order_acquire) == kPosted) {
+    if (d != kForever) r.cluster->timers.remove(&r.timer);
+    return 0;
+  }
+  return ETIMEDOUT;
+}
+
+}  // namespace loom::rt
