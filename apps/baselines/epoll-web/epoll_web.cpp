@@ -218,6 +218,20 @@ bool on_readable(Loop& l, Conn* c) {
   }
 }
 
+// One readiness event of a connection: write what is pending, read and
+// answer, close when broken or done.
+void on_event(Loop& l, Conn* c, std::uint32_t e) {
+  bool broken = false;
+  if ((e & EPOLLOUT) && c->pending_out) {
+    if (write_pending(c, broken) && c->closing) broken = true;       // final answer written
+    if (!broken && !c->pending_out && !(e & EPOLLIN)) e |= EPOLLIN;  // resume reading what we left
+  }
+  if (!broken && (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !c->pending_out && !c->closing)
+    broken = !on_readable(l, c);
+  if (!broken && c->closing && !c->pending_out) broken = true;
+  if (broken) close_conn(c);
+}
+
 void accept_all(Loop& l) {
   for (;;) {
     int fd = ::accept4(l.listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -229,15 +243,10 @@ void accept_all(Loop& l) {
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
     ev.data.ptr = c;
-    if (epoll_ctl(l.ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (epoll_ctl(l.ep, EPOLL_CTL_ADD, fd, &ev) != 0)
       close_conn(c);
-    } else if (l.defer_accept) {
-      // TCP_DEFER_ACCEPT: the request is already here; answer it now
-      // rather than after the next epoll_wait.
-      bool broken = !on_readable(l, c);
-      if (!broken && c->closing && !c->pending_out) broken = true;
-      if (broken) close_conn(c);
-    }
+    else if (l.defer_accept)
+      on_event(l, c, EPOLLIN);  // TCP_DEFER_ACCEPT: the request is here; answer it now
   }
 }
 
@@ -251,17 +260,7 @@ void run_loop(Loop* lp) {
         accept_all(l);
         continue;
       }
-      Conn* c = static_cast<Conn*>(evs[i].data.ptr);
-      std::uint32_t e = evs[i].events;
-      bool broken = false;
-      if ((e & EPOLLOUT) && c->pending_out) {
-        if (write_pending(c, broken) && c->closing) broken = true;       // final answer written
-        if (!broken && !c->pending_out && !(e & EPOLLIN)) e |= EPOLLIN;  // resume reading what we left
-      }
-      if (!broken && (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !c->pending_out && !c->closing)
-        broken = !on_readable(l, c);
-      if (!broken && c->closing && !c->pending_out) broken = true;
-      if (broken) close_conn(c);
+      on_event(l, static_cast<Conn*>(evs[i].data.ptr), evs[i].events);
     }
   }
 }
