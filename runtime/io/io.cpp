@@ -513,10 +513,10 @@ Stats stats() {
   Stats s;
   rt::Processor* p = rt::this_processor();
   if (!p) return s;
-  rt::IoState* io = p->cluster().io.load(std::memory_order_acquire);
+  rt::Cluster& c = p->cluster();
+  rt::IoState* io = c.io.load(std::memory_order_acquire);
   if (!io) return s;
   s.registrations = io->registrations.load(std::memory_order_relaxed);
-  rt::Cluster& c = p->cluster();
   for (std::size_t i = 0, n = c.size(); i < n; ++i) s.blocks += c.processor(i)->io_blocks.load(std::memory_order_relaxed);
   s.polls = io->polls.load(std::memory_order_relaxed);
   s.events = io->events.load(std::memory_order_relaxed);

@@ -52,10 +52,10 @@ class Cluster {
   Fibre* pop_background(Processor& p);
   ReadyQueue* shared_queue() { return config_.queue == QueueKind::shared ? &shared_ : nullptr; }
   bool stealing() const { return config_.stealing && config_.queue != QueueKind::shared; }
-  // wait: take each victim's consumer lock even if another consumer holds
-  // it, instead of moving on (for the last look before sleeping).
   // Takes half a victim's queue (up to kStealBatch): returns one fibre and
-  // queues the others on the thief.
+  // queues the others on the thief. wait: take each victim's consumer lock
+  // even if another consumer holds it, instead of moving on (for the last
+  // look before sleeping).
   Fibre* steal(Processor& thief, bool wait = false);
   static constexpr std::size_t kStealBatch = 32;
 
