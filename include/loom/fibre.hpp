@@ -41,6 +41,10 @@ struct FibreAttr {
   Cluster* cluster = nullptr;  // nullptr: the creating fibre's cluster
   bool background = false;     // place in the cluster's background queue
   const char* name = nullptr;  // shown in diagnostics; must outlive the fibre
+  // A colored fibre (loom/color.hpp) waits for its color before it starts
+  // and holds it until it exits, also while blocked; 0: uncolored.
+  std::uint32_t color = 0;
+  bool color_shared = false;   // hold the color shared (overlaps other shared work)
 };
 
 class Fibre {
