@@ -24,6 +24,11 @@
 //                              longest interval between polls (µs)
 //   LOOM_LAZY_REGISTER=on|off  register an fd with epoll only once it blocks
 //   LOOM_YIELD_BEFORE_READ=on|off  input calls yield before the syscall
+//   LOOM_PIN=on|off            pin each processor's kernel thread to the PU
+//                              it was assigned (default off; see topo.hpp)
+//   LOOM_TOPOLOGY=DESC         use this hwloc synthetic topology instead of
+//                              the machine's, e.g. "pack:2 l3:2 core:4 pu:1"
+//                              (process-wide, read once; never pins)
 //
 // A malformed value is reported on stderr, naming the variable, and the
 // default is kept: a typo must not silently change the scheduler.
@@ -76,6 +81,9 @@ struct SchedConfig {
   unsigned poller_sleep_us = 1000;
   bool lazy_register = true;
   bool yield_before_read = true;
+  // Pin each processor's kernel thread to its PU (Processor::pu(), handed out
+  // round robin over the machine's PUs in processor creation order).
+  bool pin = false;
 
   // The defaults above, overridden by LOOM_* variables that are set.
   static SchedConfig from_env();

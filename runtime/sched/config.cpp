@@ -43,6 +43,7 @@ SchedConfig SchedConfig::from_env() {
   c.poller_sleep_us = unsigned(env_size("LOOM_POLLER_SLEEP", c.poller_sleep_us, 0, 10'000'000));
   c.lazy_register = env_bool("LOOM_LAZY_REGISTER", c.lazy_register);
   c.yield_before_read = env_bool("LOOM_YIELD_BEFORE_READ", c.yield_before_read);
+  c.pin = env_bool("LOOM_PIN", c.pin);
   return c;
 }
 
@@ -53,7 +54,9 @@ std::string SchedConfig::describe() const {
          (poller == PollerKind::loop_sleep || poller == PollerKind::opportunistic_timeout
               ? "/" + std::to_string(poller_sleep_us) + "us"
               : std::string()) +
-         " lazy=" + (lazy_register ? "on" : "off") + " ybr=" + (yield_before_read ? "on" : "off");
+         " lazy=" + (lazy_register ? "on" : "off") + " ybr=" + (yield_before_read ? "on" : "off") +
+         // Only when on: the default summary stays what scripts and process_test compare against.
+         (pin ? " pin=on" : "");
 }
 
 }  // namespace loom
