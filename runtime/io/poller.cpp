@@ -228,6 +228,7 @@ IoState& io_state(Cluster& c) {
   if (s->epfd < 0) die("epoll_create1");
   start_poller(*s);
   c.io.store(s, std::memory_order_release);
+  c.add_extension(s);
   return *s;
 }
 
@@ -255,7 +256,7 @@ bool io_idle_sleep(IoState& s, Processor& p, std::int64_t deadline) {
   if (s.kind != PollerKind::idle) return false;
   Processor* none = nullptr;
   if (!s.sleeper.compare_exchange_strong(none, &p, std::memory_order_acq_rel)) return false;
-  p.epoll_sleep.store(true, std::memory_order_seq_cst);
+  p.sleeping_in.store(&s, std::memory_order_seq_cst);
   if (!p.wake_flag.try_consume()) {
     int timeout = -1;  // kNoDeadline: until woken
     if (deadline >= 0 && deadline != kNoDeadline) {
@@ -268,7 +269,7 @@ bool io_idle_sleep(IoState& s, Processor& p, std::int64_t deadline) {
     if (n < 0 && errno != EINTR) die("epoll_wait (idle processor)");
     if (n > 0) deliver(s, ev, n);
   }
-  p.epoll_sleep.store(false, std::memory_order_relaxed);
+  p.sleeping_in.store(nullptr, std::memory_order_relaxed);
   s.sleeper.store(nullptr, std::memory_order_release);
   p.wake_flag.try_consume();  // awake now: whatever was posted is in a queue
   return true;
@@ -285,6 +286,12 @@ void io_busy_poll(IoState& s) {
   int n = epoll_wait(s.epfd, ev, 32, 0);
   if (n > 0) deliver(s, ev, n);
 }
+
+void IoState::busy_pick(Processor&) { io_busy_poll(*this); }
+void IoState::before_sleep(Processor&) { io_processor_idle(*this); }
+bool IoState::sleep(Processor& p, std::int64_t deadline) { return io_idle_sleep(*this, p, deadline); }
+void IoState::interrupt(Processor&) { io_interrupt(*this); }
+void IoState::shutdown() { io_shutdown(*cluster); }
 
 void io_shutdown(Cluster& c) {
   IoState* s = c.io.load(std::memory_order_acquire);

@@ -39,6 +39,7 @@
 
 #include "base/futex.hpp"
 #include "loom/config.hpp"
+#include "sched/extension.hpp"
 
 namespace loom {
 class Fibre;
@@ -51,7 +52,17 @@ class Fibre;
 class Processor;
 struct FdEntry;
 
-struct IoState {
+// A cluster's I/O state; it plugs into the scheduler as its I/O extension
+// (sched/extension.hpp): busy_pick polls without blocking (idle poller),
+// before_sleep signals the opportunistic pollers, sleep is the idle
+// poller's epoll_wait, interrupt breaks it, shutdown stops the poller.
+struct IoState final : Extension {
+  void busy_pick(Processor& p) override;
+  void before_sleep(Processor& p) override;
+  bool sleep(Processor& p, std::int64_t deadline) override;
+  void interrupt(Processor& p) override;
+  void shutdown() override;
+
   Cluster* cluster = nullptr;
   PollerKind kind = PollerKind::fibre;
   int epfd = -1;

@@ -112,6 +112,23 @@ Fibre* Cluster::steal(Processor& thief, bool wait) {
   return nullptr;
 }
 
+// ---- extensions ------------------------------------------------------------------
+
+void Cluster::add_extension(Extension* e) {
+  SpinGuard g(grow_lock_);
+  unsigned i = next_ext_.load(std::memory_order_relaxed);
+  if (i == kMaxExtensions) {
+    std::fprintf(stderr, "loom: cluster %u: more than %u scheduler extensions\n", id_, kMaxExtensions);
+    std::abort();
+  }
+  ext_[i].store(e, std::memory_order_release);
+  next_ext_.store(i + 1, std::memory_order_release);
+}
+
+void Cluster::shutdown_extensions() {
+  for (unsigned i = 0, n = extension_count(); i < n; ++i) extension(i)->shutdown();
+}
+
 // ---- idle and busy lists ------------------------------------------------------
 
 void Cluster::list_remove(Processor& p) {

@@ -12,6 +12,7 @@
 
 #include "base/spinlock.hpp"
 #include "loom/cluster.hpp"
+#include "sched/extension.hpp"
 #include "sched/processor.hpp"
 #include "sched/ready_queue.hpp"
 #include "sched/steal_policy.hpp"
@@ -20,6 +21,7 @@
 namespace loom::rt {
 
 struct IoState;
+class ColorLayer;
 
 class Cluster {
  public:
@@ -82,7 +84,18 @@ class Cluster {
   bool claim_keeper(Processor& p);
   void release_keeper(Processor& p);
 
-  alignas(64) std::atomic<IoState*> io{nullptr};  // epoll set and poller, made on first use
+  // Extensions (sched/extension.hpp): at most kMaxExtensions, added once
+  // each, never removed. The scheduler calls them only through the contract.
+  static constexpr unsigned kMaxExtensions = 4;
+  void add_extension(Extension* e);
+  unsigned extension_count() const { return next_ext_.load(std::memory_order_acquire); }
+  Extension* extension(unsigned i) const { return ext_[i].load(std::memory_order_acquire); }
+  void shutdown_extensions();
+
+  // The layers' per-cluster state, opaque here: each layer makes its own on
+  // first use and plugs into the scheduler as an Extension.
+  alignas(64) std::atomic<IoState*> io{nullptr};        // epoll set and poller
+  std::atomic<ColorLayer*> color{nullptr};              // color queues and runners
   alignas(64) std::atomic<long> fibres{0};  // live fibres that belong to this cluster
   loom::Cluster* facade = nullptr;  // the public object for this cluster
   ClusterStats stats() const;
@@ -103,6 +116,8 @@ class Cluster {
   std::atomic<std::size_t> nprocs_{0};
   SpinLock grow_lock_;
   std::unique_ptr<StealPolicy> policy_;
+  std::atomic<Extension*> ext_[kMaxExtensions] = {};
+  std::atomic<unsigned> next_ext_{0};
   alignas(64) std::atomic<unsigned> rr_{0};
   alignas(64) ReadyQueue staging_;
   alignas(64) ReadyQueue background_;

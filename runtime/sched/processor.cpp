@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <exception>
 
-#include "io/poller.hpp"
 #include "sched/cluster.hpp"
+#include "sched/extension.hpp"
 #include "sched/overflow.hpp"
 
 namespace loom::rt {
@@ -213,9 +213,10 @@ Fibre* Processor::next_ready(unsigned max_level, bool fire_timers) {
   ++tick_;
   if (fire_timers && (tick_ & 15) == 0) {
     if (cluster_->timers.pending()) cluster_->fire_timers();
-    // The idle poller: busy processors look at the epoll set now and then.
+    // Extensions look outside now and then (the idle poller: a
+    // non-blocking epoll_wait).
     if ((tick_ & 127) == 0)
-      if (IoState* io = cluster_->io.load(std::memory_order_relaxed)) io_busy_poll(*io);
+      for (unsigned i = 0, n = cluster_->extension_count(); i < n; ++i) cluster_->extension(i)->busy_pick(*this);
   }
   if ((tick_ & 63) == 0 && (f = cluster_->pop_staging(*this))) return f;
   if ((f = rq_->pop(max_level))) return f;
@@ -292,6 +293,8 @@ Fibre* Processor::find_work(bool last_look) {
   // lock, caught it).
   if (cluster_->stealing())
     if (Fibre* f = cluster_->steal(*this, last_look)) return f;
+  for (unsigned i = 0, n = cluster_->extension_count(); i < n; ++i)
+    if (Fibre* f = cluster_->extension(i)->find_work(*this, last_look)) return f;
   return cluster_->pop_background(*this);
 }
 
@@ -318,8 +321,8 @@ void Processor::idle_loop() {
         sleeps.store(sleeps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         // One idle processor (the keeper) sleeps only until the earliest
         // timer; the others sleep until woken.
-        IoState* io = cluster_->io.load(std::memory_order_acquire);
-        if (io) io_processor_idle(*io);
+        unsigned n_ext = cluster_->extension_count();
+        for (unsigned i = 0; i < n_ext; ++i) cluster_->extension(i)->before_sleep(*this);
         bool keeper = cluster_->claim_keeper(*this);
         std::int64_t deadline = keeper ? cluster_->timers.next() : kNoDeadline;
         // A burst is over when the processor stays idle for kTrimAfterNs: only
@@ -331,8 +334,11 @@ void Processor::idle_loop() {
           trim_at = now_ns() + kTrimAfterNs;
           if (deadline == kNoDeadline || trim_at < deadline) deadline = trim_at;
         }
-        if (io && io_idle_sleep(*io, *this, deadline)) {
-          // slept in epoll_wait (the idle poller), and delivered what it saw
+        bool slept = false;
+        for (unsigned i = 0; i < n_ext && !slept; ++i) slept = cluster_->extension(i)->sleep(*this, deadline);
+        if (slept) {
+          // slept inside an extension (the idle poller: in epoll_wait, and
+          // delivered what it saw)
         } else if (deadline == kNoDeadline) {
           wake_flag.wait();
         } else if (deadline > now_ns()) {
@@ -355,9 +361,9 @@ void Processor::idle_loop() {
 
 void Processor::wake_up() noexcept {
   wake_flag.post();
-  // seq_cst post, then this load; the sleeper stores epoll_sleep, then
+  // seq_cst post, then this load; the sleeper stores sleeping_in, then
   // looks at the flag: one of the two sees the other.
-  if (epoll_sleep.load(std::memory_order_seq_cst)) io_interrupt(*cluster_->io.load(std::memory_order_acquire));
+  if (Extension* e = sleeping_in.load(std::memory_order_seq_cst)) e->interrupt(*this);
 }
 
 thread_local WakeDefer* tls_wake_defer = nullptr;

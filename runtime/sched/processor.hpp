@@ -41,6 +41,7 @@
 namespace loom::rt {
 
 class Cluster;
+class Extension;
 // Runs on `here`, the processor that made the switch, right after it.
 using PostFn = void (*)(Processor& here, Fibre* prev, void* arg);
 
@@ -91,9 +92,9 @@ class Processor {
   Processor* list_next = nullptr;
   std::atomic<bool> idle{false};  // on the idle list (read by pushers)
   WakeFlag wake_flag;
-  // Wakes the processor from its sleep, on the futex or in epoll_wait.
+  // Wakes the processor from its sleep, on the futex or in an extension.
   void wake_up() noexcept;
-  std::atomic<bool> epoll_sleep{false};  // sleeping in the cluster's epoll_wait
+  std::atomic<Extension*> sleeping_in{nullptr};  // the extension p sleeps in (sched/extension.hpp)
 
  private:
   friend void processor_idle_entry(transfer_t);

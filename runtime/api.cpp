@@ -1,5 +1,6 @@
-// sched/api.cpp — the public C++ API (loom/fibre.hpp, loom/cluster.hpp) and
-// the runtime's start-up.
+// api.cpp — the public C++ API (loom/fibre.hpp, loom/cluster.hpp) and
+// the runtime's start-up. It sits above every layer (it boots the I/O
+// layer too), which is why it is not in sched/.
 //
 // Start-up: a constructor in the library turns the thread that loads it —
 // the main thread — into processor 0 of the default cluster before main()
@@ -65,7 +66,7 @@ Cluster::~Cluster() {
     std::fprintf(stderr, "loom: cluster %u destroyed by one of its own fibres\n", impl_->id());
     std::abort();
   }
-  rt::io_shutdown(*impl_);  // its poller fibre is not the program's
+  impl_->shutdown_extensions();  // e.g. the I/O layer's poller fibre is not the program's
   if (long n = impl_->fibres.load(std::memory_order_acquire)) {
     std::fprintf(stderr, "loom: cluster %u destroyed while it still holds %ld fibre(s)\n", impl_->id(), n);
     std::abort();
