@@ -7,6 +7,7 @@
 #include "sched/cluster.hpp"
 #include "sched/extension.hpp"
 #include "sched/overflow.hpp"
+#include "topo/topo.hpp"
 
 namespace loom::rt {
 
@@ -137,7 +138,7 @@ void start_fibre_context(Fibre* f, void* lo, std::size_t size) { context_make(f-
 // ---- Processor ----------------------------------------------------------------
 
 Processor::Processor(Cluster& cluster, unsigned index, bool adopt)
-    : cluster_(&cluster), index_(index), own_rq_(cluster.config().queue, /*owned=*/true) {
+    : cluster_(&cluster), index_(index), pu_(topo::assign_pu()), own_rq_(cluster.config().queue, /*owned=*/true) {
   rq_ = cluster.shared_queue() ? cluster.shared_queue() : &own_rq_;
   idle_.cluster = &cluster;
   idle_.affinity = this;
@@ -175,6 +176,7 @@ void Processor::retire() {
 void Processor::enter_thread() {
   tls_processor = this;
   altstack_ = enter_signal_stack();
+  if (cluster_->config().pin) topo::pin_current_thread(pu_);
 }
 
 void* Processor::thread_main(void* self) {

@@ -55,6 +55,9 @@ class Processor {
 
   Cluster& cluster() const { return *cluster_; }
   unsigned index() const { return index_; }
+  // The logical PU of topo::machine() this processor was given (round robin
+  // in creation order); its thread is pinned there when config().pin.
+  unsigned pu() const { return pu_; }
   Fibre* current() const { return current_; }
 
   // Switches to `next`, which runs post(prev, arg) first.
@@ -106,6 +109,7 @@ class Processor {
 
   alignas(64) Cluster* cluster_;
   unsigned index_;
+  unsigned pu_;
   ReadyQueue own_rq_;
   ReadyQueue* rq_;
   Fibre* current_ = nullptr;

@@ -73,6 +73,10 @@ struct Topology {
 const Topology& machine();
 // For tests: a topology from a synthetic string; throws std::invalid_argument if hwloc refuses it.
 Topology from_synthetic(const std::string& desc);
+// The same with a NUMA distance matrix (row-major, one row per NUMA node in
+// logical order) added through hwloc's distances API, since hwloc 2's
+// synthetic syntax has none; throws std::invalid_argument if its size is wrong.
+Topology from_synthetic(const std::string& desc, const std::vector<std::uint64_t>& numa_distances);
 // The real machine (restricted to the allowed cpuset and the process's CPU
 // binding), or the flat fallback; never throws. Not cached.
 Topology from_machine();
