@@ -3,14 +3,25 @@
 #include <atomic>
 #include <utility>
 
+#include "topo/topo.hpp"
+
 namespace loom::rt {
 
 namespace {
 
+// Longest busy first; on a machine with more than one cache domain, nearest
+// first (topo::distance), longest busy first among equally near victims:
+// stolen fibres then find their data in a cache the thief shares.
 class LongestBusy final : public StealPolicy {
  public:
   const char* name() const override { return "longest-busy"; }
-  std::size_t order(Processor&, Processor**, std::size_t n) override { return n; }
+  std::size_t order(Processor& thief, Processor** victims, std::size_t n) override {
+    if (locality_) topo::order_by_distance(thief, victims, n);
+    return n;
+  }
+
+ private:
+  const bool locality_ = topo::multi_cache_domain();
 };
 
 class RandomVictim final : public StealPolicy {
