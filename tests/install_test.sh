@@ -42,8 +42,10 @@ libdir=$(pkg-config --variable=libdir loom)
 g++ -std=c++17 "$tmp/user.cpp" -o "$tmp/user" $(pkg-config --cflags --libs loom) -Wl,-rpath,"$libdir"
 out=$("$tmp/user")
 [ "$out" = "42" ] || { echo "install_test: expected 42, got '$out'"; exit 1; }
-# The static library links too.
-g++ -std=c++17 "$tmp/user.cpp" -o "$tmp/user-static" $(pkg-config --cflags loom) "$libdir/libloom.a" -lboost_context -pthread
+# The static library links too, with the libraries `pkg-config --static`
+# lists (hwloc among them) in place of -lloom.
+static_libs=$(pkg-config --static --libs loom)
+g++ -std=c++17 "$tmp/user.cpp" -o "$tmp/user-static" $(pkg-config --cflags loom) "$libdir/libloom.a" ${static_libs//-lloom/}
 [ "$("$tmp/user-static")" = "42" ] || { echo "install_test: static build failed"; exit 1; }
 
 # A C program on the C API, built with pkg-config alone.
