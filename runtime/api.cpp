@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "base/options.hpp"
+#include "color/color.hpp"
 #include "io/poller.hpp"
 #include "loom/cluster.hpp"
 #include "loom/fibre.hpp"
@@ -95,7 +96,9 @@ ClusterStats Cluster::stats() const { return impl_->stats(); }
 
 rt::Fibre* Fibre::prepare(const FibreAttr& attr, std::size_t size, std::size_t align, void** mem) {
   ensure_runtime();
-  return rt::create_fibre(attr, size, align, mem);
+  rt::Fibre* f = rt::create_fibre(attr, size, align, mem);
+  if (attr.color != kUncolored) rt::color_attach(f, attr.color, attr.color_shared);  // waits for its color when launched
+  return f;
 }
 
 void Fibre::launch(void (*fn)(void*), void* arg) { rt::start_fibre(f_, fn, arg); }

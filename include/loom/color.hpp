@@ -60,8 +60,12 @@ inline constexpr Color kUncolored = 0;
 struct ColorConfig {
   std::string steal = "mely";  // none | libasync-smp | mely[:locality,time-left,penalty|base]
   unsigned batch = 10;         // events of one color run before the next color
+  // Where a new color goes: "hash" (color hashed over the processors, as
+  // libasync-smp dispatches) or "local" (the posting processor, when it is
+  // one of the cluster's).
+  std::string placement = "hash";
 
-  // LOOM_COLOR_STEAL and LOOM_COLOR_BATCH over the defaults above; malformed
+  // LOOM_COLOR_STEAL, LOOM_COLOR_BATCH and LOOM_COLOR_PLACEMENT over the defaults above; malformed
   // values are reported on stderr and the default kept.
   static ColorConfig from_env();
 };
@@ -120,6 +124,9 @@ Color allocate_colors(std::uint32_t n);
 bool set_color_policy(Cluster& cluster, const std::string& policy);
 std::string color_policy(Cluster& cluster);
 void set_color_batch(Cluster& cluster, unsigned batch);  // >= 1
+// "hash" or "local" (see ColorConfig); false for anything else. Applies to
+// colors created from then on.
+bool set_color_placement(Cluster& cluster, const std::string& placement);
 
 // A handler's stealing penalty: its queued work counts as work / penalty when
 // a thief weighs colors (>= 1; 0 returns the handler to the measured value).

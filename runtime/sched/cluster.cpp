@@ -99,6 +99,14 @@ Fibre* Cluster::steal(Processor& thief, bool wait) {
     Fibre* got[kStealBatch];
     std::size_t k = victims[i]->ready_queue().steal(got, kStealBatch, &length, wait);
     if (!k) continue;
+    // Pinned fibres (the color layer's runners) go back to their owner.
+    std::size_t kept = 0;
+    for (std::size_t j = 0; j < k; ++j)
+      if (got[j]->pinned)
+        victims[i]->push(got[j]);
+      else
+        got[kept++] = got[j];
+    if (!(k = kept)) continue;
     thief.steals.store(thief.steals.load(std::memory_order_relaxed) + k, std::memory_order_relaxed);
     // Transient by default: the fibres keep their affinity and go home when
     // they next block. Past the threshold the victim is overloaded: stay.

@@ -29,6 +29,8 @@ void post_register_joiner(Processor&, Fibre* joiner, void* arg) {
 }  // namespace
 
 void (*fibre_exit_hook)(Fibre*) = nullptr;
+void (*fibre_held_start_hook)(Fibre*) = nullptr;
+void (*fibre_held_exit_hook)(Fibre*) = nullptr;
 
 std::uint64_t next_fibre_id() noexcept { return fibre_ids.fetch_add(1, std::memory_order_relaxed); }
 
@@ -69,7 +71,10 @@ void start_fibre(Fibre* f, void (*fn)(void*), void* arg) {
   f->fn = fn;
   f->arg = arg;
   f->cluster->fibres.fetch_add(1, std::memory_order_relaxed);
-  f->cluster->place_new(f);
+  if (f->held && fibre_held_start_hook)
+    fibre_held_start_hook(f);
+  else
+    f->cluster->place_new(f);
 }
 
 void release_fibre(Fibre* f) noexcept {

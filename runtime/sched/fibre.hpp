@@ -48,10 +48,20 @@ class Fibre {
   std::uint64_t id = 0;
   const char* name = nullptr;
   void* specific = nullptr;  // fibre-local key values (sync/keys.cpp)
+  // What a layer above holds for this fibre (opaque here; the color layer's
+  // color hold): if set when the fibre is started, fibre_held_start_hook
+  // places it instead of the cluster; at exit fibre_held_exit_hook runs.
+  void* held = nullptr;
+  bool pinned = false;  // never stolen: stays on its affinity processor
 };
 
 // Called at a fibre's exit, on the fibre, when it has key values.
 extern void (*fibre_exit_hook)(Fibre*);
+// A fibre with `held` set: started by the layer that set it (it makes the
+// fibre runnable when it chooses), and its hold released at exit, on the
+// fibre, after the key destructors.
+extern void (*fibre_held_start_hook)(Fibre*);
+extern void (*fibre_held_exit_hook)(Fibre*);
 
 // Creates a fibre whose control block and `payload` bytes sit at the top of
 // a fresh stack; *payload_out receives the payload's address. Not yet

@@ -102,6 +102,7 @@ void fibre_entry(transfer_t t) {
     std::terminate();
   }
   if (self->specific && fibre_exit_hook) fibre_exit_hook(self);
+  if (self->held && fibre_held_exit_hook) fibre_held_exit_hook(self);
   fibre_exit();
 }
 

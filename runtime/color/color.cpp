@@ -1,0 +1,613 @@
+// color/color.cpp — color queues, runners, posting, color stealing, and the
+// public API of loom/color.hpp. The structures and the lock order are in
+// color/color.hpp.
+#include "color/color.hpp"
+
+#include <x86intrin.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <stdexcept>
+
+#include "base/options.hpp"
+#include "loom/fibre.hpp"
+#include "sched/cluster.hpp"
+#include "sched/fibre.hpp"
+#include "sched/processor.hpp"
+
+namespace loom::rt {
+
+namespace {
+
+inline std::uint64_t cycles() noexcept { return __rdtsc(); }
+
+// Smoothed mean: 1/8 of each new sample; the first sample is taken whole.
+inline void smooth(std::atomic<std::uint64_t>& mean, std::uint64_t sample) noexcept {
+  std::uint64_t m = mean.load(std::memory_order_relaxed);
+  mean.store(m == 0 ? (sample ? sample : 1) : m - m / 8 + sample / 8, std::memory_order_relaxed);
+}
+
+constexpr std::uint64_t kDefaultEstimate = 1000;  // cycles, before a handler's first run
+constexpr std::size_t kStackRunner = 256 * 1024;   // events run on it (mapped lazily)
+constexpr unsigned kReapAt = 64;                    // empty queues kept before freeing them
+
+// ---- handler table: open addressing on the handler's address, never shrinks
+constexpr std::size_t kHandlers = 4096;
+HandlerStats handlers[kHandlers];
+HandlerStats overflow_handler;
+
+}  // namespace
+
+std::uint64_t HandlerStats::estimate() const noexcept {
+  std::uint64_t w = warm.load(std::memory_order_relaxed);
+  if (w) return w;
+  std::uint64_t c = cold.load(std::memory_order_relaxed);
+  return c ? c : kDefaultEstimate;
+}
+
+double HandlerStats::penalty() const noexcept {
+  double o = penalty_override.load(std::memory_order_relaxed);
+  if (o > 0) return o;
+  std::uint64_t w = warm.load(std::memory_order_relaxed), c = cold.load(std::memory_order_relaxed);
+  if (!w || !c || c <= w) return 1.0;
+  return double(c) / double(w);
+}
+
+void HandlerStats::record(std::uint64_t dt, bool cold_run) noexcept { smooth(cold_run ? cold : warm, dt); }
+
+HandlerStats* handler_stats(HandlerKey key) noexcept {
+  std::size_t h = (reinterpret_cast<std::uintptr_t>(key) >> 4) * 0x9E3779B97F4A7C15ull >> 52;  // 12 bits
+  for (std::size_t i = 0; i < 64; ++i) {
+    HandlerStats& s = handlers[(h + i) & (kHandlers - 1)];
+    HandlerKey k = s.key.load(std::memory_order_acquire);
+    if (k == key) return &s;
+    if (!k) {
+      HandlerKey none = nullptr;
+      if (s.key.compare_exchange_strong(none, key, std::memory_order_acq_rel) || none == key) return &s;
+    }
+  }
+  return &overflow_handler;
+}
+
+// ---- ColorCore's dispatch list ------------------------------------------------
+
+void ColorCore::link(ColorQueue* q, bool front) noexcept {
+  if (front) {
+    q->prev = nullptr;
+    q->next = head;
+    (head ? head->prev : tail) = q;
+    head = q;
+  } else {
+    q->next = nullptr;
+    q->prev = tail;
+    (tail ? tail->next : head) = q;
+    tail = q;
+  }
+  q->linked = true;
+  ++listed;
+}
+
+void ColorCore::unlink(ColorQueue* q) noexcept {
+  (q->prev ? q->prev->next : head) = q->next;
+  (q->next ? q->next->prev : tail) = q->prev;
+  q->prev = q->next = nullptr;
+  q->linked = false;
+  --listed;
+}
+
+namespace {
+
+// Locks the queue's current owner: the owner changes only under the old
+// owner's lock, so once locked and re-checked it stays.
+ColorCore* lock_owner(ColorQueue* q) noexcept {
+  for (;;) {
+    ColorCore* o = q->owner.load(std::memory_order_acquire);
+    o->lock.lock();
+    if (q->owner.load(std::memory_order_relaxed) == o) return o;
+    o->lock.unlock();
+  }
+}
+
+// Takes q's head item for dispatch (under the owner's lock): q becomes held.
+ColorItem* take(ColorCore& o, ColorQueue* q) noexcept {
+  ColorItem* it = q->head;
+  q->head = it->next;
+  if (!q->head) q->tail = nullptr;
+  --q->count;
+  q->work -= it->work;
+  q->apparent -= it->apparent;
+  o.items.fetch_sub(1, std::memory_order_relaxed);
+  if (it->shared)
+    ++q->shared;
+  else
+    q->exclusive = true;
+  if (q->linked && !q->dispatchable()) o.unlink(q);
+  return it;
+}
+
+void give_back(ColorQueue* q, bool shared) noexcept {
+  if (shared)
+    --q->shared;
+  else
+    q->exclusive = false;
+}
+
+void add_reap(ColorCore& o, ColorQueue* q) noexcept {
+  if (q->reaping) return;
+  q->reaping = true;
+  q->reap_next = o.reap;
+  o.reap = q;
+  ++o.reap_count;
+}
+
+void runner_main(void* arg) {
+  auto* me = static_cast<ColorCore*>(arg);
+  me->layer->run(*me);
+}
+
+// The runner parks after its context is saved: whoever then finds it parked
+// (a poster, a thief's find_work) may resume it at once.
+void post_park(Processor& here, Fibre* runner, void* arg) {
+  auto* me = static_cast<ColorCore*>(arg);
+  me->lock.lock();
+  bool work = me->head || me->stopping;
+  if (!work) me->parked = true;
+  me->lock.unlock();
+  if (work) here.push_local(runner);
+}
+
+void held_start(Fibre* f) {
+  auto* h = static_cast<ColorHold*>(f->held);
+  h->layer->start_fibre(f);
+}
+
+void held_exit(Fibre* f) {
+  auto* h = static_cast<ColorHold*>(f->held);
+  if (h->runner) return;
+  f->held = nullptr;
+  h->layer->release(*h);
+}
+
+ColorConfig env_config() {
+  static ColorConfig c = ColorConfig::from_env();
+  return c;
+}
+
+}  // namespace
+
+// ---- ColorLayer -------------------------------------------------------------------
+
+ColorLayer::ColorLayer(Cluster& c, const ColorConfig& config) : cluster_(&c), batch_(config.batch < 1 ? 1 : config.batch) {
+  local_placement_.store(config.placement == "local", std::memory_order_relaxed);
+  if (!set_policy(config.steal)) {
+    std::fprintf(stderr, "loom: cluster %u: unknown color steal policy '%s'; using mely\n", c.id(), config.steal.c_str());
+    set_policy("mely");
+  }
+}
+
+ColorCore* ColorLayer::core(unsigned index) {
+  ColorCore* c = cores_[index].load(std::memory_order_acquire);
+  if (__builtin_expect(c != nullptr, 1)) return c;
+  static std::mutex create_lock;  // once per processor of each cluster
+  std::lock_guard<std::mutex> g(create_lock);
+  c = cores_[index].load(std::memory_order_acquire);
+  if (c) return c;
+  c = new ColorCore;  // type-stable: never freed
+  c->proc = cluster_->processor(index);
+  c->layer = this;
+  c->hold.runner = true;
+  c->hold.layer = this;
+  loom::FibreAttr attr;
+  attr.cluster = cluster_->facade;
+  attr.stack_size = kStackRunner;
+  attr.name = "color runner";
+  Fibre* f = create_fibre(attr, 0, 1, nullptr);
+  f->fn = &runner_main;
+  f->arg = c;
+  f->affinity = c->proc;
+  f->pinned = true;
+  f->held = &c->hold;
+  cluster_->fibres.fetch_add(1, std::memory_order_relaxed);
+  c->runner = f;
+  cores_[index].store(c, std::memory_order_release);
+  return c;
+}
+
+ColorCore* ColorLayer::place(Color c) {
+  std::size_t n = cluster_->size();
+  if (local_placement_.load(std::memory_order_relaxed))
+    if (Processor* p = this_processor(); p && &p->cluster() == cluster_) return core(p->index());
+  return core(unsigned((c * 0x9E3779B1u) % n));
+}
+
+void ColorLayer::enqueue(Color c, ColorItem* it) {
+  Shard& s = shard(c);
+  s.lock.lock();
+  ColorQueue*& slot = s.map[c];
+  if (!slot) {
+    slot = new ColorQueue;
+    slot->color = c;
+    slot->owner.store(place(c), std::memory_order_relaxed);
+    live_.fetch_add(1, std::memory_order_relaxed);
+  }
+  ColorQueue* q = slot;
+  ColorCore* o = lock_owner(q);
+  (q->tail ? q->tail->next : q->head) = it;
+  q->tail = it;
+  ++q->count;
+  q->work += it->work;
+  q->apparent += it->apparent;
+  o->items.fetch_add(1, std::memory_order_relaxed);
+  if (!q->linked && q->dispatchable()) o->link(q);
+  bool wake_runner = false, busy = false;
+  if (q->linked) {
+    if (o->parked && !o->stopping) {
+      o->parked = false;
+      wake_runner = true;
+    } else {
+      busy = o->listed > 1 || !o->parked;
+    }
+  }
+  o->lock.unlock();
+  s.lock.unlock();
+  if (wake_runner)
+    schedule(o->runner);
+  else if (busy)
+    wake_thief();
+}
+
+void ColorLayer::post(Color c, bool shared, void (*fn)(void*), void* arg, HandlerKey key) {
+  auto* it = new ColorItem;
+  it->fn = fn;
+  it->arg = arg;
+  it->shared = shared || c == kUncolored;  // uncolored work is never serialised
+  it->handler = handler_stats(key ? key : reinterpret_cast<HandlerKey>(fn));
+  it->work = it->handler->estimate();
+  it->apparent = std::uint64_t(double(it->work) / it->handler->penalty());
+  enqueue(c, it);
+}
+
+void ColorLayer::start_fibre(Fibre* f) {
+  auto* h = static_cast<ColorHold*>(f->held);
+  ColorItem* it = reinterpret_cast<ColorItem*>(reinterpret_cast<char*>(h) - offsetof(ColorItem, hold));
+  enqueue(h->color, it);
+}
+
+// Under o's lock, with q's hold given back: q goes to the back of o's list
+// if it can be dispatched (the other colors get their turn), or to the reap
+// list if it is empty. True if o's runner must be scheduled (the caller
+// does it after unlocking).
+bool ColorLayer::requeue(ColorCore* o, ColorQueue* q, ColorCore* mine) {
+  if (q->dispatchable()) {
+    if (q->linked) o->unlink(q);
+    o->link(q);
+    if (o != mine && o->parked && !o->stopping) {
+      o->parked = false;
+      return true;
+    }
+  } else if (q->idle()) {
+    add_reap(*o, q);
+  }
+  return false;
+}
+
+void ColorLayer::release_queue(ColorQueue* q, bool shared, ColorCore* mine) {
+  ColorCore* o = lock_owner(q);
+  give_back(q, shared);
+  bool wake = requeue(o, q, mine);
+  o->lock.unlock();
+  if (wake) schedule(o->runner);
+}
+
+void ColorLayer::release(ColorHold& h) {
+  ColorItem* it = reinterpret_cast<ColorItem*>(reinterpret_cast<char*>(&h) - offsetof(ColorItem, hold));
+  release_queue(h.queue, h.shared, nullptr);
+  delete it;
+}
+
+void ColorLayer::run(ColorCore& me) {
+  for (;;) {
+    me.lock.lock();
+    ColorQueue* q = me.head;
+    if (!q) {
+      bool stop = me.stopping;
+      bool reap_now = me.reap != nullptr;
+      me.lock.unlock();
+      if (stop) return;
+      if (reap_now) reap(me);
+      this_processor()->suspend(&post_park, &me);
+      continue;
+    }
+    bool cold = q->moved;
+    q->moved = false;
+    ColorItem* it = take(me, q);
+    // Shared work left on the list may overlap this item: an idle
+    // processor may take it.
+    bool help = q->linked;
+    me.lock.unlock();
+    if (help) wake_thief();
+    unsigned batch = batch_.load(std::memory_order_relaxed);
+    for (unsigned k = 1;; ++k) {
+      if (it->fibre) {
+        // A colored fibre: it holds the color from now until it exits.
+        it->hold.queue = q;
+        me.fibres_started.store(me.fibres_started.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        it->fibre->affinity = me.proc;
+        me.proc->push_local(it->fibre);
+        break;
+      }
+      me.hold.color = q->color;
+      me.hold.shared = it->shared;
+      std::uint64_t t0 = cycles();
+      it->fn(it->arg);
+      it->handler->record(cycles() - t0, cold);
+      me.hold.color = kUncolored;
+      cold = false;
+      bool shared = it->shared;
+      delete it;
+      me.events_run.store(me.events_run.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      // Go on with the same color while the batch lasts and the color is
+      // still here; else release it to the back of its owner's list.
+      ColorCore* o = lock_owner(q);
+      give_back(q, shared);
+      if (o == &me && k < batch && q->dispatchable()) {
+        it = take(me, q);
+        me.lock.unlock();
+        continue;
+      }
+      bool wake = requeue(o, q, &me);
+      o->lock.unlock();
+      if (wake) schedule(o->runner);
+      break;
+    }
+    if (me.reap_count >= kReapAt) reap(me);
+    // Fibres made ready on this processor get their turn between batches.
+    Processor* p = this_processor();
+    if (p->ready_queue().maybe_nonempty()) p->yield();
+  }
+}
+
+void ColorLayer::reap(ColorCore& me) {
+  me.lock.lock();
+  ColorQueue* list = me.reap;
+  me.reap = nullptr;
+  me.reap_count = 0;
+  me.lock.unlock();
+  while (ColorQueue* q = list) {
+    list = q->reap_next;
+    Shard& s = shard(q->color);
+    s.lock.lock();
+    ColorCore* o = lock_owner(q);
+    bool dead = q->idle() && !q->linked;
+    q->reaping = false;
+    if (dead) s.map.erase(q->color);
+    o->lock.unlock();
+    s.lock.unlock();
+    if (dead) {
+      delete q;
+      live_.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+void ColorLayer::wake_thief() {
+  ColorStealPolicy* pol = policy_.load(std::memory_order_acquire);
+  if (!pol->steals() || cluster_->idle_processors() == 0) return;
+  if (!thief_waking_.exchange(true, std::memory_order_acq_rel))
+    if (!cluster_->wake_one()) thief_waking_.store(false, std::memory_order_relaxed);
+}
+
+bool ColorLayer::steal(Processor& p, ColorCore& me, bool wait) {
+  ColorStealPolicy* pol = policy_.load(std::memory_order_acquire);
+  std::uint64_t t0 = cycles();
+  Processor* victims[64];
+  std::size_t n = 0;
+  for (std::size_t i = 0, size = cluster_->size(); i < size && n < 64; ++i) {
+    if (i == p.index()) continue;
+    ColorCore* c = core_if_made(unsigned(i));
+    if (c && c->items.load(std::memory_order_relaxed) > 0) victims[n++] = c->proc;
+  }
+  if (n == 0) return false;
+  me.steal_attempts.store(me.steal_attempts.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  n = pol->order(p, victims, n);
+  std::uint64_t cost = steal_cost_.load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < n; ++i) {
+    ColorCore& v = *core_if_made(victims[i]->index());
+    if (wait)
+      v.lock.lock();
+    else if (!v.lock.try_lock())
+      continue;
+    ColorQueue* q = pol->pick(v, cost);
+    std::uint64_t count = 0, work = 0;
+    if (q) {
+      v.unlink(q);
+      count = q->count;
+      work = q->work;
+      v.items.fetch_sub(count, std::memory_order_relaxed);
+      q->moved = true;
+      q->owner.store(&me, std::memory_order_release);
+    }
+    v.lock.unlock();
+    if (!q) continue;
+    me.lock.lock();
+    me.items.fetch_add(count, std::memory_order_relaxed);
+    if (!q->linked && q->dispatchable()) me.link(q);
+    me.lock.unlock();
+    smooth(steal_cost_, cycles() - t0);
+    smooth(stolen_work_, work);
+    me.colors_stolen.store(me.colors_stolen.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    me.events_stolen.store(me.events_stolen.load(std::memory_order_relaxed) + count, std::memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
+
+Fibre* ColorLayer::find_work(Processor& p, bool last_look) {
+  if (thief_waking_.load(std::memory_order_relaxed)) thief_waking_.store(false, std::memory_order_relaxed);
+  ColorCore* me = core_if_made(p.index());
+  bool have = false;
+  if (me) {
+    me->lock.lock();
+    bool parked = me->parked && !me->stopping;
+    have = me->head != nullptr;
+    me->lock.unlock();
+    if (!parked) return nullptr;  // the runner is queued, running or blocked in an event
+  }
+  if (!have) {
+    if (!policy_.load(std::memory_order_acquire)->steals()) return nullptr;
+    if (!me) {
+      // A processor that never had colors steals only if somebody has some.
+      bool any = false;
+      for (std::size_t i = 0, n = cluster_->size(); i < n && !any; ++i)
+        if (ColorCore* c = core_if_made(unsigned(i))) any = c->items.load(std::memory_order_relaxed) > 0;
+      if (!any) return nullptr;
+      me = core(p.index());
+    }
+    if (!steal(p, *me, last_look)) return nullptr;
+  }
+  me->lock.lock();
+  Fibre* f = nullptr;
+  if (me->parked && me->head && !me->stopping) {
+    me->parked = false;
+    f = me->runner;
+  }
+  me->lock.unlock();
+  return f;
+}
+
+void ColorLayer::shutdown() {
+  for (std::size_t i = 0, n = cluster_->size(); i < n; ++i) {
+    ColorCore* c = core_if_made(unsigned(i));
+    if (!c) continue;
+    c->lock.lock();
+    c->stopping = true;
+    bool wake = c->parked;
+    c->parked = false;
+    c->lock.unlock();
+    if (wake) schedule(c->runner);
+    join_fibre(c->runner);  // it drains its list first
+    reap(*c);
+  }
+}
+
+bool ColorLayer::set_policy(const std::string& name) {
+  std::unique_ptr<ColorStealPolicy> p = make_color_policy(name, *this);
+  if (!p) return false;
+  SpinGuard g(policy_lock_);
+  // Old policies are kept (a thief may still be using one): a few bytes
+  // each, and a program changes policy rarely.
+  policy_.store(p.release(), std::memory_order_release);
+  return true;
+}
+
+std::string ColorLayer::policy_name() { return policy_.load(std::memory_order_acquire)->name(); }
+
+ColorStats ColorLayer::stats() const {
+  ColorStats s;
+  for (std::size_t i = 0, n = cluster_->size(); i < n; ++i) {
+    ColorCore* c = core_if_made(unsigned(i));
+    if (!c) continue;
+    s.events_run += c->events_run.load(std::memory_order_relaxed);
+    s.fibres_started += c->fibres_started.load(std::memory_order_relaxed);
+    s.steal_attempts += c->steal_attempts.load(std::memory_order_relaxed);
+    s.colors_stolen += c->colors_stolen.load(std::memory_order_relaxed);
+    s.events_stolen += c->events_stolen.load(std::memory_order_relaxed);
+  }
+  s.steal_cost_cycles = steal_cost_.load(std::memory_order_relaxed);
+  s.stolen_work_cycles = stolen_work_.load(std::memory_order_relaxed);
+  s.colors_live = live_.load(std::memory_order_relaxed);
+  return s;
+}
+
+ColorLayer& color_layer(Cluster& c) {
+  ColorLayer* l = c.color.load(std::memory_order_acquire);
+  if (__builtin_expect(l != nullptr, 1)) return *l;
+  static std::mutex create_lock;
+  std::lock_guard<std::mutex> g(create_lock);
+  l = c.color.load(std::memory_order_acquire);
+  if (l) return *l;
+  fibre_held_start_hook = &held_start;
+  fibre_held_exit_hook = &held_exit;
+  l = new ColorLayer(c, env_config());  // type-stable, like the cluster
+  c.color.store(l, std::memory_order_release);
+  c.add_extension(l);
+  return *l;
+}
+
+void color_attach(Fibre* f, Color c, bool shared) {
+  ColorLayer& l = color_layer(*f->cluster);
+  auto* it = new ColorItem;
+  it->fibre = f;
+  it->shared = shared;
+  it->hold.color = c;
+  it->hold.shared = shared;
+  it->hold.layer = &l;
+  f->held = &it->hold;
+}
+
+}  // namespace loom::rt
+
+// ---- public API (loom/color.hpp) ------------------------------------------------
+
+namespace loom {
+
+namespace {
+rt::Cluster& target(Cluster* c) {
+  if (c) return c->impl();
+  if (rt::Fibre* f = rt::this_fibre_or_null()) return *f->cluster;
+  return Cluster::default_cluster().impl();
+}
+std::atomic<std::uint32_t> next_color{0x80000000u};
+}  // namespace
+
+ColorConfig ColorConfig::from_env() {
+  ColorConfig c;
+  if (const char* s = std::getenv("LOOM_COLOR_STEAL"); s && *s) {
+    if (rt::color_policy_valid(s))
+      c.steal = s;
+    else
+      std::fprintf(stderr, "loom: LOOM_COLOR_STEAL='%s' is not a color steal policy (none, libasync-smp, mely[:locality,time-left,penalty|base]); using %s\n", s, c.steal.c_str());
+  }
+  c.batch = unsigned(rt::env_size("LOOM_COLOR_BATCH", c.batch, 1, 1u << 20));
+  c.placement = rt::env_choice("LOOM_COLOR_PLACEMENT", {"hash", "local"}, 0) == 0 ? "hash" : "local";
+  return c;
+}
+
+void detail::post_event(Cluster* cluster, Color c, bool shared, void (*fn)(void*), void* arg, HandlerKey key) noexcept {
+  rt::color_layer(target(cluster)).post(c, shared, fn, arg, key);
+}
+
+Color current_color() noexcept {
+  rt::Fibre* f = rt::this_fibre_or_null();
+  if (!f || !f->held) return kUncolored;
+  return static_cast<rt::ColorHold*>(f->held)->color;
+}
+
+Color allocate_colors(std::uint32_t n) {
+  if (n == 0) throw std::invalid_argument("loom: allocate_colors(0)");
+  std::uint32_t base = next_color.load(std::memory_order_relaxed);
+  do {
+    if (std::uint64_t(base) + n > 0xFFFFFFFFull) throw std::length_error("loom: no colors left to allocate");
+  } while (!next_color.compare_exchange_weak(base, base + n, std::memory_order_relaxed));
+  return base;
+}
+
+bool set_color_policy(Cluster& cluster, const std::string& policy) { return rt::color_layer(cluster.impl()).set_policy(policy); }
+std::string color_policy(Cluster& cluster) { return rt::color_layer(cluster.impl()).policy_name(); }
+void set_color_batch(Cluster& cluster, unsigned batch) { rt::color_layer(cluster.impl()).set_batch(batch); }
+bool set_color_placement(Cluster& cluster, const std::string& placement) {
+  if (placement != "hash" && placement != "local") return false;
+  rt::color_layer(cluster.impl()).set_local_placement(placement == "local");
+  return true;
+}
+
+void set_penalty(HandlerKey handler, double penalty) {
+  rt::handler_stats(handler)->penalty_override.store(penalty < 1 && penalty != 0 ? 1 : penalty, std::memory_order_relaxed);
+}
+void set_penalty(void (*fn)(void*), double penalty) { set_penalty(reinterpret_cast<HandlerKey>(fn), penalty); }
+
+ColorStats color_stats(Cluster& cluster) { return rt::color_layer(cluster.impl()).stats(); }
+
+}  // namespace loom
