@@ -133,11 +133,15 @@ TEST_P(ColorPolicies, ExclusiveColorsNeverOverlapRunInOrderAndOnce) {
   EXPECT_EQ(twice, 0);
   loom::ColorStats st = loom::color_stats(cl);
   EXPECT_GE(st.events_run, std::uint64_t(total));
-  if (c.policy == "none" || c.processors == 1) EXPECT_EQ(st.colors_stolen, 0u);
+  if (c.policy == "none" || c.processors == 1) {
+    EXPECT_EQ(st.colors_stolen, 0u);
+  }
   // The run must have moved colors, or it checked nothing about stealing
   // (time-left may rightly find these cheap colors not worth a steal).
   bool steals_cheap = c.policy != "none" && c.policy.find("time-left") == std::string::npos && c.policy != "mely";
-  if (steals_cheap && c.processors > 1 && !loom::test::sanitized()) EXPECT_GT(st.colors_stolen, 0u);
+  if (steals_cheap && c.processors > 1 && !loom::test::sanitized()) {
+    EXPECT_GT(st.colors_stolen, 0u);
+  }
 }
 
 // Shared and exclusive work on the same colors: shared may overlap shared,

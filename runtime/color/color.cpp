@@ -495,10 +495,9 @@ void ColorLayer::shutdown() {
 bool ColorLayer::set_policy(const std::string& name) {
   std::unique_ptr<ColorStealPolicy> p = make_color_policy(name, *this);
   if (!p) return false;
-  SpinGuard g(policy_lock_);
-  // Old policies are kept (a thief may still be using one): a few bytes
-  // each, and a program changes policy rarely.
-  policy_.store(p.release(), std::memory_order_release);
+  std::lock_guard<std::mutex> g(policy_lock_);
+  policy_.store(p.get(), std::memory_order_release);
+  policies_.push_back(std::move(p));
   return true;
 }
 

@@ -32,8 +32,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "base/spinlock.hpp"
 #include "loom/color.hpp"
@@ -187,7 +189,10 @@ class ColorLayer final : public Extension {
   std::atomic<ColorCore*> cores_[256] = {};
   Shard shards_[kShards];
   std::atomic<ColorStealPolicy*> policy_{nullptr};
-  SpinLock policy_lock_;
+  std::mutex policy_lock_;
+  // Every policy this layer had: a thief may still be using a replaced one,
+  // so none is freed (a few bytes each; programs change policy rarely).
+  std::vector<std::unique_ptr<ColorStealPolicy>> policies_;
   std::atomic<unsigned> batch_;
   std::atomic<bool> local_placement_{false};
   alignas(64) std::atomic<std::uint64_t> steal_cost_{2000};
