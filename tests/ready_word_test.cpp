@@ -172,4 +172,74 @@ TEST(ReadyWord, PostsRacingWithTimeouts) {
   EXPECT_GT(timed_out, 0);
 }
 
+// ---- callbacks (loom::io::when_ready) ---------------------------------------------
+
+void bump(void* p) { static_cast<std::atomic<long>*>(p)->fetch_add(1); }
+
+TEST(ReadyWord, ArmTakesAPendingTokenAndIsOneShot) {
+  ReadyWord w;
+  std::atomic<long> n{0};
+  EXPECT_EQ(w.arm(&bump, &n), 0);
+  EXPECT_EQ(w.arm(&bump, &n), EBUSY) << "armed twice";
+  w.post();
+  EXPECT_EQ(n.load(), 1);
+  w.post();  // nothing armed: a token
+  w.post();
+  EXPECT_EQ(n.load(), 1);
+  EXPECT_EQ(w.arm(&bump, &n), 1) << "the token: ready now, for the caller to invoke";
+  EXPECT_EQ(w.arm(&bump, &n), 0) << "two posts with nothing armed are one token";
+  ReadyWord::Callback fn;
+  void* arg;
+  w.take_or_post(fn, arg);
+  EXPECT_EQ(fn, &bump);
+  EXPECT_EQ(arg, &n);
+  w.post();
+  EXPECT_EQ(n.load(), 1) << "a taken callback is the taker's";
+}
+
+// One armer and one poster (or closer) on kernel threads, as the poller
+// threads are, every round on a fresh word: the callback runs exactly once
+// per round whoever wins, never zero times, never twice.
+void arm_race(bool close_too) {
+  const long rounds = std::max(2000L, loom::test::scaled(50000));
+  std::atomic<ReadyWord*> word{nullptr};
+  std::atomic<long> round{0}, n{0}, posted{0}, closed{0};
+  auto racer = [&](bool closer) {
+    for (long r = 1; r <= rounds; ++r) {
+      while (round.load() != r) std::this_thread::yield();  // 3 spinning threads, 2 CPUs
+      ReadyWord* w = word.load();
+      if (closer) {
+        ReadyWord::Callback fn;
+        void* arg;
+        w->take_or_post(fn, arg);
+        if (fn) fn(arg);
+        closed.store(r);
+      } else {
+        w->post();
+        posted.store(r);
+      }
+    }
+  };
+  std::thread poster(racer, false);
+  std::thread closer;
+  if (close_too) closer = std::thread(racer, true);
+  long wrong = 0;
+  for (long r = 1; r <= rounds; ++r) {
+    auto* w = new ReadyWord;
+    long before = n.load();
+    word.store(w);
+    round.store(r);
+    if (w->arm(&bump, &n) == 1) bump(&n);
+    while (posted.load() < r || (close_too && closed.load() < r)) std::this_thread::yield();
+    wrong += n.load() != before + 1;
+    delete w;
+  }
+  poster.join();
+  if (close_too) closer.join();
+  EXPECT_EQ(wrong, 0) << "rounds where the callback did not run exactly once";
+}
+
+TEST(ReadyWord, ArmingRacingWithAPostRunsTheCallbackOnce) { arm_race(false); }
+TEST(ReadyWord, ArmingRacingWithAPostAndACloseRunsTheCallbackOnce) { arm_race(true); }
+
 }  // namespace

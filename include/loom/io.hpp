@@ -100,7 +100,8 @@ ssize_t pwrite(int fd, const void* buf, size_t n, off_t off);
 int fsync(int fd);
 int getaddrinfo(const char* node, const char* service, const addrinfo* hints, addrinfo** res);
 
-// Deregisters fd, fails its waiters with EBADF, then closes it.
+// Deregisters fd, fails its waiters with EBADF, then closes it (and then
+// invokes a callback armed by when_ready, see there).
 int close(int fd);
 // The new descriptor shares the open file; it gets its own FdTable entry
 // (dup2/dup3 first close `newfd` as close() above does).
@@ -115,6 +116,41 @@ int getsockopt(int fd, int level, int name, void* val, socklen_t* len);
 // poll(2) on one descriptor: `events` of POLLIN/POLLOUT; returns the ready
 // revents (> 0), 0 at the timeout (ms; -1 = none), -1 on error.
 int poll_one(int fd, short events, int timeout_ms);
+
+// One-shot readiness callback, for event-driven code (loom::post handlers,
+// state machines) that must not block: cb(arg) runs once, when fd's
+// direction `events` (POLLIN or POLLOUT, not both) is ready — an edge of the
+// cluster's epoll set, so "ready" means "something changed since you last
+// found it empty": call it after a read or write returned EAGAIN (or a short
+// read drained a stream socket), never instead of trying. An invocation may
+// be stale (the edge came with bytes an earlier read already took): the
+// owner's next call then finds EAGAIN, and it arms again.
+//
+//   - An edge already pending (it arrived while nothing waited), or, for
+//     POLLIN, a peer that has hung up: cb runs at once, on the calling thread,
+//     before when_ready returns.
+//   - Otherwise cb is stored, and the delivery of the next edge invokes it in
+//     the delivering context: a poller thread, the poller fibre, or a
+//     processor between two fibres (LOOM_POLLER). cb must be short and must
+//     not block or switch fibres — post an event (loom::post) or wake a fibre.
+//   - The first call on fd registers it with the calling fibre's cluster's
+//     epoll set (the default cluster's from a kernel thread), as a blocking
+//     call's first EAGAIN does.
+//   - Every call that returns 0 leads to exactly one invocation; arm the
+//     next only after it ran. 0, or -1 with errno: EINVAL (events), EBADF,
+//     EPERM (not pollable: a regular file), EBUSY (a callback is armed
+//     already, or a fibre waits on that direction), or epoll_ctl's error.
+//   - loom::io::close(fd) (also forget, and dup2/dup3 over it) invokes an
+//     armed callback once, on the closing thread, after close(2): the owner
+//     learns that no edge will follow and may free what `arg` points to (its
+//     next call on the number fails with EBADF — unless another thread has
+//     opened a new descriptor under that number meanwhile: an owner that
+//     closed fd itself must not use the number again).
+// The descriptor may be the program's own non-blocking socket (SOCK_NONBLOCK
+// through loom::io::socket or accept4: the calls return EAGAIN instead of
+// waiting) or a blocking-view one; a direction is used either by fibres
+// blocking on it or by callbacks, not by both at once.
+int when_ready(int fd, short events, void (*cb)(void*), void* arg);
 
 // Timeouts of every later wait on fd (0 = none); see above.
 int set_timeouts(int fd, std::chrono::nanoseconds in, std::chrono::nanoseconds out);

@@ -10,9 +10,10 @@
 //  - a mutex: fibres sharing a descriptor in one direction take turns in
 //    the slow path (the one waiting on readiness), so one edge-triggered
 //    notification is never consumed by a fibre that then does not read;
-//  - a ReadyWord, a binary semaphore for the one fibre that holds the turn:
-//    the poller posts it on every edge; edges that arrive while nobody
-//    waits collapse into one pending post.
+//  - a ReadyWord, a binary semaphore for the one fibre that holds the turn
+//    (or a one-shot callback, loom::io::when_ready): the poller posts it on
+//    every edge; edges that arrive while nobody waits collapse into one
+//    pending post, which a new descriptor under the number starts without.
 // `gen` counts closes of the number: a fibre woken from a wait whose
 // generation changed returns EBADF (close wakes everyone waiting).
 #pragma once

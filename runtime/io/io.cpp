@@ -26,6 +26,7 @@
 
 #include "io/fd_table.hpp"
 #include "io/poller.hpp"
+#include "loom/cluster.hpp"
 #include "loom/io.hpp"
 #include "sched/cluster.hpp"
 #include "sched/processor.hpp"
@@ -64,6 +65,8 @@ void describe(FdEntry& e, std::uint8_t kind, bool user_nonblock, bool stream, bo
   e.in_full.store(false, std::memory_order_relaxed);
   e.hup.store(false, std::memory_order_relaxed);
   e.registered.store(nullptr, std::memory_order_relaxed);
+  e.in.ready.clear_token();
+  e.out.ready.clear_token();
   e.kind.store(kind, std::memory_order_release);
 }
 
@@ -221,9 +224,20 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
   return r;
 }
 
-// After a close (by loom or not) of fd: waiters fail with EBADF, the number
-// is unknown again.
-void retire(int fd) {
+// Callbacks a close took out of the descriptor's readiness words: invoked
+// once the number is closed (when_ready's contract, loom/io.hpp).
+struct Disarmed {
+  ReadyWord::Callback fn[2] = {};
+  void* arg[2] = {};
+  void fire() {
+    for (int i = 0; i < 2; ++i)
+      if (fn[i]) fn[i](arg[i]);
+  }
+};
+
+// After a close (by loom or not) of fd: waiters fail with EBADF, armed
+// callbacks move to `d`, the number is unknown again.
+void retire(int fd, Disarmed& d) {
   FdEntry* e = table().get(fd);
   if (!e || e->kind.load(std::memory_order_acquire) == kFdUnknown) return;
   if (e->shared.load(std::memory_order_relaxed))
@@ -232,8 +246,8 @@ void retire(int fd) {
     e->registered.store(nullptr, std::memory_order_relaxed);  // close(2) deregisters
   e->gen.fetch_add(1, std::memory_order_acq_rel);
   e->kind.store(kFdUnknown, std::memory_order_release);
-  e->in.ready.post();
-  e->out.ready.post();
+  e->in.ready.take_or_post(d.fn[0], d.arg[0]);
+  e->out.ready.take_or_post(d.fn[1], d.arg[1]);
 }
 
 // A new number that refers to the same open file as `from`.
@@ -396,8 +410,11 @@ int getaddrinfo(const char* node, const char* service, const addrinfo* hints, ad
 }
 
 int close(int fd) {
-  rt::retire(fd);
-  return int(finish(sys([&] { return ::close(fd); })));
+  rt::Disarmed d;
+  rt::retire(fd, d);
+  long r = sys([&] { return ::close(fd); });
+  d.fire();  // after close(2): the owner's next call on fd fails with EBADF
+  return int(finish(r));
 }
 
 int dup(int fd) {
@@ -406,9 +423,11 @@ int dup(int fd) {
   return int(finish(r));
 }
 int dup3(int fd, int newfd, int flags) {
-  if (fd != newfd) rt::retire(newfd);
+  rt::Disarmed d;
+  if (fd != newfd) rt::retire(newfd, d);
   long r = sys([&] { return ::dup3(fd, newfd, flags); });
   if (r >= 0) rt::copy_view(fd, int(r));
+  d.fire();
   return int(finish(r));
 }
 int dup2(int fd, int newfd) {
@@ -463,7 +482,43 @@ int set_timeouts(int fd, std::chrono::nanoseconds in, std::chrono::nanoseconds o
   return 0;
 }
 
-void forget(int fd) { rt::retire(fd); }
+void forget(int fd) {
+  rt::Disarmed d;
+  rt::retire(fd, d);
+  d.fire();
+}
+
+int when_ready(int fd, short events, void (*cb)(void*), void* arg) {
+  rt::FdEntry* e = rt::table().get(fd);
+  if ((events != POLLIN && events != POLLOUT) || !cb || !e) {
+    errno = e ? EINVAL : EBADF;
+    return -1;
+  }
+  std::uint8_t kind = e->kind.load(std::memory_order_acquire);
+  if (kind == rt::kFdUnknown) kind = rt::classify(fd, *e);
+  if (kind != rt::kFdPollable) {
+    errno = EPERM;  // what epoll says of a regular file
+    return -1;
+  }
+  if (!e->registered.load(std::memory_order_acquire)) {
+    rt::Processor* p = rt::this_processor();
+    rt::Cluster& c = p ? p->cluster() : loom::Cluster::default_cluster().impl();
+    if (!rt::io_register(rt::io_state(c), fd, *e)) return -1;  // errno from epoll_ctl
+  }
+  // The poller saw the peer hang up: the end of the stream needs no new
+  // edge (a read that drained the data before it would wait forever).
+  if (events == POLLIN && e->hup.load(std::memory_order_relaxed)) {
+    cb(arg);
+    return 0;
+  }
+  int r = (events == POLLIN ? e->in : e->out).ready.arm(cb, arg);
+  if (r == EBUSY) {
+    errno = EBUSY;
+    return -1;
+  }
+  if (r == 1) cb(arg);  // an edge was pending: ready now
+  return 0;
+}
 
 int poll_one(int fd, short events, int timeout_ms) {
   if (!(events & (POLLIN | POLLOUT))) {

@@ -3,7 +3,9 @@
 // Contract of a poller back end (epoll is the only one; a kqueue or io_uring
 // one must fit the same): `add(fd)` registers a descriptor edge-triggered for
 // input and output at once; `remove(fd)` deregisters it; the poller delivers
-// each readiness edge by posting the entry's in and/or out semaphore.
+// each readiness edge by posting the entry's in and/or out readiness word
+// (which makes the waiting fibre runnable, or invokes the callback armed by
+// loom::io::when_ready right there, in the poller's context).
 // Deliveries of one poll are batched: the fibres they make ready go to their
 // processors' queues first, then each processor concerned is woken once.
 //

@@ -1,5 +1,7 @@
 #include "io/ready_word.hpp"
 
+#include <sched.h>
+
 #include <cerrno>
 
 #include "sched/cluster.hpp"
@@ -64,11 +66,65 @@ void ReadyWord::post() noexcept {
   std::uintptr_t cur = word_.load(std::memory_order_acquire);
   for (;;) {
     if (cur == kToken) return;  // edges collapse
+    if (__builtin_expect((cur & kCallbackBit) != 0, 0)) {
+      if (post_callback(cur)) return;
+      cur = word_.load(std::memory_order_acquire);
+      continue;
+    }
     std::uintptr_t next = cur == kEmpty ? kToken : kEmpty;
     if (!word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) continue;
     if (cur != kEmpty) schedule(reinterpret_cast<Fibre*>(cur));  // took the waiter: its wake-up is ours
     return;
   }
+}
+
+// Out of line: the fibre path of post() only tests the bit.
+__attribute__((noinline)) bool ReadyWord::post_callback(std::uintptr_t cur) noexcept {
+  if (cur == kFiring) return true;  // collapses into the callback being invoked (see the header)
+  if (!word_.compare_exchange_strong(cur, kFiring, std::memory_order_acquire)) return false;
+  Callback fn = fn_;
+  void* arg = arg_;
+  word_.store(kEmpty, std::memory_order_release);  // fn_/arg_ read: the owner may arm again once fn ran
+  fn(arg);
+  return true;
+}
+
+int ReadyWord::arm(Callback fn, void* arg) noexcept {
+  std::uintptr_t cur = word_.load(std::memory_order_acquire);
+  for (;;) {
+    if (cur == kToken) {
+      if (word_.compare_exchange_weak(cur, kEmpty, std::memory_order_acq_rel)) return 1;
+      continue;
+    }
+    if (cur != kEmpty) return EBUSY;
+    // kEmpty was stored (release) after the last reader of fn_/arg_ read them.
+    fn_ = fn;
+    arg_ = arg;
+    if (word_.compare_exchange_weak(cur, kCallback, std::memory_order_release, std::memory_order_acquire)) return 0;
+  }
+}
+
+void ReadyWord::take_or_post(Callback& fn, void*& arg) noexcept {
+  fn = nullptr;
+  arg = nullptr;
+  std::uintptr_t cur = word_.load(std::memory_order_acquire);
+  for (int spins = 0;; ++spins) {
+    if (cur == kFiring) {  // a poster is between its CAS and its two loads
+      if (spins < 64)
+        cpu_relax();
+      else
+        sched_yield();  // ... and its kernel thread was preempted there
+      cur = word_.load(std::memory_order_acquire);
+      continue;
+    }
+    if (cur != kCallback) break;
+    if (!word_.compare_exchange_weak(cur, kFiring, std::memory_order_acquire)) continue;
+    fn = fn_;
+    arg = arg_;
+    word_.store(kEmpty, std::memory_order_release);
+    return;
+  }
+  post();
 }
 
 int ReadyWord::wait(Deadline d) noexcept {

@@ -1,8 +1,11 @@
 // io/ready_word.hpp — one direction's readiness: a binary semaphore for at
-// most one waiting fibre, in one word.
+// most one waiting fibre, or one armed callback, in one word.
 //
 // The word is kEmpty, kToken (an edge arrived and nobody took it: edges
-// collapse into one) or the one waiting Fibre. One
+// collapse into one), the one waiting Fibre, or kCallback (a one-shot
+// callback is armed: loom::io::when_ready) and kFiring (a poster took it and
+// is reading it; transient). Fibres are at least 8-byte aligned, so the
+// values 1..3 are never a Fibre*. One
 // waiter at a time is what the descriptor's turn mutex guarantees (FdSide),
 // so there is no queue and no lock: post() is a load and a CAS, and a wait
 // that finds the token takes it with one CAS. (It replaced a general
@@ -21,6 +24,25 @@
 // publishing; the fibre, once resumed, waits for the action to have
 // finished with the record (`settled`) and then removes its timer (under
 // the heap lock, so an expire that lost the CAS is done with the record).
+//
+// Callbacks (loom::io::when_ready; the word knows nothing of what they do):
+//   arm      kToken -> kEmpty, and the caller invokes the callback itself;
+//            kEmpty -> kCallback after writing fn_/arg_ (release);
+//   post     kCallback -> kFiring, read fn_/arg_, store kEmpty, invoke:
+//            exactly one poster wins the CAS, so an armed callback runs
+//            exactly once. A post that finds kFiring returns: its edge
+//            collapses into the callback being invoked, which is sound
+//            because the callback's owner reacts (reads or writes) only
+//            after the invocation, so after that edge's bytes or room.
+//   take     close: like post, but hands the callback to the caller (which
+//            invokes it after close(2)) and waits out a kFiring poster, so
+//            that fn_/arg_ are read before the number can be reused and
+//            armed again.
+// Mixing the two in one direction at once (a fibre waiting while a
+// callback is armed) is not supported: the arm fails with EBUSY when a
+// fibre waits; a fibre's wait must not start while a callback is armed.
+// The fibre's post stays a load and a CAS: the callback case is one test
+// of a bit on the loaded value, out of line when set.
 #pragma once
 
 #include <atomic>
@@ -32,17 +54,45 @@ namespace loom::rt {
 
 class ReadyWord {
  public:
-  // Makes the waiter runnable, or leaves the token for the next wait.
+  using Callback = void (*)(void*);
+
+  // Makes the waiter runnable, invokes the armed callback, or leaves the
+  // token for the next wait.
   void post() noexcept;
   // The calling fibre waits for the token: 0, or ETIMEDOUT at `d`
   // (EAGAIN for kNow). Only on a processor, one waiter at a time.
   int wait(Deadline d) noexcept;
 
+  // Arms a one-shot callback: 0 (armed), 1 (the token was there: taken,
+  // and fn not stored — the caller invokes it), EBUSY (a fibre waits or a
+  // callback is armed already).
+  int arm(Callback fn, void* arg) noexcept;
+
+  // A new descriptor under the number: a token left by the close of the
+  // previous one (retire posts) would only cause a spurious wake-up.
+  void clear_token() noexcept {
+    std::uintptr_t t = kToken;
+    word_.compare_exchange_strong(t, kEmpty, std::memory_order_relaxed);
+  }
+
+  // For a close: an armed callback is disarmed and returned in fn/arg (the
+  // caller invokes it); otherwise (fn = nullptr) as post().
+  void take_or_post(Callback& fn, void*& arg) noexcept;
+
   static constexpr std::uintptr_t kEmpty = 0;
   static constexpr std::uintptr_t kToken = 1;
+  static constexpr std::uintptr_t kCallback = 2;
+  static constexpr std::uintptr_t kFiring = 3;
+  static constexpr std::uintptr_t kCallbackBit = 2;  // set in kCallback and kFiring, never in a Fibre*
 
  private:
+  bool post_callback(std::uintptr_t cur) noexcept;
+
   std::atomic<std::uintptr_t> word_{kEmpty};
+  // The armed callback: written by the arming thread before the word says
+  // kCallback, read by the poster that CASed kCallback -> kFiring.
+  Callback fn_ = nullptr;
+  void* arg_ = nullptr;
 };
 
 }  // namespace loom::rt
