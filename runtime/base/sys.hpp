@@ -1,0 +1,97 @@
+// base/sys.hpp — the system's own functions, never an interposer's.
+//
+// libloom-pthread (capi/pthread/) defines pthread_*, sem_*, the sleep family
+// and the blocking I/O calls by their glibc names, so that an unmodified
+// program linked with it — or run with it in LD_PRELOAD — runs its threads
+// on fibres. Every reference to those names anywhere in the process then
+// reaches loom's definitions, including the runtime's own. The runtime must
+// therefore never call them by name: its kernel threads (processors,
+// pollers, the master poller) are the system's threads, and its system
+// calls must be the kernel's, not loom's fibre-blocking wrappers (which
+// would recurse into themselves).
+//
+// So: I/O and sleeps here are raw system calls (syscall(2) sets errno like
+// the libc wrappers; no cancellation points — loom has no cancellation), and
+// the pthread functions the runtime needs are glibc's own, looked up in
+// libc.so.6 itself (not with RTLD_NEXT: which object comes "next" depends
+// on how the program was linked). Without an interposer these are the same
+// functions a plain call would reach.
+#pragma once
+
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstddef>
+
+namespace loom::rt::sys {
+
+inline ssize_t read(int fd, void* b, std::size_t n) { return ::syscall(SYS_read, fd, b, n); }
+inline ssize_t write(int fd, const void* b, std::size_t n) { return ::syscall(SYS_write, fd, b, n); }
+inline ssize_t readv(int fd, const iovec* v, int n) { return ::syscall(SYS_readv, fd, v, n); }
+inline ssize_t writev(int fd, const iovec* v, int n) { return ::syscall(SYS_writev, fd, v, n); }
+inline ssize_t pread(int fd, void* b, std::size_t n, off_t o) { return ::syscall(SYS_pread64, fd, b, n, o); }
+inline ssize_t pwrite(int fd, const void* b, std::size_t n, off_t o) { return ::syscall(SYS_pwrite64, fd, b, n, o); }
+inline ssize_t recvfrom(int fd, void* b, std::size_t n, int f, sockaddr* a, socklen_t* l) {
+  return ::syscall(SYS_recvfrom, fd, b, n, f, a, l);
+}
+inline ssize_t recv(int fd, void* b, std::size_t n, int f) { return recvfrom(fd, b, n, f, nullptr, nullptr); }
+inline ssize_t sendto(int fd, const void* b, std::size_t n, int f, const sockaddr* a, socklen_t l) {
+  return ::syscall(SYS_sendto, fd, b, n, f, a, l);
+}
+inline ssize_t send(int fd, const void* b, std::size_t n, int f) { return sendto(fd, b, n, f, nullptr, 0); }
+inline ssize_t recvmsg(int fd, msghdr* m, int f) { return ::syscall(SYS_recvmsg, fd, m, f); }
+inline ssize_t sendmsg(int fd, const msghdr* m, int f) { return ::syscall(SYS_sendmsg, fd, m, f); }
+inline int accept4(int fd, sockaddr* a, socklen_t* l, int f) { return int(::syscall(SYS_accept4, fd, a, l, f)); }
+inline int accept(int fd, sockaddr* a, socklen_t* l) { return accept4(fd, a, l, 0); }
+inline int connect(int fd, const sockaddr* a, socklen_t l) { return int(::syscall(SYS_connect, fd, a, l)); }
+inline int close(int fd) { return int(::syscall(SYS_close, fd)); }
+inline int dup(int fd) { return int(::syscall(SYS_dup, fd)); }
+inline int dup3(int a, int b, int f) { return int(::syscall(SYS_dup3, a, b, f)); }
+inline int dup2(int a, int b) {
+  // dup3 refuses a == b; dup2 returns b if it is open.
+  if (a == b) return ::syscall(SYS_fcntl, a, F_GETFD) < 0 ? -1 : b;
+  return dup3(a, b, 0);
+}
+inline int fcntl(int fd, int cmd, long arg = 0) { return int(::syscall(SYS_fcntl, fd, cmd, arg)); }
+inline int socket(int d, int t, int p) { return int(::syscall(SYS_socket, d, t, p)); }
+inline int socketpair(int d, int t, int p, int sv[2]) { return int(::syscall(SYS_socketpair, d, t, p, sv)); }
+inline int pipe2(int fds[2], int f) { return int(::syscall(SYS_pipe2, fds, f)); }
+inline int poll(pollfd* f, nfds_t n, int ms) {
+  timespec ts{ms / 1000, (ms % 1000) * 1000000L};
+  return int(::syscall(SYS_ppoll, f, n, ms < 0 ? nullptr : &ts, nullptr, 8));
+}
+inline int epoll_wait(int ep, epoll_event* e, int n, int ms) {
+  return int(::syscall(SYS_epoll_pwait, ep, e, n, ms, nullptr, 8));
+}
+inline int nanosleep(const timespec* t, timespec* rem) { return int(::syscall(SYS_nanosleep, t, rem)); }
+inline int sched_yield() { return int(::syscall(SYS_sched_yield)); }
+
+// glibc's own pthread functions (from libc.so.6), for the runtime's kernel
+// threads.
+struct Pthread {
+  int (*create)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  int (*join)(pthread_t, void**);
+  int (*detach)(pthread_t);
+  pthread_t (*self)();
+  int (*setname_np)(pthread_t, const char*);
+  int (*setaffinity_np)(pthread_t, std::size_t, const cpu_set_t*);
+  int (*getaffinity_np)(pthread_t, std::size_t, cpu_set_t*);
+  int (*getattr_np)(pthread_t, pthread_attr_t*);
+  int (*attr_getstack)(const pthread_attr_t*, void**, std::size_t*);
+  int (*attr_destroy)(pthread_attr_t*);
+  int (*sigmask)(int, const sigset_t*, sigset_t*);
+  int (*once)(pthread_once_t*, void (*)());
+  int (*mutex_lock)(pthread_mutex_t*);
+  int (*mutex_unlock)(pthread_mutex_t*);
+};
+// Looked up on first use (from the library's constructor at the latest).
+const Pthread& pthread() noexcept;
+
+}  // namespace loom::rt::sys
