@@ -18,6 +18,7 @@
 // functions a plain call would reach.
 #pragma once
 
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -41,15 +42,15 @@ inline ssize_t pwrite(int fd, const void* b, std::size_t n, off_t o) { return ::
 inline ssize_t recvfrom(int fd, void* b, std::size_t n, int f, sockaddr* a, socklen_t* l) {
   return ::syscall(SYS_recvfrom, fd, b, n, f, a, l);
 }
-inline ssize_t recv(int fd, void* b, std::size_t n, int f) { return recvfrom(fd, b, n, f, nullptr, nullptr); }
+inline ssize_t recv(int fd, void* b, std::size_t n, int f) { return sys::recvfrom(fd, b, n, f, nullptr, nullptr); }
 inline ssize_t sendto(int fd, const void* b, std::size_t n, int f, const sockaddr* a, socklen_t l) {
   return ::syscall(SYS_sendto, fd, b, n, f, a, l);
 }
-inline ssize_t send(int fd, const void* b, std::size_t n, int f) { return sendto(fd, b, n, f, nullptr, 0); }
+inline ssize_t send(int fd, const void* b, std::size_t n, int f) { return sys::sendto(fd, b, n, f, nullptr, 0); }
 inline ssize_t recvmsg(int fd, msghdr* m, int f) { return ::syscall(SYS_recvmsg, fd, m, f); }
 inline ssize_t sendmsg(int fd, const msghdr* m, int f) { return ::syscall(SYS_sendmsg, fd, m, f); }
 inline int accept4(int fd, sockaddr* a, socklen_t* l, int f) { return int(::syscall(SYS_accept4, fd, a, l, f)); }
-inline int accept(int fd, sockaddr* a, socklen_t* l) { return accept4(fd, a, l, 0); }
+inline int accept(int fd, sockaddr* a, socklen_t* l) { return sys::accept4(fd, a, l, 0); }
 inline int connect(int fd, const sockaddr* a, socklen_t l) { return int(::syscall(SYS_connect, fd, a, l)); }
 inline int close(int fd) { return int(::syscall(SYS_close, fd)); }
 inline int dup(int fd) { return int(::syscall(SYS_dup, fd)); }
@@ -57,7 +58,7 @@ inline int dup3(int a, int b, int f) { return int(::syscall(SYS_dup3, a, b, f));
 inline int dup2(int a, int b) {
   // dup3 refuses a == b; dup2 returns b if it is open.
   if (a == b) return ::syscall(SYS_fcntl, a, F_GETFD) < 0 ? -1 : b;
-  return dup3(a, b, 0);
+  return sys::dup3(a, b, 0);
 }
 inline int fcntl(int fd, int cmd, long arg = 0) { return int(::syscall(SYS_fcntl, fd, cmd, arg)); }
 inline int socket(int d, int t, int p) { return int(::syscall(SYS_socket, d, t, p)); }
