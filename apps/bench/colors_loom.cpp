@@ -138,9 +138,18 @@ class Bench {
   virtual std::uint64_t start_round(std::uint32_t round) = 0;
   virtual void describe(bench::Json& j) const = 0;
 
-  // One per event, at its end: the round's last one wakes the driver.
+  // One per event, at its end: counts where it ran; the round's last one
+  // wakes the driver.
   void done() {
+    const int p = loom::this_fibre::processor_index();
+    if (p >= 0 && p < kMaxProcessors) ran_on_[p].n.fetch_add(1, std::memory_order_relaxed);
     if (left_.fetch_sub(1, std::memory_order_acq_rel) == 1) round_over_.release();
+  }
+  // Events run so far on each of the first `n` processors.
+  std::vector<double> ran_on(unsigned n) const {
+    std::vector<double> v;
+    for (unsigned i = 0; i < n && i < kMaxProcessors; ++i) v.push_back(double(ran_on_[i].n.load()));
+    return v;
   }
   bool wait_round(double timeout_s) {
     return round_over_.try_acquire_for(std::chrono::nanoseconds(std::int64_t(timeout_s * 1e9)));
@@ -175,6 +184,11 @@ class Bench {
   std::atomic<std::uint32_t> round_{0};
 
  private:
+  static constexpr int kMaxProcessors = 256;
+  struct alignas(64) Counter {
+    std::atomic<std::uint64_t> n{0};
+  };
+  Counter ran_on_[kMaxProcessors];
   alignas(64) std::atomic<std::int64_t> left_{0};
   alignas(64) std::atomic<std::uint64_t> errors_{0};
   loom::Semaphore round_over_{0};
@@ -445,6 +459,7 @@ struct Result {
   double seconds = 0, tsc_ghz = 0;
   loom::ColorStats s0, s1;
   std::vector<double> poster;  // rounds posted from each processor
+  std::vector<double> ran_on;  // events of the measured rounds run on each processor
 };
 
 // The driver fibre: warm-up rounds, then measured rounds.
@@ -474,6 +489,7 @@ void drive(Bench& b, const Options& o, loom::Cluster& cluster, Result& r) {
     } while (bench::now_ns() < end);
   }
   r.s0 = loom::color_stats(cluster);
+  const std::vector<double> ran0 = b.ran_on(o.processors);
   const std::uint64_t t0 = bench::now_ns(), c0 = cycles();
   do {
     r.events += one();
@@ -481,6 +497,8 @@ void drive(Bench& b, const Options& o, loom::Cluster& cluster, Result& r) {
   } while (bench::now_ns() - t0 < o.seconds * 1e9);
   const std::uint64_t t1 = bench::now_ns(), c1 = cycles();
   r.s1 = loom::color_stats(cluster);
+  r.ran_on = b.ran_on(o.processors);
+  for (std::size_t i = 0; i < r.ran_on.size(); ++i) r.ran_on[i] -= ran0[i];
   r.seconds = (t1 - t0) / 1e9;
   r.tsc_ghz = double(c1 - c0) / double(t1 - t0);
 }
@@ -505,6 +523,13 @@ bool run_one(const std::string& name, const Options& o) {
       std::exit(2);
     }
     loom::set_color_batch(cluster, o.batch);
+    // New colors start on the processor that posts them: Mely's rounds start
+    // with all their events on one processor (loom's default hashes colors
+    // over the processors, which would balance the rounds before any steal).
+    if (!loom::set_color_placement(cluster, "local")) {
+      std::fprintf(stderr, "%s: loom refused color placement 'local'\n", kProg);
+      std::exit(2);
+    }
     // B's penalty: the programmer's where the variant weighs penalties (as
     // Mely did), else the runtime's measured one (0 restores it).
     const bool set = name == "penalty" && (o.variant == "mely:penalty" || o.variant == "mely");
@@ -555,6 +580,7 @@ bool run_one(const std::string& name, const Options& o) {
   j.add("processors", o.processors)
       .add("batch", o.batch)
       .add("poster_rounds_by_processor", r.poster)
+      .add("events_by_processor", r.ran_on)
       .add("tsc_ghz", r.tsc_ghz)
       .add("sched_config", bench::loom_variant(config))
       .add("cpus", bench::allowed_cpus())
