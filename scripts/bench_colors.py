@@ -264,9 +264,9 @@ def run(runner, drv):
         print()
         print(f"  {bench}: {describe(any_row)}")
         print(f"    {'variant':<16}{'K events/s':>16}{'/ none':>8}{'steal cost':>12}{'stolen work':>16}"
-              f"{'colors stolen':>15}{'L2 misses':>11}")
+              f"{'colors stolen':>15}{'L2 misses':>11}{'events run on':>15}")
         print(f"    {'':<16}{'':>16}{'':>8}{'(cycles)':>12}{'(cycles/color)':>16}{'per round':>15}"
-              f"{'per event':>11}")
+              f"{'per event':>11}{'P0/P1 (%)':>15}")
         for v in variants_of(bench):
             r = out.get((bench, v))
             if not r:
@@ -277,7 +277,7 @@ def run(runner, drv):
             print(f"    {v:<16}{r['events_per_s'] / 1e3:>9.1f} ±{r['spread_pct']:>3.0f}%"
                   f"{(f'{rn[0]:.2f}' if rn else '-'):>8}{fmt_int(r['steal_cost_cycles']):>12}"
                   f"{fmt_int(r['stolen_work_cycles']):>16}{r['colors_stolen_per_round']:>15.1f}"
-                  f"{(f'{l2:.3g}' if l2 is not None else 'null'):>11}")
+                  f"{(f'{l2:.3g}' if l2 is not None else 'null'):>11}{split(r):>15}")
 
     print()
     print("goals (median of the ratios taken within each round; range over the rounds)")
@@ -300,6 +300,8 @@ def run(runner, drv):
     print("  and mely:locality steals exactly as mely:base does; the victim order by cache distance is covered "
           "by the topology tests (tests/topo_test.cpp).")
     print(f"  {l2_note}.")
+    print("  events run on: the share of the measured events each processor ran (last round); the driver posts "
+          "each round from the processor it runs on (poster_rounds_by_processor in the jsonl).")
     print("  steal cost = loom's smoothed TSC cycles of one steal; stolen work = mean measured work of a stolen "
           "color; both as the runtime reports them at the end of the run.")
     print(f"  load average before {common['loadavg_before']}, after {common['loadavg_after']}; "
@@ -321,6 +323,13 @@ def describe(row):
                 f"{row.get('array_bytes', 0) >> 10} KiB array, two B (two other colors) sort its halves, C joins, "
                 f"M merges")
     return ""
+
+
+def split(row):
+    """Where the measured rounds' events ran: percent per processor (last round)."""
+    v = row.get("events_by_processor") or []
+    total = sum(v)
+    return "/".join(f"{100.0 * x / total:.0f}" for x in v) if total else "-"
 
 
 def fmt_int(v):
