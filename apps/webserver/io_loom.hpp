@@ -1,6 +1,7 @@
 // io_loom.hpp — the Io policy of connection.hpp for one loom fibre per
 // connection: loom::io, which blocks the fibre and never the processor, and
-// loom::offload for code that may block on a disk.
+// loom::offload for code that may block on a disk; and the set-up both loom
+// runtimes (fibres, events) share.
 #pragma once
 
 #include <chrono>
@@ -11,8 +12,15 @@
 #include <utility>
 
 #include "connection.hpp"
+#include "options.hpp"
 
 namespace web {
+
+// The loom runtimes' common set-up (server_loom.cpp): the scheduler's
+// configuration from LOOM_* and the options (--poller, --stack-size), and
+// the processors in all (--processors, or the CPUs this process may use).
+loom::SchedConfig sched_config(const Options& o);
+unsigned processor_count(const Options& o);
 
 struct LoomIo {
   static int socket(int d, int t, int p) { return loom::io::socket(d, t, p); }

@@ -1,6 +1,7 @@
 // main.cpp — the web server (issue 6): HTTP/1.1, one fibre per connection
-// (or one kernel thread, --runtime=pthread), plaintext routes and static
-// files. `webserver --help` lists the options.
+// (or one kernel thread, --runtime=pthread, or colored events,
+// --runtime=events), plaintext routes and static files. `webserver --help`
+// lists the options.
 #include "options.hpp"
 #include "server.hpp"
 
@@ -8,5 +9,12 @@ int main(int argc, char** argv) {
   web::Options o;
   int rc = web::parse_options(argc, argv, o);
   if (rc >= 0) return rc;
-  return o.runtime == web::Options::Runtime::pthread ? web::run_pthread(o) : web::run_loom(o);
+  switch (o.runtime) {
+    case web::Options::Runtime::pthread:
+      return web::run_pthread(o);
+    case web::Options::Runtime::events:
+      return web::run_events(o);
+    default:
+      return web::run_loom(o);
+  }
 }

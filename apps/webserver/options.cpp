@@ -14,8 +14,11 @@ namespace web {
 
 const char* usage() {
   return "usage: webserver [options]\n"
-         "  --runtime=loom|pthread   one fibre (loom, default) or one kernel thread per connection\n"
-         "  --processors N           loom processors in all (default: the CPUs this process may use)\n"
+         "  --runtime=loom|pthread|events\n"
+         "                           one fibre (loom, default) or one kernel thread per connection,\n"
+         "                           or events: loom colored events, one color per connection\n"
+         "  --processors N           loom processors in all (default: the CPUs this process may use);\n"
+         "                           events: the size of its one cluster\n"
          "  --cluster-size N         processors per cluster (default: all in one); each cluster has\n"
          "                           its own listening socket (SO_REUSEPORT) and acceptor fibre\n"
          "  --poller MODE            idle, fibre, loop, loop-sleep, opportunistic or\n"
@@ -112,8 +115,10 @@ int parse_options(int argc, char** argv, Options& o) {
         o.runtime = Options::Runtime::loom;
       else if (value == "pthread")
         o.runtime = Options::Runtime::pthread;
+      else if (value == "events")
+        o.runtime = Options::Runtime::events;
       else
-        return bad("--runtime: '%s' is not loom or pthread", v);
+        return bad("--runtime: '%s' is not loom, pthread or events", v);
     } else if (name == "--processors") {
       if (!parse_uint(v, 1, 1024, n)) return bad("--processors: '%s' is not a number from 1 to 1024", v);
       o.processors = static_cast<unsigned>(n);
@@ -160,7 +165,10 @@ int parse_options(int argc, char** argv, Options& o) {
     }
   }
   if (o.runtime == Options::Runtime::pthread && (!o.poller.empty() || o.cluster_size))
-    return bad("%s applies to --runtime=loom only", !o.poller.empty() ? "--poller" : "--cluster-size");
+    return bad("%s applies to --runtime=loom (and --poller to events) only",
+               !o.poller.empty() ? "--poller" : "--cluster-size");
+  if (o.runtime == Options::Runtime::events && o.cluster_size)
+    return bad("--cluster-size applies to --runtime=loom only (events run in one cluster of --processors)%s", "");
   return -1;
 }
 

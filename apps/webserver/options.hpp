@@ -8,11 +8,11 @@
 namespace web {
 
 struct Options {
-  enum class Runtime { loom, pthread };
+  enum class Runtime { loom, pthread, events };
   Runtime runtime = Runtime::loom;
-  unsigned processors = 0;    // loom: processors in all; 0 = the CPUs this process may use
+  unsigned processors = 0;    // loom, events: processors in all; 0 = the CPUs this process may use
   unsigned cluster_size = 0;  // loom: processors per cluster; 0 = all in one cluster
-  std::string poller;         // loom: SchedConfig::poller by name; empty = LOOM_POLLER or the default
+  std::string poller;         // loom, events: SchedConfig::poller by name; empty = LOOM_POLLER or the default
   unsigned port = 8080;       // 0: any free port (printed)
   std::string address = "127.0.0.1";
   std::string root;  // static files; empty = none

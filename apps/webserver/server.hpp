@@ -63,5 +63,6 @@ void print_listening(const char* prog, const Options& o, unsigned port, const st
 
 int run_pthread(const Options& o);
 int run_loom(const Options& o);
+int run_events(const Options& o);
 
 }  // namespace web

@@ -45,6 +45,15 @@ loom::PollerKind poller_kind(const std::string& name, loom::PollerKind dflt) {
 
 }  // namespace
 
+loom::SchedConfig sched_config(const Options& o) {
+  loom::SchedConfig cfg = loom::SchedConfig::from_env();
+  cfg.poller = poller_kind(o.poller, cfg.poller);
+  cfg.stack_size = o.stack_size;
+  return cfg;
+}
+
+unsigned processor_count(const Options& o) { return o.processors ? o.processors : usable_cpus(); }
+
 int run_loom(const Options& o) {
   std::size_t nofile = setup_process();
   // Everything here lives for the life of the process (the detached
@@ -61,10 +70,8 @@ int run_loom(const Options& o) {
   fill_context(*ctx, o, nofile);
   ctx->table = new ConnTable(nofile);
 
-  loom::SchedConfig cfg = loom::SchedConfig::from_env();
-  cfg.poller = poller_kind(o.poller, cfg.poller);
-  cfg.stack_size = o.stack_size;
-  unsigned processors = o.processors ? o.processors : usable_cpus();
+  loom::SchedConfig cfg = sched_config(o);
+  unsigned processors = processor_count(o);
   unsigned per = o.cluster_size ? std::min(o.cluster_size, processors) : processors;
   unsigned nclusters = (processors + per - 1) / per;
 

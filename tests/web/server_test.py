@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tests/web/server_test.py — the web server (apps/webserver) against real clients.
 
-    server_test.py --server PATH/webserver --runtime loom|pthread [--corpus DIR] [unittest args]
+    server_test.py --server PATH/webserver --runtime loom|pthread|events [--corpus DIR] [unittest args]
 
 Starts the server on an ephemeral port of 127.0.0.1 (its listening line says
 which) with a temporary --root and a 2 s read timeout, and drives it with
@@ -571,11 +571,14 @@ class LimitsTest(unittest.TestCase):
             server.stop()
 
     def test_bad_command_lines(self):
-        for args, what in ((["--bogus"], "unknown option"), (["--port", "abc"], "--port"),
-                           (["--runtime=fibres"], "--runtime"), (["--poller", "nope"], "--poller"),
-                           (["--stack-size", "1K"], "--stack-size"), (["--read-timeout", "-1"], "--read-timeout"),
-                           (["--processors"], "needs a value"), (["--root", "/nonexistent/dir"], "--root"),
-                           (["--address", "1.2.3"], "--address")):
+        bad = [(["--bogus"], "unknown option"), (["--port", "abc"], "--port"),
+               (["--runtime=fibres"], "--runtime"), (["--poller", "nope"], "--poller"),
+               (["--stack-size", "1K"], "--stack-size"), (["--read-timeout", "-1"], "--read-timeout"),
+               (["--processors"], "needs a value"), (["--root", "/nonexistent/dir"], "--root"),
+               (["--address", "1.2.3"], "--address")]
+        if ARGS.runtime != "loom":  # one cluster (events), or none (pthread)
+            bad.append((["--cluster-size", "2"], "--cluster-size"))
+        for args, what in bad:
             r = subprocess.run([ARGS.server, "--runtime", ARGS.runtime, "--port", "0"] + args, capture_output=True,
                                text=True, timeout=10)
             self.assertEqual(r.returncode, 2, f"{args}: exit {r.returncode}, {r.stderr}")
@@ -589,7 +592,7 @@ def main():
     global ARGS
     p = argparse.ArgumentParser()
     p.add_argument("--server", required=True)
-    p.add_argument("--runtime", choices=["loom", "pthread"], required=True)
+    p.add_argument("--runtime", choices=["loom", "pthread", "events"], required=True)
     p.add_argument("--corpus")
     ARGS, rest = p.parse_known_args()
     raise_nofile()
