@@ -350,6 +350,8 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
   fa.stack_size = attr->_loom_stacksize;
   fa.priority = static_cast<Priority>(attr->_loom_priority);
   fa.cluster = reinterpret_cast<loom::Cluster*>(attr->_loom_cluster);
+  fa.color = attr->_loom_color;  // loom_attr_setcolor (capi/color.cpp)
+  fa.color_shared = attr->_loom_color_shared != 0;
   const bool detached = attr->_loom_detachstate == LOOM_CREATE_DETACHED;
   if (detached) t->state.store(kClaimed | kDetached, std::memory_order_relaxed);
   *thread = reinterpret_cast<loom_t>(t);  // before the fibre can run (POSIX)

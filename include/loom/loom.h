@@ -69,6 +69,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -166,7 +167,9 @@ typedef struct {
   int _loom_priority;
   int _loom_scope;
   void* _loom_stackaddr; /* set by loom_getattr_np only */
-  void* _loom_reserved[2];
+  uint32_t _loom_color;  /* 0: uncolored (loom_attr_setcolor) */
+  int _loom_color_shared;
+  void* _loom_reserved[1]; /* the two fields above took the other one: same size */
 } loom_attr_t;
 
 typedef struct {
@@ -302,6 +305,14 @@ int loom_attr_setcluster(loom_attr_t* attr, loom_cluster_t* cluster);
 int loom_attr_getcluster(const loom_attr_t* LOOM_RESTRICT attr, loom_cluster_t** LOOM_RESTRICT cluster);
 int loom_attr_setpriority(loom_attr_t* attr, int priority);
 int loom_attr_getpriority(const loom_attr_t* LOOM_RESTRICT attr, int* LOOM_RESTRICT priority);
+/* A colored fibre (see "colors" below): it waits for `color` of its cluster
+ * before it starts and holds it until it exits, also while blocked; shared
+ * (1) holds it shared, overlapping other shared work of the color, 0
+ * exclusively. Color 0 (the default) is uncolored. EINVAL: shared not 0 or
+ * 1, or shared with color 0. loom_getattr_np reports color 0. */
+int loom_attr_setcolor(loom_attr_t* attr, uint32_t color, int shared);
+int loom_attr_getcolor(const loom_attr_t* LOOM_RESTRICT attr, uint32_t* LOOM_RESTRICT color,
+                       int* LOOM_RESTRICT shared);
 
 /* Starts start(arg) on a new fibre (*thread is set before it can run).
  * EAGAIN: no memory for its stack; EINVAL: bad attributes. */
@@ -549,6 +560,121 @@ int loom_migrate(loom_cluster_t* to);
 /* The index of the calling fibre's processor within its cluster, or -1 on a
  * kernel thread that is not a processor. */
 int loom_processor_index(void);
+
+/* ---- colors --------------------------------------------------------------------------
+ * loom/color.hpp as C. A color is a 32-bit mutual-exclusion domain of a
+ * cluster: events (fn(arg), run to completion on a processor's event
+ * runner) and colored fibres of one color never run at the same time, and
+ * start in the order they were posted. A shared post may overlap other
+ * shared work of its color, never exclusive work. Color 0 is "uncolored";
+ * number your own colors below 2^31 and take others from
+ * loom_color_allocate. An event may block (loom_mutex_lock, loom_read...),
+ * holding its color meanwhile. Every call is safe from any fibre or thread
+ * at any time; none waits for the event it posts; none is
+ * async-signal-safe. `cluster` may be null everywhere: the caller's
+ * cluster (the default one for kernel threads). */
+typedef struct loom_color_stats {
+  uint64_t events_run;         /* events that ran to completion */
+  uint64_t fibres_started;     /* colored fibres that got their color */
+  uint64_t steal_attempts;     /* thieves that looked at victims */
+  uint64_t colors_stolen;      /* color queues that moved */
+  uint64_t events_stolen;      /* events in those queues */
+  uint64_t steal_cost_cycles;  /* smoothed TSC cycles of one steal */
+  uint64_t stolen_work_cycles; /* mean measured work per stolen color */
+  uint64_t colors_live;        /* color queues allocated now */
+} loom_color_stats_t;
+
+/* Posts fn(arg) as an event of `color` in the caller's cluster (exclusive,
+ * or shared), or in `cluster` (shared: 0 or 1). EINVAL: fn null, color 0,
+ * shared not 0 or 1. */
+int loom_event_post(uint32_t color, void (*fn)(void*), void* arg);
+int loom_event_post_shared(uint32_t color, void (*fn)(void*), void* arg);
+int loom_event_post_to(loom_cluster_t* cluster, uint32_t color, int shared, void (*fn)(void*), void* arg);
+/* The color the caller runs under (an event's or a colored fibre's); 0 for
+ * uncolored fibres and kernel threads. Not async-signal-safe. */
+uint32_t loom_current_color(void);
+/* The first of n consecutive colors nobody else gets from this call; 0 for
+ * n == 0 or when the allocatable half of the color space is used up. */
+uint32_t loom_color_allocate(uint32_t n);
+/* The cluster's stealing policy, by name: "none", "libasync-smp",
+ * "mely[:locality,time-left,penalty|base]" (LOOM_COLOR_STEAL). set: EINVAL
+ * for a null or unknown name (nothing changes); get: EINVAL for a null buf,
+ * ERANGE when len cannot hold the name and its NUL. */
+int loom_color_set_policy(loom_cluster_t* cluster, const char* policy);
+int loom_color_get_policy(loom_cluster_t* cluster, char* buf, size_t len);
+/* Events of one color an event runner runs before it turns to the next
+ * color (LOOM_COLOR_BATCH). EINVAL for 0. */
+int loom_color_set_batch(loom_cluster_t* cluster, unsigned batch);
+/* Where colors first posted from then on are placed (LOOM_COLOR_PLACEMENT):
+ * "hash" (the color hashed over the processors) or "local" (the posting
+ * processor). EINVAL for a null or unknown name. */
+int loom_color_set_placement(loom_cluster_t* cluster, const char* placement);
+/* The stealing penalty of the events that run fn: their queued work counts
+ * as work / penalty when a thief weighs colors; 0 returns fn to the
+ * measured value. EINVAL: fn null, penalty neither 0 nor >= 1 (or NaN). */
+int loom_color_set_penalty(void (*fn)(void*), double penalty);
+/* The cluster's color counters (sums over its processors). EINVAL: stats
+ * null. */
+int loom_color_stats(loom_cluster_t* cluster, loom_color_stats_t* stats);
+
+/* ---- stages ----------------------------------------------------------------------------
+ * loom/stage.hpp as C: a named group of operations whose concurrency the
+ * stage's policy decides, on colors of the creator's cluster.
+ *   EXCLUSIVE    operations never overlap and start in posting order;
+ *   PARTITIONED  `partitions` colors: operations posted with one key are
+ *                serialised, in posting order; other keys run in parallel
+ *                (loom_stage_post without a key spreads over the partitions
+ *                in turn, unordered);
+ *   SHARED       operations may overlap; loom_stage_post_exclusive runs one
+ *                with none of them (on the other policies it is
+ *                loom_stage_post).
+ * Each stage counts posts, starts and completions and times the wait (post
+ * to start) and the run (start to return) on the monotonic clock.
+ * Thread safety: every call may be made concurrently from any fibre or
+ * thread, except that nothing may use a stage while loom_stage_destroy runs
+ * or after. None is async-signal-safe. */
+#define LOOM_STAGE_EXCLUSIVE 0
+#define LOOM_STAGE_PARTITIONED 1
+#define LOOM_STAGE_SHARED 2
+#define LOOM_STAGE_PARTITIONS_MAX 65536
+
+typedef struct loom_stage loom_stage_t; /* a loom::Stage */
+
+typedef struct loom_stage_stats {
+  uint64_t posted;     /* operations handed to the stage */
+  uint64_t completed;  /* operations that have returned */
+  uint64_t queued;     /* posted, not yet started (now) */
+  uint64_t running;    /* started, not yet returned (now) */
+  uint64_t queued_max; /* the most ever queued, as seen by a post */
+  uint64_t wait_mean_ns, wait_max_ns; /* post -> start */
+  uint64_t run_mean_ns, run_max_ns;   /* start -> return */
+} loom_stage_stats_t;
+
+/* EINVAL: name or out null, an unknown policy, PARTITIONED with 0 or more
+ * than LOOM_STAGE_PARTITIONS_MAX partitions (the others ignore the
+ * number); ENOMEM. The name is copied. */
+int loom_stage_create(const char* name, int policy, unsigned partitions, loom_stage_t** out);
+/* EINVAL: stage or fn null. */
+int loom_stage_post(loom_stage_t* stage, void (*fn)(void*), void* arg);
+int loom_stage_post_key(loom_stage_t* stage, uint64_t key, void (*fn)(void*), void* arg);
+int loom_stage_post_exclusive(loom_stage_t* stage, void (*fn)(void*), void* arg);
+/* Waits (the fibre blocks) until as many operations have returned as had
+ * been posted at the call: at rest, until the stage is idle. EINVAL: stage
+ * null; EDEADLK from one of the stage's own operations. From an event of
+ * another color it blocks that processor's event runner, and may wait
+ * forever for work queued behind it there: drain from fibres. */
+int loom_stage_drain(loom_stage_t* stage);
+/* EINVAL: stage or stats null. */
+int loom_stage_stats(const loom_stage_t* stage, loom_stage_stats_t* stats);
+/* A header line and the stage's row: counters, times in readable units.
+ * EINVAL: stage or out null. loom_stage_print_all lists every live stage of
+ * the process (EINVAL: out null). */
+int loom_stage_print(const loom_stage_t* stage, FILE* out);
+int loom_stage_print_all(FILE* out);
+/* Waits until every operation posted to the stage has returned, as
+ * loom_stage_drain, then frees it (its colors are not reused). EINVAL:
+ * stage null; EDEADLK from one of its own operations. */
+int loom_stage_destroy(loom_stage_t* stage);
 
 /* ---- I/O ------------------------------------------------------------------------------
  * loom/io.hpp as C: each call has the signature, return convention (-1 and
