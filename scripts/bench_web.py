@@ -11,6 +11,9 @@ same headers from every server), keep-alive and short connections
 in the same run:
 
   loom     apps/webserver --runtime=loom: a fibre per connection
+  events   the same binary, --runtime=events: the same HTTP code as colored
+           events, one color per connection (issue 12; compared with loom,
+           the fibre server, in its own table: events / loom)
   pthread  the same binary, --runtime=pthread: a kernel thread per connection
   epoll    apps/baselines/epoll-web: an edge-triggered epoll loop per thread
   nginx    Debian's nginx with a generated minimal config (return 200,
@@ -58,7 +61,7 @@ from bench_common import label, proc_rss_kib, raise_nofile
 
 # ---- settings ----------------------------------------------------------------
 
-SYSTEMS = ["loom", "pthread", "epoll", "nginx", "go"]
+SYSTEMS = ["loom", "events", "pthread", "epoll", "nginx", "go"]
 BINARIES = ["webserver", "epoll-web"]
 GO_BINARY = "go-web"
 GO_SOURCE = os.path.join("apps", "baselines", "go-web")
@@ -75,6 +78,7 @@ DISTURBED = 0.3  # others_cpus above which a run is repeated
 MAX_ATTEMPTS = 2
 SERVER_BOUND = 0.9  # share of its CPUs above which the server is the bottleneck
 RSS_GOAL_KIB = 8.0
+EVENTS_CPU_GOAL = 1.10  # events / loom, server CPU per request (issue 12)
 
 HZ = os.sysconf("SC_CLK_TCK")
 
@@ -167,10 +171,10 @@ class Server:
         # loom's own variables would change what "loom" means here.
         for k in [k for k in env if k.startswith("LOOM_")]:
             env.pop(k)
-        if system in ("loom", "pthread"):
+        if system in ("loom", "pthread", "events"):
             path = runner.binary("webserver")
             cmd = [path, "--runtime", system, "--port", "0"]
-            if system == "loom":
+            if system != "pthread":
                 cmd += ["--processors", str(processors)]
             cmd += variant_args
         elif system == "epoll":
@@ -445,8 +449,8 @@ def median_row(rows):
 # deferred`): a connection is accepted once its request is in, so loom's
 # first read succeeds and, with lazy registration, a short connection never
 # touches epoll. Short connections only, 1 processor, full runs only.
-DEFER_ARGS = {"loom": ["--defer-accept"], "pthread": ["--defer-accept"], "epoll": ["--defer-accept"],
-              "nginx": ["deferred"], "go": ["-defer-accept"]}
+DEFER_ARGS = {"loom": ["--defer-accept"], "events": ["--defer-accept"], "pthread": ["--defer-accept"],
+              "epoll": ["--defer-accept"], "nginx": ["deferred"], "go": ["-defer-accept"]}
 
 
 def configs(processors_list, quick):
@@ -519,11 +523,15 @@ def run(runner, drv):
         row.update(common)
         rows.append(row)
     by = {(r["bench"], r["system"], r["variant"], r["connections"], r["processors"]): r for r in rows}
-    # Ratios against the epoll loop at the same point, in every row.
+    # Ratios against the epoll loop at the same point, in every row; the
+    # events server's also against the fibre server (same variant).
     for r in rows:
         e = by.get((r["bench"], "epoll", "", r["connections"], r["processors"]))
         if e and r is not e:
             r["ratio_vs_epoll"] = {k: div(r[k], e[k], 4) for k in ("requests_per_s", "server_cpu_us_per_req")}
+        f = by.get((r["bench"], "loom", r["variant"], r["connections"], r["processors"]))
+        if f and r["system"] == "events":
+            r["ratio_vs_loom"] = {k: div(r[k], f[k], 4) for k in ("requests_per_s", "server_cpu_us_per_req")}
     path = runner.write("web", rows)
     png = plot(runner.out_dir, rows, drv, started)
     print_tables(rows, by, s, rounds)
@@ -570,6 +578,17 @@ def print_tables(rows, by, s, rounds):
                     rv = r.get("ratio_vs_epoll") if r else None
                     cells.append(f"{fmt(rv['requests_per_s'])}x | {fmt(rv['server_cpu_us_per_req'])}x" if rv else "-")
                 print(f"  {label(system, variant):<20}" + "".join(f"{x:>32}" for x in cells))
+            evs = [k for k in ks if k[0] == "events"]
+            if evs:
+                print(f"  events / loom (the fibre server): requests/s x, CPU per request x "
+                      f"(goal: CPU <= {EVENTS_CPU_GOAL:.2f}x)")
+                for system, variant in evs:
+                    cells = []
+                    for c in points:
+                        r = by.get((mode, system, variant, c, procs))
+                        rv = r.get("ratio_vs_loom") if r else None
+                        cells.append(f"{fmt(rv['requests_per_s'])}x | {fmt(rv['server_cpu_us_per_req'])}x" if rv else "-")
+                    print(f"  {label(system, variant):<20}" + "".join(f"{x:>32}" for x in cells))
             print(f"  p50 / p99 latency (ms), RSS per connection (KiB, under load less idle)")
             for system, variant in ks:
                 cells = []
@@ -619,6 +638,10 @@ def print_goals(by):
                  div(get("keepalive", peer, c, cpu), get("keepalive", "loom", c, cpu)), target, True)
             goal(f"keep-alive c={c}: requests/s loom / {peer}",
                  div(get("keepalive", "loom", c, rps), get("keepalive", peer, c, rps)), target, True)
+    for mode, mtitle in (("keepalive", "keep-alive"), ("close", "Connection: close")):
+        for c in CONNECTIONS:
+            goal(f"{mtitle} c={c}: CPU/request events / loom (fibres)",
+                 div(get(mode, "events", c, cpu), get(mode, "loom", c, cpu)), EVENTS_CPU_GOAL, False)
     goal("keep-alive c=10000: loom RSS per connection (KiB)", get("keepalive", "loom", 10000, "rss_kib_per_conn"),
          RSS_GOAL_KIB, False)
     for c in CONNECTIONS:
