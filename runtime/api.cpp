@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "base/options.hpp"
+#include "base/sys.hpp"
 #include "color/color.hpp"
 #include "io/poller.hpp"
 #include "loom/cluster.hpp"
@@ -42,8 +43,17 @@ void rt::boot_runtime() {
 namespace {
 
 void ensure_runtime() {
-  static std::once_flag once;
-  std::call_once(once, rt::boot_runtime);
+  // Not std::call_once: that is pthread_once, which libloom-pthread
+  // defines on top of this very runtime (base/sys.hpp).
+  static std::atomic<int> state{0};  // 0 not booted, 1 booting, 2 booted
+  if (state.load(std::memory_order_acquire) == 2) return;
+  int expected = 0;
+  if (state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    rt::boot_runtime();
+    state.store(2, std::memory_order_release);
+    return;
+  }
+  while (state.load(std::memory_order_acquire) != 2) rt::sys::sched_yield();
 }
 
 __attribute__((constructor(101))) void start_runtime_before_main() { ensure_runtime(); }
@@ -141,7 +151,7 @@ void yield() {
   if (rt::Processor* p = rt::this_processor_at_entry())
     p->yield();
   else
-    sched_yield();
+    rt::sys::sched_yield();
 }
 
 std::uint64_t id() {

@@ -1,4 +1,5 @@
 #include "base/options.hpp"
+#include "base/spinlock.hpp"
 
 #include <sched.h>
 
@@ -16,9 +17,9 @@ namespace loom::rt {
 namespace {
 // Each variable is read once per cluster: say what is wrong with it once.
 void complain(const char* name, const char* value, const char* expected, const std::string& using_) {
-  static std::mutex lock;
+  static SpinLock lock;  // not std::mutex: see base/sys.hpp
   static std::set<std::string> told;
-  std::lock_guard<std::mutex> g(lock);
+  SpinGuard g(lock);
   if (!told.insert(name).second) return;
   std::fprintf(stderr, "loom: %s=%s: expected %s; using %s\n", name, value, expected, using_.c_str());
 }

@@ -44,6 +44,7 @@ Pthread load() {
   find(h, p.once, "pthread_once");
   find(h, p.mutex_lock, "pthread_mutex_lock");
   find(h, p.mutex_unlock, "pthread_mutex_unlock");
+  find(h, p.exit, "pthread_exit");
   return p;
 }
 

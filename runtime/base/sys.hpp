@@ -91,6 +91,7 @@ struct Pthread {
   int (*once)(pthread_once_t*, void (*)());
   int (*mutex_lock)(pthread_mutex_t*);
   int (*mutex_unlock)(pthread_mutex_t*);
+  [[noreturn]] void (*exit)(void*);
 };
 // Looked up on first use (from the library's constructor at the latest).
 const Pthread& pthread() noexcept;

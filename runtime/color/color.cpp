@@ -190,8 +190,8 @@ ColorLayer::ColorLayer(Cluster& c, const ColorConfig& config) : cluster_(&c), ba
 ColorCore* ColorLayer::core(unsigned index) {
   ColorCore* c = cores_[index].load(std::memory_order_acquire);
   if (__builtin_expect(c != nullptr, 1)) return c;
-  static std::mutex create_lock;  // once per processor of each cluster
-  std::lock_guard<std::mutex> g(create_lock);
+  static SpinLock create_lock;  // once per processor of each cluster (not std::mutex: base/sys.hpp)
+  SpinGuard g(create_lock);
   c = cores_[index].load(std::memory_order_acquire);
   if (c) return c;
   c = new ColorCore;  // type-stable: never freed
@@ -495,7 +495,7 @@ void ColorLayer::shutdown() {
 bool ColorLayer::set_policy(const std::string& name) {
   std::unique_ptr<ColorStealPolicy> p = make_color_policy(name, *this);
   if (!p) return false;
-  std::lock_guard<std::mutex> g(policy_lock_);
+  SpinGuard g(policy_lock_);
   policy_.store(p.get(), std::memory_order_release);
   policies_.push_back(std::move(p));
   return true;
@@ -523,8 +523,8 @@ ColorStats ColorLayer::stats() const {
 ColorLayer& color_layer(Cluster& c) {
   ColorLayer* l = c.color.load(std::memory_order_acquire);
   if (__builtin_expect(l != nullptr, 1)) return *l;
-  static std::mutex create_lock;
-  std::lock_guard<std::mutex> g(create_lock);
+  static SpinLock create_lock;
+  SpinGuard g(create_lock);
   l = c.color.load(std::memory_order_acquire);
   if (l) return *l;
   fibre_held_start_hook = &held_start;

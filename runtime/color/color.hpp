@@ -189,7 +189,7 @@ class ColorLayer final : public Extension {
   std::atomic<ColorCore*> cores_[256] = {};
   Shard shards_[kShards];
   std::atomic<ColorStealPolicy*> policy_{nullptr};
-  std::mutex policy_lock_;
+  SpinLock policy_lock_;
   // Every policy this layer had: a thief may still be using a replaced one,
   // so none is freed (a few bytes each; programs change policy rarely).
   std::vector<std::unique_ptr<ColorStealPolicy>> policies_;

@@ -1,4 +1,5 @@
 #include "context/context.hpp"
+#include "base/sys.hpp"
 
 #include <pthread.h>
 #include <valgrind/valgrind.h>
@@ -34,9 +35,9 @@ void context_adopt_thread(Context& c) {
   pthread_attr_t attr;
   void* lo = nullptr;
   std::size_t size = 0;
-  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-    pthread_attr_getstack(&attr, &lo, &size);
-    pthread_attr_destroy(&attr);
+  if (sys::pthread().getattr_np(sys::pthread().self(), &attr) == 0) {
+    sys::pthread().attr_getstack(&attr, &lo, &size);
+    sys::pthread().attr_destroy(&attr);
   }
   c.fctx = nullptr;  // filled in by the first switch away from it
   c.stack_lo = lo;

@@ -1,5 +1,7 @@
 #include "io/fd_table.hpp"
 
+#include "base/spinlock.hpp"
+
 #include <sys/resource.h>
 
 #include <mutex>
@@ -20,8 +22,8 @@ FdTable::FdTable() {
 }
 
 FdEntry* FdTable::grow(unsigned c) {
-  static std::mutex grow_lock;  // first use of a chunk only: 1 in 1,024 numbers
-  std::lock_guard<std::mutex> g(grow_lock);
+  static SpinLock grow_lock;  // first use of a chunk only: 1 in 1,024 numbers (not std::mutex: base/sys.hpp)
+  SpinGuard g(grow_lock);
   FdEntry* chunk = chunks_[c].load(std::memory_order_acquire);
   if (!chunk) {
     chunk = new FdEntry[kChunk];

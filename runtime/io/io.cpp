@@ -25,6 +25,7 @@
 #include <cerrno>
 
 #include "io/fd_table.hpp"
+#include "base/sys.hpp"
 #include "io/poller.hpp"
 #include "loom/cluster.hpp"
 #include "loom/io.hpp"
@@ -37,7 +38,7 @@ namespace {
 enum Side { kIn, kOut };
 
 template <typename Op>
-__attribute__((noinline)) long sys(Op&& op) {
+__attribute__((noinline)) long syscall_op(Op&& op) {
   long r = long(op());
   return r < 0 ? -errno : r;
 }
@@ -99,12 +100,12 @@ std::uint8_t classify(int fd, FdEntry& e) {
   // Not made by loom: another number or process may share the file.
   struct stat st {};
   if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) {
-    int fl = fcntl(fd, F_GETFL);
+    int fl = rt::sys::fcntl(fd, F_GETFL);
     if (fl >= 0) {
       int type = 0;
       socklen_t len = sizeof type;
       bool stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM;
-      if (!(fl & O_NONBLOCK)) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+      if (!(fl & O_NONBLOCK)) rt::sys::fcntl(fd, F_SETFL, fl | O_NONBLOCK);
       describe(e, kFdPollable, (fl & O_NONBLOCK) != 0, stream, /*shared=*/true);
       return kFdPollable;
     }
@@ -116,7 +117,7 @@ std::uint8_t classify(int fd, FdEntry& e) {
 template <typename Op>
 long offloaded(Op& op) {
   void* token = offload_enter();
-  long r = sys(op);
+  long r = syscall_op(op);
   offload_leave(token);
   return r;
 }
@@ -126,7 +127,7 @@ long offloaded(Op& op) {
 template <typename Op>
 long thread_call(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeout_err) {
   for (;;) {
-    long r = sys(op);
+    long r = syscall_op(op);
     if (r != -EAGAIN || e.user_nonblock.load(std::memory_order_relaxed)) return r;
     FdSide& s = side == kIn ? e.in : e.out;
     if (d == kForever)
@@ -138,7 +139,7 @@ long thread_call(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeout_
       ms = int((left + 999'999) / 1'000'000);
     }
     pollfd p{fd, short(side == kIn ? POLLIN : POLLOUT), 0};
-    if (poll(&p, 1, ms) < 0 && errno != EINTR) return -errno;
+    if (rt::sys::poll(&p, 1, ms) < 0 && errno != EINTR) return -errno;
   }
 }
 
@@ -158,7 +159,7 @@ long wait_and_retry(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeo
     contended_retry = true;  // another fibre had the turn: look again first
   }
   if (contended_retry) {
-    r = e.gen.load(std::memory_order_acquire) != gen ? -EBADF : sys(op);
+    r = e.gen.load(std::memory_order_acquire) != gen ? -EBADF : syscall_op(op);
     if (r != -EAGAIN) {
       s.turn.unlock();
       return r;
@@ -180,7 +181,7 @@ long wait_and_retry(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeo
         r = -timeout_err;
         break;
       }
-      r = sys(op);
+      r = syscall_op(op);
       if (r != -EAGAIN) break;
     }
   }
@@ -195,12 +196,12 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
           std::size_t want = 0) {
   Processor* p = this_processor_at_entry();
   FdEntry* e = table().get(fd);
-  if (!e) return sys(op);
+  if (!e) return syscall_op(op);
   std::uint8_t kind = e->kind.load(std::memory_order_acquire);
   if (__builtin_expect(kind == kFdUnknown, 0)) kind = classify(fd, *e);
-  if (!p) return kind == kFdPollable ? thread_call(fd, *e, side, op, d, timeout_err) : sys(op);
+  if (!p) return kind == kFdPollable ? thread_call(fd, *e, side, op, d, timeout_err) : syscall_op(op);
   if (kind != kFdPollable) return offloaded(op);
-  if (e->user_nonblock.load(std::memory_order_relaxed)) return sys(op);
+  if (e->user_nonblock.load(std::memory_order_relaxed)) return syscall_op(op);
   long r;
   if (want && e->in_drained.load(std::memory_order_relaxed) && !e->hup.load(std::memory_order_relaxed) &&
       e->registered.load(std::memory_order_relaxed)) {
@@ -210,7 +211,7 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
   } else {
     if (input && p->cluster().config().yield_before_read && !(want && e->in_full.load(std::memory_order_relaxed)))
       p->yield();
-    r = sys(op);
+    r = syscall_op(op);
     if (r == -EAGAIN) r = wait_and_retry(fd, *e, side, op, d, timeout_err, false);
   }
   // Any input call that may have consumed an edge decides the hint anew.
@@ -264,7 +265,7 @@ void copy_view(int from, int to) {
 }
 
 long connect_wait(int fd, const sockaddr* addr, socklen_t len, Deadline d, int timeout_err) {
-  long r = sys([&] { return ::connect(fd, addr, len); });
+  long r = syscall_op([&] { return rt::sys::connect(fd, addr, len); });
   if (r != -EINPROGRESS) return r;
   FdEntry* e = table().get(fd);
   Processor* p = this_processor();
@@ -273,7 +274,7 @@ long connect_wait(int fd, const sockaddr* addr, socklen_t len, Deadline d, int t
   // Done when writable; SO_ERROR then says how it ended.
   auto done = [fd]() -> long {
     pollfd pfd{fd, POLLOUT, 0};
-    int n = ::poll(&pfd, 1, 0);
+    int n = rt::sys::poll(&pfd, 1, 0);
     if (n < 0) return -1;
     if (n == 0) {
       errno = EAGAIN;
@@ -301,23 +302,23 @@ using rt::call;
 using rt::finish;
 using rt::kIn;
 using rt::kOut;
-using rt::sys;
+using rt::syscall_op;
 
 int socket(int domain, int type, int protocol) {
-  long fd = sys([&] { return ::socket(domain, type | SOCK_NONBLOCK, protocol); });
+  long fd = syscall_op([&] { return rt::sys::socket(domain, type | SOCK_NONBLOCK, protocol); });
   if (fd >= 0) rt::adopt(int(fd), (type & SOCK_NONBLOCK) != 0, !rt::lazy_here(), (type & 0xf) == SOCK_STREAM);
   return int(finish(fd));
 }
 
 int socketpair(int domain, int type, int protocol, int sv[2]) {
-  long r = sys([&] { return ::socketpair(domain, type | SOCK_NONBLOCK, protocol, sv); });
+  long r = syscall_op([&] { return rt::sys::socketpair(domain, type | SOCK_NONBLOCK, protocol, sv); });
   if (r == 0)
     for (int i = 0; i < 2; ++i) rt::adopt(sv[i], (type & SOCK_NONBLOCK) != 0, !rt::lazy_here(), (type & 0xf) == SOCK_STREAM);
   return int(finish(r));
 }
 
 int pipe2(int fds[2], int flags) {
-  long r = sys([&] { return ::pipe2(fds, flags | O_NONBLOCK); });
+  long r = syscall_op([&] { return rt::sys::pipe2(fds, flags | O_NONBLOCK); });
   if (r == 0)
     for (int i = 0; i < 2; ++i) rt::adopt(fds[i], (flags & O_NONBLOCK) != 0, !rt::lazy_here(), true);
   return int(finish(r));
@@ -328,7 +329,7 @@ int listen(int fd, int backlog) { return ::listen(fd, backlog); }
 
 int accept4_until(int fd, sockaddr* addr, socklen_t* len, int flags, Deadline d) {
   long r = call(
-      fd, kIn, [&] { return ::accept4(fd, addr, len, flags | SOCK_NONBLOCK); }, d, d == kForever ? EAGAIN : ETIMEDOUT);
+      fd, kIn, [&] { return rt::sys::accept4(fd, addr, len, flags | SOCK_NONBLOCK); }, d, d == kForever ? EAGAIN : ETIMEDOUT);
   if (r >= 0) {
     rt::FdEntry* l = rt::table().get(fd);
     rt::adopt(int(r), (flags & SOCK_NONBLOCK) != 0, !rt::lazy_here(), l && l->stream.load(std::memory_order_relaxed));
@@ -346,59 +347,59 @@ int connect_until(int fd, const sockaddr* addr, socklen_t len, Deadline d) {
 }
 
 ssize_t read(int fd, void* buf, size_t n) {
-  return finish(call(fd, kIn, [&] { return ::read(fd, buf, n); }, kForever, EAGAIN, true, n));
+  return finish(call(fd, kIn, [&] { return rt::sys::read(fd, buf, n); }, kForever, EAGAIN, true, n));
 }
 ssize_t read_until(int fd, void* buf, size_t n, Deadline d) {
-  return finish(call(fd, kIn, [&] { return ::read(fd, buf, n); }, d, ETIMEDOUT, true));
+  return finish(call(fd, kIn, [&] { return rt::sys::read(fd, buf, n); }, d, ETIMEDOUT, true));
 }
 ssize_t write(int fd, const void* buf, size_t n) {
-  return finish(call(fd, kOut, [&] { return ::write(fd, buf, n); }));
+  return finish(call(fd, kOut, [&] { return rt::sys::write(fd, buf, n); }));
 }
 ssize_t write_until(int fd, const void* buf, size_t n, Deadline d) {
-  return finish(call(fd, kOut, [&] { return ::write(fd, buf, n); }, d, ETIMEDOUT));
+  return finish(call(fd, kOut, [&] { return rt::sys::write(fd, buf, n); }, d, ETIMEDOUT));
 }
 ssize_t readv(int fd, const iovec* iov, int iovcnt) {
-  return finish(call(fd, kIn, [&] { return ::readv(fd, iov, iovcnt); }, kForever, EAGAIN, true));
+  return finish(call(fd, kIn, [&] { return rt::sys::readv(fd, iov, iovcnt); }, kForever, EAGAIN, true));
 }
 ssize_t writev(int fd, const iovec* iov, int iovcnt) {
-  return finish(call(fd, kOut, [&] { return ::writev(fd, iov, iovcnt); }));
+  return finish(call(fd, kOut, [&] { return rt::sys::writev(fd, iov, iovcnt); }));
 }
 
 // MSG_DONTWAIT asks for this one call not to wait: the system call as is.
 ssize_t recv(int fd, void* buf, size_t n, int flags) {
-  if (flags & MSG_DONTWAIT) return ::recv(fd, buf, n, flags);
-  return finish(call(fd, kIn, [&] { return ::recv(fd, buf, n, flags); }, kForever, EAGAIN, true, flags ? 0 : n));
+  if (flags & MSG_DONTWAIT) return rt::sys::recv(fd, buf, n, flags);
+  return finish(call(fd, kIn, [&] { return rt::sys::recv(fd, buf, n, flags); }, kForever, EAGAIN, true, flags ? 0 : n));
 }
 ssize_t send(int fd, const void* buf, size_t n, int flags) {
   flags |= MSG_NOSIGNAL;
-  if (flags & MSG_DONTWAIT) return ::send(fd, buf, n, flags);
-  return finish(call(fd, kOut, [&] { return ::send(fd, buf, n, flags); }));
+  if (flags & MSG_DONTWAIT) return rt::sys::send(fd, buf, n, flags);
+  return finish(call(fd, kOut, [&] { return rt::sys::send(fd, buf, n, flags); }));
 }
 ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* from, socklen_t* len) {
-  if (flags & MSG_DONTWAIT) return ::recvfrom(fd, buf, n, flags, from, len);
-  return finish(call(fd, kIn, [&] { return ::recvfrom(fd, buf, n, flags, from, len); }, kForever, EAGAIN, true));
+  if (flags & MSG_DONTWAIT) return rt::sys::recvfrom(fd, buf, n, flags, from, len);
+  return finish(call(fd, kIn, [&] { return rt::sys::recvfrom(fd, buf, n, flags, from, len); }, kForever, EAGAIN, true));
 }
 ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* to, socklen_t len) {
   flags |= MSG_NOSIGNAL;
-  if (flags & MSG_DONTWAIT) return ::sendto(fd, buf, n, flags, to, len);
-  return finish(call(fd, kOut, [&] { return ::sendto(fd, buf, n, flags, to, len); }));
+  if (flags & MSG_DONTWAIT) return rt::sys::sendto(fd, buf, n, flags, to, len);
+  return finish(call(fd, kOut, [&] { return rt::sys::sendto(fd, buf, n, flags, to, len); }));
 }
 ssize_t recvmsg(int fd, msghdr* msg, int flags) {
-  if (flags & MSG_DONTWAIT) return ::recvmsg(fd, msg, flags);
-  return finish(call(fd, kIn, [&] { return ::recvmsg(fd, msg, flags); }, kForever, EAGAIN, true));
+  if (flags & MSG_DONTWAIT) return rt::sys::recvmsg(fd, msg, flags);
+  return finish(call(fd, kIn, [&] { return rt::sys::recvmsg(fd, msg, flags); }, kForever, EAGAIN, true));
 }
 ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
   flags |= MSG_NOSIGNAL;
-  if (flags & MSG_DONTWAIT) return ::sendmsg(fd, msg, flags);
-  return finish(call(fd, kOut, [&] { return ::sendmsg(fd, msg, flags); }));
+  if (flags & MSG_DONTWAIT) return rt::sys::sendmsg(fd, msg, flags);
+  return finish(call(fd, kOut, [&] { return rt::sys::sendmsg(fd, msg, flags); }));
 }
 
 ssize_t pread(int fd, void* buf, size_t n, off_t off) {
-  auto op = [&] { return ::pread(fd, buf, n, off); };
+  auto op = [&] { return rt::sys::pread(fd, buf, n, off); };
   return finish(rt::offloaded(op));
 }
 ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
-  auto op = [&] { return ::pwrite(fd, buf, n, off); };
+  auto op = [&] { return rt::sys::pwrite(fd, buf, n, off); };
   return finish(rt::offloaded(op));
 }
 int fsync(int fd) {
@@ -412,26 +413,26 @@ int getaddrinfo(const char* node, const char* service, const addrinfo* hints, ad
 int close(int fd) {
   rt::Disarmed d;
   rt::retire(fd, d);
-  long r = sys([&] { return ::close(fd); });
+  long r = syscall_op([&] { return rt::sys::close(fd); });
   d.fire();  // after close(2): the owner's next call on fd fails with EBADF
   return int(finish(r));
 }
 
 int dup(int fd) {
-  long r = sys([&] { return ::dup(fd); });
+  long r = syscall_op([&] { return rt::sys::dup(fd); });
   if (r >= 0) rt::copy_view(fd, int(r));
   return int(finish(r));
 }
 int dup3(int fd, int newfd, int flags) {
   rt::Disarmed d;
   if (fd != newfd) rt::retire(newfd, d);
-  long r = sys([&] { return ::dup3(fd, newfd, flags); });
+  long r = syscall_op([&] { return rt::sys::dup3(fd, newfd, flags); });
   if (r >= 0) rt::copy_view(fd, int(r));
   d.fire();
   return int(finish(r));
 }
 int dup2(int fd, int newfd) {
-  if (fd == newfd) return ::fcntl(fd, F_GETFD) < 0 ? -1 : fd;
+  if (fd == newfd) return rt::sys::fcntl(fd, F_GETFD) < 0 ? -1 : fd;
   return dup3(fd, newfd, 0);
 }
 
@@ -440,23 +441,23 @@ int fcntl(int fd, int cmd, long arg) {
   bool ours = e && e->kind.load(std::memory_order_acquire) == rt::kFdPollable;
   switch (cmd) {
     case F_GETFL: {
-      long r = sys([&] { return ::fcntl(fd, cmd); });
+      long r = syscall_op([&] { return rt::sys::fcntl(fd, cmd); });
       if (r >= 0 && ours && !e->user_nonblock.load(std::memory_order_relaxed)) r &= ~long(O_NONBLOCK);
       return int(finish(r));
     }
     case F_SETFL: {
-      long r = sys([&] { return ::fcntl(fd, cmd, ours ? arg | O_NONBLOCK : arg); });
+      long r = syscall_op([&] { return rt::sys::fcntl(fd, cmd, ours ? arg | O_NONBLOCK : arg); });
       if (r >= 0 && ours) e->user_nonblock.store((arg & O_NONBLOCK) != 0, std::memory_order_relaxed);
       return int(finish(r));
     }
     case F_DUPFD:
     case F_DUPFD_CLOEXEC: {
-      long r = sys([&] { return ::fcntl(fd, cmd, arg); });
+      long r = syscall_op([&] { return rt::sys::fcntl(fd, cmd, arg); });
       if (r >= 0) rt::copy_view(fd, int(r));
       return int(finish(r));
     }
     default:
-      return ::fcntl(fd, cmd, arg);
+      return rt::sys::fcntl(fd, cmd, arg);
   }
 }
 
@@ -529,7 +530,7 @@ int poll_one(int fd, short events, int timeout_ms) {
   // Ready (> 0) or error: the result; nothing yet: EAGAIN, which waits.
   auto op = [&]() -> long {
     pollfd p{fd, events, 0};
-    int n = ::poll(&p, 1, 0);
+    int n = rt::sys::poll(&p, 1, 0);
     if (n < 0) return -1;
     if (n == 0) {
       errno = EAGAIN;
@@ -537,7 +538,7 @@ int poll_one(int fd, short events, int timeout_ms) {
     }
     return p.revents;
   };
-  long r = sys(op);
+  long r = syscall_op(op);
   if (r != -EAGAIN || timeout_ms == 0) return r == -EAGAIN ? 0 : int(finish(r));
   rt::FdEntry* e = rt::table().get(fd);
   rt::Processor* p = rt::this_processor();
@@ -546,10 +547,10 @@ int poll_one(int fd, short events, int timeout_ms) {
   if (!p || kind != rt::kFdPollable) {
     auto blocking = [&]() -> long {
       pollfd q{fd, events, 0};
-      int n = ::poll(&q, 1, timeout_ms);
+      int n = rt::sys::poll(&q, 1, timeout_ms);
       return n <= 0 ? n : q.revents;
     };
-    return int(finish(p ? rt::offloaded(blocking) : sys(blocking)));
+    return int(finish(p ? rt::offloaded(blocking) : syscall_op(blocking)));
   }
   // A wait here may consume the edge a drained read would wait for.
   if (events & POLLIN) e->in_drained.store(false, std::memory_order_relaxed);

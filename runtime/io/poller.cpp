@@ -1,4 +1,5 @@
 #include "io/poller.hpp"
+#include "base/sys.hpp"
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -42,7 +43,7 @@ void deliver(IoState& s, const epoll_event* ev, int n) {
       // (a busy processor's poll leaves it, or the sleeper could miss it).
       if (s.sleeper.load(std::memory_order_relaxed) == this_processor()) {
         std::uint64_t v;
-        if (read(s.wake_fd, &v, sizeof v) < 0 && errno != EAGAIN) die("read (wake fd)");
+        if (sys::read(s.wake_fd, &v, sizeof v) < 0 && errno != EAGAIN) die("read (wake fd)");
       }
       continue;
     }
@@ -81,14 +82,17 @@ void* poller_thread_main(void* arg) {
       timeout = idle ? -1 : 0;
     }
     if (s.stopping.load(std::memory_order_acquire)) break;
-    int n = epoll_wait(s.epfd, ev, kBatch, timeout);
+    int n = sys::epoll_wait(s.epfd, ev, kBatch, timeout);
     if (s.stopping.load(std::memory_order_acquire)) break;
     if (n < 0) {
       if (errno == EINTR) continue;
       die("epoll_wait");
     }
     if (n > 0) deliver(s, ev, n);
-    if (s.kind == PollerKind::loop_sleep && s.sleep_us) usleep(s.sleep_us);
+    if (s.kind == PollerKind::loop_sleep && s.sleep_us) {
+      timespec ts{time_t(s.sleep_us / 1000000), long(s.sleep_us % 1000000) * 1000};
+      sys::nanosleep(&ts, nullptr);
+    }
   }
   return nullptr;
 }
@@ -104,7 +108,7 @@ void* master_main(void* arg) {
   auto* m = static_cast<Master*>(arg);
   epoll_event ev[64];
   for (;;) {
-    int n = epoll_wait(m->epfd, ev, 64, -1);
+    int n = sys::epoll_wait(m->epfd, ev, 64, -1);
     if (n < 0) {
       if (errno == EINTR) continue;
       die("epoll_wait (master poller)");
@@ -122,11 +126,11 @@ Master& master() {
     auto* m = new Master;
     m->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (m->epfd < 0) die("epoll_create1 (master poller)");
-    if (int e = pthread_create(&m->thread, nullptr, &master_main, m)) {
+    if (int e = sys::pthread().create(&m->thread, nullptr, &master_main, m)) {
       errno = e;
       die("pthread_create (master poller)");
     }
-    pthread_setname_np(m->thread, "loom-master");
+    sys::pthread().setname_np(m->thread, "loom-master");
     return m;
   }();
   return *m;
@@ -156,7 +160,7 @@ void poller_fibre_main(void* arg) {
   IoState& s = *static_cast<IoState*>(arg);
   epoll_event ev[256];
   while (!s.stopping.load(std::memory_order_acquire)) {
-    int n = epoll_wait(s.epfd, ev, 256, 0);
+    int n = sys::epoll_wait(s.epfd, ev, 256, 0);
     if (n > 0) {
       deliver(s, ev, n);
       // Let the fibres just freed run first (the poller is in the
@@ -198,13 +202,13 @@ void start_poller(IoState& s) {
     return;
   }
   add_eventfd(s, &s.stop_fd);
-  if (int e = pthread_create(&s.thread, nullptr, &poller_thread_main, &s)) {
+  if (int e = sys::pthread().create(&s.thread, nullptr, &poller_thread_main, &s)) {
     errno = e;
     die("pthread_create (poller)");
   }
   char name[16];
   std::snprintf(name, sizeof name, "loom-poll-%u", s.cluster->id());
-  pthread_setname_np(s.thread, name);
+  sys::pthread().setname_np(s.thread, name);
   s.has_thread = true;
 }
 
@@ -213,8 +217,8 @@ void start_poller(IoState& s) {
 IoState& io_state(Cluster& c) {
   IoState* s = c.io.load(std::memory_order_acquire);
   if (__builtin_expect(s != nullptr, 1)) return *s;
-  static std::mutex create_lock;  // once per cluster
-  std::lock_guard<std::mutex> g(create_lock);
+  static SpinLock create_lock;  // once per cluster (a spin lock: see base/sys.hpp)
+  SpinGuard g(create_lock);
   s = c.io.load(std::memory_order_acquire);
   if (s) return *s;
   s = new IoState;  // type-stable, like the cluster itself
@@ -265,7 +269,7 @@ bool io_idle_sleep(IoState& s, Processor& p, std::int64_t deadline) {
     }
     // One sleeper at a time (the CAS above): it owns the cluster's buffer.
     epoll_event* ev = s.sleeper_events.get();
-    int n = epoll_wait(s.epfd, ev, kBatch, timeout);
+    int n = sys::epoll_wait(s.epfd, ev, kBatch, timeout);
     if (n < 0 && errno != EINTR) die("epoll_wait (idle processor)");
     if (n > 0) deliver(s, ev, n);
   }
@@ -277,13 +281,13 @@ bool io_idle_sleep(IoState& s, Processor& p, std::int64_t deadline) {
 
 void io_interrupt(IoState& s) {
   std::uint64_t one = 1;
-  if (write(s.wake_fd, &one, sizeof one) < 0 && errno != EAGAIN) die("write (wake fd)");
+  if (sys::write(s.wake_fd, &one, sizeof one) < 0 && errno != EAGAIN) die("write (wake fd)");
 }
 
 void io_busy_poll(IoState& s) {
   if (s.kind != PollerKind::idle || s.sleeper.load(std::memory_order_relaxed)) return;
   epoll_event ev[32];  // on the running fibre's stack: keep it small
-  int n = epoll_wait(s.epfd, ev, 32, 0);
+  int n = sys::epoll_wait(s.epfd, ev, 32, 0);
   if (n > 0) deliver(s, ev, n);
 }
 
@@ -299,9 +303,9 @@ void io_shutdown(Cluster& c) {
   s->stopping.store(true, std::memory_order_seq_cst);
   if (s->has_thread) {
     std::uint64_t one = 1;
-    if (write(s->stop_fd, &one, sizeof one) < 0) die("write (stop fd)");
+    if (sys::write(s->stop_fd, &one, sizeof one) < 0) die("write (stop fd)");
     s->idle_signal.post();
-    pthread_join(s->thread, nullptr);
+    sys::pthread().join(s->thread, nullptr);
     s->has_thread = false;
   }
   if (s->poller_handle) {

@@ -1,4 +1,5 @@
 #include "io/ready_word.hpp"
+#include "base/sys.hpp"
 
 #include <sched.h>
 
@@ -113,7 +114,7 @@ void ReadyWord::take_or_post(Callback& fn, void*& arg) noexcept {
       if (spins < 64)
         cpu_relax();
       else
-        sched_yield();  // ... and its kernel thread was preempted there
+        sys::sched_yield();  // ... and its kernel thread was preempted there
       cur = word_.load(std::memory_order_acquire);
       continue;
     }

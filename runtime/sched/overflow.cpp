@@ -1,4 +1,5 @@
 #include "sched/overflow.hpp"
+#include "base/sys.hpp"
 
 #include <signal.h>
 #include <sys/mman.h>
@@ -23,7 +24,7 @@ void on_segv(int sig, siginfo_t* info, void* uctx) {
     int n = std::snprintf(msg, sizeof msg, "loom: fibre %llu%s%s%s overflowed its %zu KiB stack (guard page hit at %p)\n",
                           (unsigned long long)f->id, f->name ? " \"" : "", f->name ? f->name : "", f->name ? "\"" : "",
                           f->stack.size / 1024, info->si_addr);
-    if (n > 0) (void)!write(STDERR_FILENO, msg, std::size_t(n) < sizeof msg ? std::size_t(n) : sizeof msg - 1);
+    if (n > 0) (void)!sys::write(STDERR_FILENO, msg, std::size_t(n) < sizeof msg ? std::size_t(n) : sizeof msg - 1);
     signal(SIGSEGV, SIG_DFL);
     return;  // the faulting instruction runs again and kills the process
   }

@@ -1,4 +1,5 @@
 #include "sched/processor.hpp"
+#include "base/sys.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -160,7 +161,7 @@ Processor::Processor(Cluster& cluster, unsigned index, bool adopt)
     // Busy from birth: work may be pushed to it before its thread runs, and
     // a thief only looks at processors on the busy list.
     cluster.go_busy(*this);
-    if (int e = pthread_create(&thread_, nullptr, &Processor::thread_main, this)) {
+    if (int e = sys::pthread().create(&thread_, nullptr, &Processor::thread_main, this)) {
       std::fprintf(stderr, "loom: cannot start a processor thread for cluster %u: error %d\n", cluster.id(), e);
       std::abort();
     }
@@ -197,7 +198,7 @@ void Processor::request_stop() {
 }
 
 void Processor::join_thread() {
-  if (has_thread_) pthread_join(thread_, nullptr);
+  if (has_thread_) sys::pthread().join(thread_, nullptr);
   has_thread_ = false;
 }
 

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "sched/processor.hpp"
+#include "base/spinlock.hpp"
 #include "sync/wait.hpp"
 
 namespace loom {
@@ -24,7 +25,7 @@ struct KeySlot {
   std::atomic<void (*)(void*)> destructor{nullptr};
 };
 KeySlot keys[kKeysMax];
-std::mutex registry;  // key_create/delete only
+rt::SpinLock registry;  // key_create/delete only (a spin lock: see base/sys.hpp)
 
 struct Table {
   void* values[kKeysMax] = {};
@@ -83,7 +84,7 @@ Table* table(bool create) {
 }  // namespace
 
 int key_create(Key* key, void (*destructor)(void*)) {
-  std::lock_guard<std::mutex> g(registry);
+  rt::SpinGuard g(registry);
   rt::fibre_exit_hook = &keys_at_exit;
   for (unsigned k = 0; k < kKeysMax; ++k) {
     if (!keys[k].used.load(std::memory_order_relaxed)) {
@@ -98,7 +99,7 @@ int key_create(Key* key, void (*destructor)(void*)) {
 }
 
 int key_delete(Key key) {
-  std::lock_guard<std::mutex> g(registry);
+  rt::SpinGuard g(registry);
   if (key >= kKeysMax || !keys[key].used.load(std::memory_order_relaxed)) return EINVAL;
   keys[key].used.store(false, std::memory_order_release);
   keys[key].destructor.store(nullptr, std::memory_order_relaxed);

@@ -15,6 +15,7 @@
 // a value-type Topology needs no lifetime rules. Pinning uses
 // pthread_setaffinity_np with the PU's OS index for the same reason.
 #include "topo/topo.hpp"
+#include "base/sys.hpp"
 
 #include <hwloc.h>
 #include <pthread.h>
@@ -339,7 +340,7 @@ bool pin_current_thread(unsigned pu) {
   if (!set) return false;
   CPU_ZERO_S(size, set);
   CPU_SET_S(cpu, size, set);
-  int err = pthread_setaffinity_np(pthread_self(), size, set);
+  int err = sys::pthread().setaffinity_np(sys::pthread().self(), size, set);
   CPU_FREE(set);
   if (err != 0) {
     notice_once(said, "pinning a processor to CPU " + std::to_string(cpu) + " failed: " + std::strerror(err));
