@@ -247,7 +247,8 @@ void ColorLayer::enqueue(Color c, ColorItem* it) {
       o->parked = false;
       wake_runner = true;
     } else {
-      busy = o->listed > 1 || !o->parked;
+      busy = (o->listed > 1 || !o->parked) &&
+             policy_.load(std::memory_order_acquire)->worth(*q, steal_cost_.load(std::memory_order_relaxed));
     }
   }
   o->lock.unlock();

@@ -140,6 +140,10 @@ class ColorStealPolicy : public StealPolicy {
  public:
   virtual bool steals() const { return true; }
   virtual ColorQueue* pick(ColorCore& victim, std::uint64_t steal_cost) = 0;
+  // Whether queue q (under its owner's lock) is one pick() could take: a
+  // post that makes work behind a busy runner wakes a thief only then, or a
+  // policy that finds nothing worth stealing would be woken for nothing.
+  virtual bool worth(const ColorQueue& q, std::uint64_t steal_cost) const = 0;
 };
 // nullptr for an unknown or malformed name. `layer` gives queue lengths.
 std::unique_ptr<ColorStealPolicy> make_color_policy(const std::string& name, ColorLayer& layer);

@@ -95,6 +95,12 @@ class ColorPolicy final : public ColorStealPolicy {
     return n;
   }
 
+  bool worth(const ColorQueue& q, std::uint64_t steal_cost) const override {
+    if (kind_ == Kind::none) return false;
+    if (!h_.time_left) return true;
+    return (h_.penalty ? q.apparent : q.work) > steal_cost;
+  }
+
   ColorQueue* pick(ColorCore& victim, std::uint64_t steal_cost) override {
     if (!h_.time_left && !h_.penalty) {
       std::uint64_t total = victim.items.load(std::memory_order_relaxed);
