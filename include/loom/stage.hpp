@@ -185,8 +185,8 @@ class Stage {
   // the operation's last touch of the stage (a drainer may free it after).
   std::int64_t started(const detail::StageOp& op) noexcept;
   void finished(std::int64_t start_ns) noexcept;
-  void print_row(std::FILE* out) const;
-  static void print_header(std::FILE* out);
+  std::string row() const;  // a table line of print() and print_stages()
+  static std::string header();
   bool own_color(Color c) const noexcept { return c >= first_ && c - first_ < partitions_; }
 
   const std::string name_;

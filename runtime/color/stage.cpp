@@ -10,17 +10,18 @@
 //
 // The list of live stages is the one process-wide thing here, and on
 // purpose: stages of every cluster appear in one table, the way a program's
-// operator wants to read them. Its lock is taken to add, remove and print a
-// stage, never to post.
+// operator wants to read them. Its lock is a spin lock (not std::mutex:
+// base/sys.hpp), taken to add or remove a stage and to format the rows,
+// never to post; the rows are written out after it is released.
 #include "loom/stage.hpp"
 
 #include <time.h>
 
 #include <chrono>
 #include <cstdlib>
-#include <mutex>
 #include <stdexcept>
 
+#include "base/spinlock.hpp"
 #include "loom/fibre.hpp"
 #include "loom/sync.hpp"
 
@@ -43,7 +44,7 @@ void raise_max(std::atomic<std::uint64_t>& max, std::uint64_t v) noexcept {
 // The live stages. Leaked on purpose: a stage with static storage duration
 // may be destroyed after any static of this file would be.
 struct Registry {
-  std::mutex lock;
+  rt::SpinLock lock;
   Stage* head = nullptr;
 };
 Registry& registry() {
@@ -94,7 +95,7 @@ Stage::Stage(std::string name, StagePolicy policy, unsigned partitions, Cluster*
       cluster_(cluster ? cluster : &Cluster::current()),
       first_(allocate_colors(partitions_)) {
   Registry& r = registry();
-  std::lock_guard<std::mutex> g(r.lock);
+  rt::SpinGuard g(r.lock);
   next_ = r.head;
   if (next_) next_->prev_ = this;
   r.head = this;
@@ -110,7 +111,7 @@ Stage::~Stage() {
   // operation will touch the stage again.
   drain();
   Registry& r = registry();
-  std::lock_guard<std::mutex> g(r.lock);
+  rt::SpinGuard g(r.lock);
   if (prev_)
     prev_->next_ = next_;
   else
@@ -183,12 +184,14 @@ StageStats Stage::stats() const {
   return s;
 }
 
-void Stage::print_header(std::FILE* out) {
-  std::fprintf(out, "%-20s %-15s %3s %10s %10s %7s %7s %7s %9s %9s %9s %9s\n", "stage", "policy", "cl", "posted",
-               "completed", "queued", "max-q", "running", "wait-mean", "wait-max", "run-mean", "run-max");
+std::string Stage::header() {
+  char line[192];
+  std::snprintf(line, sizeof line, "%-20s %-15s %3s %10s %10s %7s %7s %7s %9s %9s %9s %9s\n", "stage", "policy", "cl",
+                "posted", "completed", "queued", "max-q", "running", "wait-mean", "wait-max", "run-mean", "run-max");
+  return line;
 }
 
-void Stage::print_row(std::FILE* out) const {
+std::string Stage::row() const {
   const StageStats s = stats();
   char policy[32], wm[16], wx[16], rm[16], rx[16];
   if (policy_ == StagePolicy::partitioned)
@@ -200,24 +203,31 @@ void Stage::print_row(std::FILE* out) const {
   format_ns(rm, sizeof rm, s.run_mean_ns);
   format_ns(rx, sizeof rx, s.run_max_ns);
   using ull = unsigned long long;
-  std::fprintf(out, "%-20s %-15s %3u %10llu %10llu %7llu %7llu %7llu %9s %9s %9s %9s\n", name_.c_str(), policy,
-               cluster_->id(), ull(s.posted), ull(s.completed), ull(s.queued), ull(s.queued_max), ull(s.running), wm,
-               wx, rm, rx);
+  char nums[160];
+  std::snprintf(nums, sizeof nums, " %-15s %3u %10llu %10llu %7llu %7llu %7llu %9s %9s %9s %9s\n", policy,
+                cluster_->id(), ull(s.posted), ull(s.completed), ull(s.queued), ull(s.queued_max), ull(s.running), wm,
+                wx, rm, rx);
+  std::string line = name_;
+  if (line.size() < 20) line.resize(20, ' ');
+  return line + nums;
 }
 
 void Stage::print(std::FILE* out) const {
-  print_header(out);
-  print_row(out);
+  const std::string text = header() + row();
+  std::fwrite(text.data(), 1, text.size(), out);
 }
 
 void print_stages(std::FILE* out) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> g(r.lock);
-  Stage::print_header(out);
-  // Newest first is the list's order; oldest first reads better.
-  Stage* last = r.head;
-  while (last && last->next_) last = last->next_;
-  for (Stage* s = last; s; s = s->prev_) s->print_row(out);
+  std::string text = Stage::header();
+  {
+    Registry& r = registry();
+    rt::SpinGuard g(r.lock);
+    // Newest first is the list's order; oldest first reads better.
+    Stage* last = r.head;
+    while (last && last->next_) last = last->next_;
+    for (Stage* s = last; s; s = s->prev_) text += s->row();
+  }
+  std::fwrite(text.data(), 1, text.size(), out);
 }
 
 }  // namespace loom
