@@ -39,7 +39,7 @@ bool inside(const Stage& s) {
 }
 
 int post(loom_cluster_t* cluster, std::uint32_t color, int shared, void (*fn)(void*), void* arg) {
-  if (!fn || color == kUncolored || !is_flag(shared)) return EINVAL;
+  if (!fn || !is_flag(shared)) return EINVAL;
   detail::post_event(cluster ? reinterpret_cast<Cluster*>(cluster) : nullptr, color, shared != 0, fn, arg, nullptr);
   return 0;
 }

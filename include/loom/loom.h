@@ -585,8 +585,8 @@ typedef struct loom_color_stats {
 } loom_color_stats_t;
 
 /* Posts fn(arg) as an event of `color` in the caller's cluster (exclusive,
- * or shared), or in `cluster` (shared: 0 or 1). EINVAL: fn null, color 0,
- * shared not 0 or 1. */
+ * or shared), or in `cluster` (shared: 0 or 1). Events of color 0 are
+ * never serialised. EINVAL: fn null, shared not 0 or 1. */
 int loom_event_post(uint32_t color, void (*fn)(void*), void* arg);
 int loom_event_post_shared(uint32_t color, void (*fn)(void*), void* arg);
 int loom_event_post_to(loom_cluster_t* cluster, uint32_t color, int shared, void (*fn)(void*), void* arg);
