@@ -106,15 +106,15 @@ class EventConn {
           s_.arm();
           armed = true;
         }
-        ssize_t n = cnt == 1 ? loom::io::write(s_.fd(), iov[0].iov_base, iov[0].iov_len)
-                             : loom::io::writev(s_.fd(), iov, cnt);
+        ssize_t n =
+            cnt == 1 ? loom::io::write(s_.fd(), iov[0].iov_base, iov[0].iov_len) : loom::io::writev(s_.fd(), iov, cnt);
         if (n >= 0) {
           s_.wrote(static_cast<std::size_t>(n));
           continue;
         }
         if (errno == EINTR) continue;
         if (errno == EAGAIN) return wait(POLLOUT);  // the next step arms a new deadline
-        break;  // the peer is gone
+        break;                                      // the peer is gone
       }
       if (cnt != 0) {
         s_.drop_output();
