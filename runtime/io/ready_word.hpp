@@ -71,8 +71,9 @@ class ReadyWord {
   // A new descriptor under the number: a token left by the close of the
   // previous one (retire posts) would only cause a spurious wake-up.
   void clear_token() noexcept {
-    std::uintptr_t t = kToken;
-    word_.compare_exchange_strong(t, kEmpty, std::memory_order_relaxed);
+    std::uintptr_t t = kToken;  // a load first: a failed CAS still locks the line
+    if (word_.load(std::memory_order_relaxed) == kToken)
+      word_.compare_exchange_strong(t, kEmpty, std::memory_order_relaxed);
   }
 
   // For a close: an armed callback is disarmed and returned in fn/arg (the
