@@ -9,7 +9,7 @@ namespace loom::rt::sys {
 
 namespace {
 
-void* libc() {
+[[maybe_unused]] void* libc() {
   void* h = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
   if (!h) {
     std::fprintf(stderr, "loom: cannot find libc.so.6 in the process: %s\n", dlerror());
@@ -19,7 +19,7 @@ void* libc() {
 }
 
 template <class F>
-void find(void* h, F& slot, const char* name) {
+[[maybe_unused]] void find(void* h, F& slot, const char* name) {
   slot = reinterpret_cast<F>(dlsym(h, name));
   if (!slot) {
     std::fprintf(stderr, "loom: libc.so.6 has no %s\n", name);
@@ -27,6 +27,16 @@ void find(void* h, F& slot, const char* name) {
   }
 }
 
+#if defined(LOOM_ASAN) || defined(LOOM_TSAN)
+// The sanitizers intercept these names: their runtime must see every thread
+// start (see sys.hpp).
+Pthread load() {
+  return Pthread{&::pthread_create, &::pthread_join, &::pthread_detach, &::pthread_self, &::pthread_setname_np,
+                 &::pthread_setaffinity_np, &::pthread_getaffinity_np, &::pthread_getattr_np, &::pthread_attr_getstack,
+                 &::pthread_attr_destroy, &::pthread_sigmask, &::pthread_once, &::pthread_mutex_lock, &::pthread_mutex_unlock,
+                 &::pthread_exit};
+}
+#else
 Pthread load() {
   void* h = libc();
   Pthread p{};
@@ -47,6 +57,7 @@ Pthread load() {
   find(h, p.exit, "pthread_exit");
   return p;
 }
+#endif
 
 }  // namespace
 

@@ -29,10 +29,41 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 
 namespace loom::rt::sys {
 
+#if defined(LOOM_ASAN) || defined(LOOM_TSAN)
+inline ssize_t read(int fd, void* b, std::size_t n) { return ::read(fd, b, n); }
+inline ssize_t write(int fd, const void* b, std::size_t n) { return ::write(fd, b, n); }
+inline ssize_t readv(int fd, const iovec* v, int n) { return ::readv(fd, v, n); }
+inline ssize_t writev(int fd, const iovec* v, int n) { return ::writev(fd, v, n); }
+inline ssize_t pread(int fd, void* b, std::size_t n, off_t o) { return ::pread(fd, b, n, o); }
+inline ssize_t pwrite(int fd, const void* b, std::size_t n, off_t o) { return ::pwrite(fd, b, n, o); }
+inline ssize_t recvfrom(int fd, void* b, std::size_t n, int f, sockaddr* a, socklen_t* l) { return ::recvfrom(fd, b, n, f, a, l); }
+inline ssize_t recv(int fd, void* b, std::size_t n, int f) { return ::recv(fd, b, n, f); }
+inline ssize_t sendto(int fd, const void* b, std::size_t n, int f, const sockaddr* a, socklen_t l) { return ::sendto(fd, b, n, f, a, l); }
+inline ssize_t send(int fd, const void* b, std::size_t n, int f) { return ::send(fd, b, n, f); }
+inline ssize_t recvmsg(int fd, msghdr* m, int f) { return ::recvmsg(fd, m, f); }
+inline ssize_t sendmsg(int fd, const msghdr* m, int f) { return ::sendmsg(fd, m, f); }
+inline int accept4(int fd, sockaddr* a, socklen_t* l, int f) { return ::accept4(fd, a, l, f); }
+inline int accept(int fd, sockaddr* a, socklen_t* l) { return ::accept(fd, a, l); }
+inline int connect(int fd, const sockaddr* a, socklen_t l) { return ::connect(fd, a, l); }
+inline int close(int fd) { return ::close(fd); }
+inline int dup(int fd) { return ::dup(fd); }
+inline int dup3(int a, int b, int f) { return ::dup3(a, b, f); }
+inline int dup2(int a, int b) { return ::dup2(a, b); }
+inline int fcntl(int fd, int cmd, long arg = 0) { return ::fcntl(fd, cmd, arg); }
+inline int socket(int d, int t, int p) { return ::socket(d, t, p); }
+inline int socketpair(int d, int t, int p, int sv[2]) { return ::socketpair(d, t, p, sv); }
+inline int pipe2(int fds[2], int f) { return ::pipe2(fds, f); }
+inline int poll(pollfd* f, nfds_t n, int ms) { return ::poll(f, n, ms); }
+inline int epoll_wait(int ep, epoll_event* e, int n, int ms) { return ::epoll_wait(ep, e, n, ms); }
+inline int nanosleep(const timespec* t, timespec* rem) { return ::nanosleep(t, rem); }
+inline int sched_yield() { return ::sched_yield(); }
+inline int clock_nanosleep(clockid_t c, int f, const timespec* t, timespec* r) { return ::clock_nanosleep(c, f, t, r); }
+#else
 inline ssize_t read(int fd, void* b, std::size_t n) { return ::syscall(SYS_read, fd, b, n); }
 inline ssize_t write(int fd, const void* b, std::size_t n) { return ::syscall(SYS_write, fd, b, n); }
 inline ssize_t readv(int fd, const iovec* v, int n) { return ::syscall(SYS_readv, fd, v, n); }
@@ -73,6 +104,12 @@ inline int epoll_wait(int ep, epoll_event* e, int n, int ms) {
 }
 inline int nanosleep(const timespec* t, timespec* rem) { return int(::syscall(SYS_nanosleep, t, rem)); }
 inline int sched_yield() { return int(::syscall(SYS_sched_yield)); }
+// Returns 0 or the error number, as clock_nanosleep(3) does.
+inline int clock_nanosleep(clockid_t c, int f, const timespec* t, timespec* r) {
+  return ::syscall(SYS_clock_nanosleep, c, f, t, r) == 0 ? 0 : errno;
+}
+
+#endif
 
 // glibc's own pthread functions (from libc.so.6), for the runtime's kernel
 // threads.

@@ -37,7 +37,7 @@ void sleep_until_ns(Deadline d) {
     return;
   }
   timespec ts{time_t(d / 1000000000), long(d % 1000000000)};
-  while (::syscall(SYS_clock_nanosleep, CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) != 0 && errno == EINTR) {
+  while (sys::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
   }
 }
 
