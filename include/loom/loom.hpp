@@ -2,7 +2,9 @@
 #pragma once
 
 #include "loom/cluster.hpp"
+#include "loom/color.hpp"
 #include "loom/config.hpp"
 #include "loom/fibre.hpp"
 #include "loom/io.hpp"
+#include "loom/stage.hpp"
 #include "loom/sync.hpp"
