@@ -1,0 +1,210 @@
+// sync/parking_lot.cpp — see parking_lot.hpp for the contract and the
+// argument. The waiting itself is wait.hpp's protocol, step for step; what
+// differs is that one bucket's queue holds the waiters of many keys, so the
+// unparkers look for their key, and a timed-out waiter tells its primitive
+// whether it was the last one on its key.
+#include "sync/parking_lot.hpp"
+
+#include "sched/cluster.hpp"
+#include "sched/processor.hpp"
+#include "sync/wait.hpp"
+
+namespace loom::rt::parking_lot {
+
+namespace {
+
+struct alignas(64) Bucket {
+  SpinLock lock;
+  WaitQueue queue;
+};
+
+constexpr unsigned kBucketBits = 12;
+constexpr unsigned kBuckets = 1u << kBucketBits;
+// Constant-initialised (constexpr constructors only): usable before any
+// constructor of the process has run.
+Bucket table[kBuckets];
+
+Bucket& bucket_of(const void* key) {
+  auto k = reinterpret_cast<std::uintptr_t>(key);
+  return table[(k * 0x9E3779B97F4A7C15ull) >> (64 - kBucketBits)];
+}
+
+struct ParkWaiter : Waiter {
+  const void* key = nullptr;
+  const ParkOps* ops = nullptr;
+  Bucket* bucket = nullptr;
+  ParkToken token = 0;
+};
+
+ParkWaiter* pw(Waiter* w) { return static_cast<ParkWaiter*>(w); }
+
+bool has_key(Bucket& b, const void* key) {
+  for (Waiter* w = WaitList::front(b.queue); w; w = w->next)
+    if (pw(w)->key == key) return true;
+  return false;
+}
+
+// With the bucket lock held, after a timeout won the CAS.
+void unqueue_timed_out(ParkWaiter* w) {
+  if (w->queued) WaitList::remove(w->bucket->queue, w);
+  if (w->ops->timed_out) w->ops->timed_out(w->ops->ctx, !has_key(*w->bucket, w->key));
+}
+
+bool timer_expire(TimerNode* n) {
+  auto* w = reinterpret_cast<Waiter*>(n);
+  int expected = kWaiting;
+  return w->state.compare_exchange_strong(expected, kTimedOut, std::memory_order_acq_rel);
+}
+
+void timer_complete(TimerNode* n) {
+  ParkWaiter* w = pw(reinterpret_cast<Waiter*>(n));
+  Fibre* f = w->fibre;
+  Bucket* b = w->bucket;
+  b->lock.lock();
+  unqueue_timed_out(w);
+  b->lock.unlock();
+  schedule(f);  // from here on w may be gone
+}
+
+// Runs on the processor the parking fibre left, after its context is saved.
+// Nothing may touch w after the unlock: an unparker may wake the fibre,
+// which may return from park() on another processor at once.
+void post_park(Processor&, Fibre*, void* arg) {
+  ParkWaiter* w = static_cast<ParkWaiter*>(arg);
+  if (w->timer.deadline != kNoDeadline) w->cluster->add_timer(&w->timer);
+  w->bucket->lock.unlock();
+}
+
+bool is_fibre(Processor* p) {
+  if (!p) return false;
+  Fibre* f = p->current();
+  return f && f != &p->idle_fibre();
+}
+
+}  // namespace
+
+Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
+  Bucket& b = bucket_of(key);
+  ParkWaiter w;
+  w.key = key;
+  w.ops = &ops;
+  w.bucket = &b;
+  w.lock = &b.lock;
+  b.lock.lock();
+  if (ops.validate && !ops.validate(ops.ctx)) {
+    b.lock.unlock();
+    return {ParkResult::Invalid, 0};
+  }
+  if (expired(deadline)) {
+    b.lock.unlock();
+    return {ParkResult::TimedOut, 0};
+  }
+  w.since = now_ns();
+  WaitList::push_back(b.queue, &w);
+
+  Processor* p = this_processor();
+  if (is_fibre(p)) {
+    Fibre* self = p->current();
+    w.fibre = self;
+    w.ident = self;
+    if (deadline != kForever) {
+      w.cluster = self->cluster;
+      w.timer.deadline = deadline;
+      w.timer.expire = &timer_expire;
+      w.timer.complete = &timer_complete;
+    }
+    p->suspend(&post_park, &w);
+    // Resumed, perhaps on another processor: unparked, or timed out and
+    // already unqueued by timer_complete.
+    if (w.state.load(std::memory_order_acquire) == kSignalled) {
+      if (deadline != kForever) w.cluster->timers.remove(&w.timer);
+      return {ParkResult::Unparked, w.token};
+    }
+    return {ParkResult::TimedOut, 0};
+  }
+
+  // A kernel thread (not running a fibre) blocks itself: wait.hpp step 5.
+  w.fibre = nullptr;
+  w.ident = identity();
+  b.lock.unlock();
+  for (;;) {
+    if (w.released.load(std::memory_order_acquire)) return {ParkResult::Unparked, w.token};
+    bool signalled = w.state.load(std::memory_order_acquire) == kSignalled;
+    if (!signalled && deadline != kForever && now_ns() >= deadline) {
+      int expected = kWaiting;
+      if (w.state.compare_exchange_strong(expected, kTimedOut, std::memory_order_acq_rel)) {
+        b.lock.lock();
+        unqueue_timed_out(&w);
+        b.lock.unlock();
+        return {ParkResult::TimedOut, 0};
+      }
+      signalled = true;  // an unpark won meanwhile: wait for its release
+    }
+    futex_wait(&w.released, 0, signalled || deadline == kForever ? -1 : deadline);
+  }
+}
+
+UnparkResult unpark_one(const void* key, ParkToken (*callback)(void*, UnparkResult), void* ctx) {
+  Bucket& b = bucket_of(key);
+  UnparkResult r{false, false, 0};
+  ParkWaiter* won = nullptr;
+  b.lock.lock();
+  for (Waiter* w = WaitList::front(b.queue); w;) {
+    Waiter* next = w->next;
+    if (pw(w)->key == key) {
+      if (won) {
+        r.more = true;
+        break;
+      }
+      WaitList::remove(b.queue, w);
+      int expected = kWaiting;
+      if (w->state.compare_exchange_strong(expected, kSignalled, std::memory_order_acq_rel)) won = pw(w);
+      // else it timed out: its timer's complete finds it unqueued.
+    }
+    w = next;
+  }
+  if (won) {
+    r.unparked = true;
+    r.since = won->since;
+  }
+  ParkToken token = callback ? callback(ctx, r) : 0;
+  if (won) won->token = token;
+  b.lock.unlock();
+  if (won) wake(won);
+  return r;
+}
+
+unsigned unpark_all(const void* key, ParkToken token) {
+  Bucket& b = bucket_of(key);
+  WakeBatch batch;
+  unsigned n = 0;
+  b.lock.lock();
+  for (Waiter* w = WaitList::front(b.queue); w;) {
+    Waiter* next = w->next;
+    if (pw(w)->key == key) {
+      WaitList::remove(b.queue, w);
+      int expected = kWaiting;
+      if (w->state.compare_exchange_strong(expected, kSignalled, std::memory_order_acq_rel)) {
+        pw(w)->token = token;
+        batch.add(w);
+        ++n;
+      }
+    }
+    w = next;
+  }
+  b.lock.unlock();
+  batch.wake_all();
+  return n;
+}
+
+unsigned queued_now() {
+  unsigned n = 0;
+  for (Bucket& b : table) {
+    b.lock.lock();
+    for (Waiter* w = WaitList::front(b.queue); w; w = w->next) ++n;
+    b.lock.unlock();
+  }
+  return n;
+}
+
+}  // namespace loom::rt::parking_lot

@@ -1,0 +1,121 @@
+// sync/parking_lot.hpp — an address-keyed table of wait queues, so that a
+// primitive keeps only a word or two of state (WebKit's WTF::ParkingLot and
+// Rust's parking_lot crate: their ideas, not their code).
+//
+// Contract. A primitive owns one or two words of state; the parking lot owns
+// every waiter. `key` is any address the primitive chooses (its state word,
+// or state word + 1 for a second queue, as a rwlock's writers use).
+//
+//   park(key, validate, timed_out, deadline)
+//       Takes the bucket lock of `key`, calls validate(ctx); if it returns
+//       false, releases the lock and returns Invalid without waiting.
+//       Otherwise queues a waiter record (on the caller's stack) and waits
+//       until an unpark takes it (Unparked, with the token the unparker's
+//       callback chose) or `deadline` passes (TimedOut).
+//       There is no before_sleep hook (WebKit and Rust have one, to unlock
+//       a condition variable's mutex once the waiter is queued): for a fibre
+//       it would run in the post-switch action after the bucket unlock, when
+//       an unparker may already have resumed the fibre and ended the frame
+//       that holds the hook's context. loom's condition variable needs none
+//       (a sequence word checked by validate closes the same window).
+//   unpark_one(key, callback)
+//       Under the bucket lock, takes the oldest waiter on `key` that has not
+//       timed out, calls callback(ctx, result) with result.unparked and
+//       result.more (another waiter on `key` remains) — even when nobody was
+//       unparked, so the primitive can clear its "parked" bit under the same
+//       lock validate runs under — and hands the returned token to the
+//       waiter. Wakes it after releasing the lock.
+//   unpark_all(key)
+//       Every waiter on `key`, woken with token 0. Returns how many.
+//
+// The argument that nothing is lost is the primitive's, and it is always the
+// same: a waiter sets a "parked" mark in the word, then parks with a
+// validate that checks the word still says "wait"; an unlocker changes the
+// word first, then, seeing the mark, unparks. validate and the unpark both
+// run under the bucket lock, so either validate saw the change (and the
+// waiter does not sleep) or the waiter was queued before the unparker looked.
+//
+// Waiting is runtime/sync/wait.hpp's protocol with the bucket's spin lock as
+// the primitive's lock, for fibres and for kernel threads that are not loom
+// processors (a futex on the waiter record); the four invariants of
+// DESIGN.md hold here for the same reasons:
+//  1. Publish after save: a fibre's record is queued under the bucket lock,
+//     and the lock is released (and its timer armed) in the post-switch
+//     action, after the fibre's context is saved. No unparker can see the
+//     record, and no timer can fire for it, before the fibre can be resumed.
+//  2. Wake exactly once: an unparker takes a record off the queue and CASes
+//     its state from waiting to signalled; the timer (or a kernel thread's
+//     own deadline) CASes it to timed out. One CAS wins. A losing unparker
+//     takes the next record, so what it meant to give is not lost; a losing
+//     timer does nothing. A record leaves the queue only under the bucket
+//     lock, and a timed-out waiter returns only after it has been unqueued.
+//  3. No lost wake-up for processors: waking is loom's schedule(), which
+//     keeps that invariant; nothing here sleeps a processor.
+//  4. Thread-locals after migration: park() reads the current processor
+//     only before it blocks, and the wait.hpp functions it calls re-read it
+//     through the out-of-line accessor.
+//
+// The table is fixed: kBuckets buckets, zero-initialised (constinit), so it
+// works before any constructor has run — libloom-pthread's pthread_once and
+// mutexes are called by other libraries' constructors before loom's. Growing
+// the table (WebKit, Rust) needs allocation and a rehash under every bucket
+// lock; with 4096 buckets and the few hundred objects a program waits on at
+// once, sharing a bucket costs a few list steps, not a design.
+//
+// The runtime's own threads may call park() too: a processor running its
+// idle fibre, or before a fibre runs on it, waits as a kernel thread.
+#pragma once
+
+#include <cstdint>
+
+#include "loom/sync.hpp"
+
+namespace loom::rt {
+
+using ParkToken = std::uintptr_t;
+
+enum class ParkResult { Unparked, Invalid, TimedOut };
+
+struct Parked {
+  ParkResult result;
+  ParkToken token;  // from the unparker's callback (Unparked only)
+};
+
+struct UnparkResult {
+  bool unparked;       // a waiter was taken
+  bool more;           // waiters on the key remain
+  std::int64_t since;  // when the unparked waiter began waiting (now_ns)
+};
+
+namespace parking_lot {
+
+// validate runs under the bucket lock; timed_out (may be null) runs under the bucket lock after a timed-out
+// waiter left the queue, with `was_last` = no waiter on key remains — the
+// primitive may clear its parked mark there.
+struct ParkOps {
+  bool (*validate)(void* ctx) = nullptr;
+  void (*timed_out)(void* ctx, bool was_last) = nullptr;
+  void* ctx = nullptr;
+};
+
+Parked park(const void* key, const ParkOps& ops, Deadline deadline);
+
+// callback runs under the bucket lock, also when nothing was unparked.
+UnparkResult unpark_one(const void* key, ParkToken (*callback)(void* ctx, UnparkResult r) = nullptr,
+                        void* ctx = nullptr);
+unsigned unpark_all(const void* key, ParkToken token = 0);
+
+// Convenience: park with a lambda as validate (no timed_out hook).
+template <class F>
+Parked park_if(const void* key, F&& validate, Deadline deadline) {
+  ParkOps ops;
+  ops.validate = [](void* c) { return (*static_cast<F*>(c))(); };
+  ops.ctx = &validate;
+  return park(key, ops, deadline);
+}
+
+// Statistics for tests: waiters queued now, across the table.
+unsigned queued_now();
+
+}  // namespace parking_lot
+}  // namespace loom::rt
