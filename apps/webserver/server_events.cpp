@@ -45,6 +45,7 @@
 #include <loom/color.hpp>
 #include <loom/io.hpp>
 #include <loom/loom.hpp>
+#include <memory>
 #include <new>
 #include <string>
 
@@ -211,12 +212,13 @@ int run_events(const Options& o) {
   // acceptor use it; main never returns).
   auto* ctx = new ServerContext;
   if (!o.root.empty()) {
-    auto* root = new StaticRoot(o.root);
+    std::unique_ptr<StaticRoot> root(new StaticRoot(o.root));
     if (!root->ok()) {
       std::fprintf(stderr, "webserver: --root %s\n", root->error().c_str());
+      delete ctx;
       return 2;
     }
-    ctx->root = root;
+    ctx->root = root.release();
   }
   fill_context(*ctx, o, nofile);
   ctx->table = new ConnTable(nofile);
