@@ -73,6 +73,9 @@ struct EventIo {
   static bool spawn(ServerContext& ctx, int fd);
 };
 
+// Reads one event makes before it posts the rest of its work as a new one.
+constexpr unsigned kReadsPerStep = 8;
+
 class EventConn {
  public:
   // The connection's first event, posted by the acceptor.
@@ -98,6 +101,7 @@ class EventConn {
   // One event: as far as the connection gets without waiting.
   void step() {
     if (phase_ == Phase::lingering) return linger();
+    unsigned reads = 0;
     for (;;) {
       iovec iov[2];
       int cnt;
@@ -133,6 +137,10 @@ class EventConn {
             drained_ = false;
             return wait(POLLIN);
           }
+          // A peer that keeps sending (pipelining) must not keep the
+          // processor's runner: after a few reads, the rest is a new event
+          // of the color, behind the other colors' events.
+          if (++reads > kReadsPerStep) return loom::post(color_, &EventConn::on_event, this, cluster_);
           s_.make_room();
           ssize_t n = loom::io::read(s_.fd(), s_.read_at(), s_.read_room());
           if (n > 0) {
