@@ -113,4 +113,23 @@ int timed(clockid_t c, const timespec* abs, int busy, Op&& op) {
   }
 }
 
+// ---- for libloom-pthread (capi/pthread/) -----------------------------------------------
+//
+// pthread_cleanup_push, compiled against glibc's <pthread.h> (C without
+// exceptions), registers a buffer with __pthread_register_cancel; libloom-
+// pthread keeps that chain per fibre of loom_create (and main) in its
+// record, with the value pthread_exit passes while the handlers run.
+struct GlibcCleanup {
+  void* chain = nullptr;   // the innermost __pthread_unwind_buf_t
+  void* retval = nullptr;  // pthread_exit's argument, while the chain runs
+};
+// The caller's; nullptr for a caller without a record (a kernel thread that
+// is not a processor, a C++ loom::Fibre).
+GlibcCleanup* glibc_cleanup() noexcept;
+// How many fibres loom_create has made so far. With LOOM_PTHREAD_STATS=1 in
+// the environment the count is also written to stderr at exit ("loom: N
+// threads ran as fibres"): tests use it to tell a run on fibres from a
+// silent fall-through to glibc's threads.
+long fibres_created() noexcept;
+
 }  // namespace loom::capi

@@ -1,12 +1,18 @@
 // capi/thread.cpp — loom_t: fibres as POSIX threads (create, join, detach,
 // exit, attributes, names, cancel state, cleanup handlers, keys).
 //
-// Each fibre made by loom_create has a heap record, Thread, and loom_t is
-// its address. The fibre runs `trampoline` with the record as its argument,
-// so loom_self() finds the record from the running rt::Fibre (fn, arg)
-// without any per-fibre storage of its own. main() has a record too; other
-// callers (C++ loom::Fibre, kernel threads) get a tagged id that only
-// loom_equal and loom_getattr_np understand.
+// Each fibre made by loom_create has a record, Thread, in a slot of a table
+// that only grows (records are reused, never freed), and loom_t names the
+// slot and its generation: (generation << 32) | ((slot + 1) << 3). A slot's
+// generation is odd while a record lives in it and goes up by one when the
+// record is made and when it is freed, so a stale handle (joined, or
+// detached and finished) no longer matches and join/detach return ESRCH, as
+// glibc does — without ever reading freed memory. The fibre runs
+// `trampoline` with the record as its argument, so loom_self() finds the
+// record from the running rt::Fibre (fn, arg) without any per-fibre storage
+// of its own. main() has a record too; other callers (C++ loom::Fibre,
+// kernel threads) get a tagged id (low bits 1 or 3: never a slot handle)
+// that only loom_equal and loom_getattr_np understand.
 //
 // Who frees a record. The state word has three bits: kClaimed (a join or
 // detach took it), kDetached, kExited (the trampoline is done with it). The
@@ -23,8 +29,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
+#include "base/spinlock.hpp"
 #include "capi.hpp"
 #include "loom/cluster.hpp"
 #include "loom/fibre.hpp"
@@ -42,11 +48,14 @@ constexpr loom_t kTagFibre = 1, kTagThread = 3, kTagMask = 7;
 
 enum : unsigned { kClaimed = 1, kDetached = 2, kExited = 4 };
 
+// A handle that names a slot (it may be stale); ids of fibres and kernel
+// threads that loom_create did not make carry a tag in the low bits.
+bool is_slot_handle(loom_t id) { return id != 0 && !(id & kTagMask) && (id & 0xffffffffu) != 0; }
+
 struct ExitUnwind {};  // thrown by loom_exit, caught by the trampoline
 
 struct Thread {
-  static constexpr unsigned kMagic = 0x6c6f7468;  // "loth"
-  unsigned magic = kMagic;
+  loom_t id = 0;  // this record's handle (slot and generation)
   std::atomic<unsigned> state{0};
   void* (*start)(void*) = nullptr;
   void* arg = nullptr;
@@ -59,13 +68,83 @@ struct Thread {
   int cancel_state = LOOM_CANCEL_ENABLE;
   int cancel_type = LOOM_CANCEL_DEFERRED;
   loom_cleanup_frame* cleanup = nullptr;  // innermost first
+  GlibcCleanup glibc;                     // libloom-pthread's (capi.hpp)
   char name[16] = {};
   alignas(loom::Fibre) unsigned char handle_mem[sizeof(loom::Fibre)];
 
   loom::Fibre& handle() { return *std::launder(reinterpret_cast<loom::Fibre*>(handle_mem)); }
 };
 
-std::atomic<long> live_threads{0};  // fibres of loom_create still running
+// ---- the table of records ------------------------------------------------------------
+//
+// Chunks of kChunkSize slots, allocated on demand and never freed, so that a
+// lookup with any handle reads only memory that stays valid; free slots are
+// a list under one spin lock (create and reap take it once each: cheap next
+// to a fibre's stack). kChunks * kChunkSize = 16 Mi threads alive at once.
+struct Slot {
+  std::atomic<std::uint32_t> gen{0};  // odd: holds a live record
+  std::uint32_t index = 0;
+  Slot* next_free = nullptr;
+  alignas(Thread) unsigned char mem[sizeof(Thread)];
+  Thread* thread() { return std::launder(reinterpret_cast<Thread*>(mem)); }
+};
+constexpr std::uint32_t kChunkBits = 8, kChunkSize = 1u << kChunkBits, kChunks = 1u << 16;
+std::atomic<Slot*> chunks[kChunks];  // zero-initialised: usable before constructors
+std::uint32_t slots_used = 0;        // under table_lock
+Slot* free_slots = nullptr;          // under table_lock
+detail::SpinLock table_lock;
+
+loom_t handle_of(std::uint32_t gen, std::uint32_t index) {
+  return (loom_t(gen) << 32) | (loom_t(index + 1) << 3);
+}
+
+Slot* slot_at(std::uint32_t index) {
+  if (index >= kChunks * kChunkSize) return nullptr;
+  Slot* c = chunks[index >> kChunkBits].load(std::memory_order_acquire);
+  return c ? &c[index & (kChunkSize - 1)] : nullptr;
+}
+
+// A fresh record in a free slot; nullptr when out of memory or slots.
+Thread* new_record() {
+  Slot* s = nullptr;
+  {
+    rt::SpinGuard g(table_lock);
+    if ((s = free_slots)) {
+      free_slots = s->next_free;
+    } else if (slots_used < kChunks * kChunkSize) {
+      std::uint32_t i = slots_used;
+      if (!(s = slot_at(i))) {
+        auto* c = new (std::nothrow) Slot[kChunkSize];
+        if (!c) return nullptr;
+        for (std::uint32_t k = 0; k < kChunkSize; ++k) c[k].index = i + k;
+        chunks[i >> kChunkBits].store(c, std::memory_order_release);
+        s = c;
+      }
+      ++slots_used;
+    } else {
+      return nullptr;
+    }
+  }
+  auto* t = new (s->mem) Thread;
+  std::uint32_t gen = s->gen.load(std::memory_order_relaxed) + 1;  // odd: live
+  t->id = handle_of(gen, s->index);
+  s->gen.store(gen, std::memory_order_release);
+  return t;
+}
+
+Slot* slot_of(Thread* t) { return reinterpret_cast<Slot*>(reinterpret_cast<unsigned char*>(t) - offsetof(Slot, mem)); }
+
+void destroy(Thread* t) {
+  Slot* s = slot_of(t);
+  t->~Thread();
+  s->gen.fetch_add(1, std::memory_order_acq_rel);  // even: every handle of it is stale
+  rt::SpinGuard g(table_lock);
+  s->next_free = free_slots;
+  free_slots = s;
+}
+
+std::atomic<long> live_threads{0};     // fibres of loom_create still running
+std::atomic<long> threads_created{0};  // fibres loom_create made (LOOM_PTHREAD_STATS)
 
 BinarySemaphore& all_done() {  // released when live_threads reaches 0
   static auto* s = new BinarySemaphore(false);
@@ -74,7 +153,8 @@ BinarySemaphore& all_done() {  // released when live_threads reaches 0
 
 Thread& main_thread() {
   static Thread* t = [] {
-    auto* m = new Thread;
+    Thread* m = new_record();
+    if (!m) std::abort();
     m->main = true;
     std::strcpy(m->name, "main");
     return m;
@@ -110,15 +190,13 @@ Thread* current_record() {
   return nullptr;
 }
 
+// The live record `id` names; nullptr for a stale handle, one that is not a
+// slot handle, or one never handed out.
 Thread* record_of(loom_t id) {
-  if (id == 0 || (id & kTagMask)) return nullptr;
-  auto* t = reinterpret_cast<Thread*>(id);
-  return t->magic == Thread::kMagic ? t : nullptr;
-}
-
-void destroy(Thread* t) {
-  t->magic = 0;
-  delete t;
+  if (!is_slot_handle(id)) return nullptr;
+  Slot* s = slot_at(std::uint32_t((id & 0xffffffffu) >> 3) - 1);
+  if (!s || s->gen.load(std::memory_order_acquire) != std::uint32_t(id >> 32)) return nullptr;
+  return s->thread();
 }
 
 void run_cleanups(Thread* t) {
@@ -174,10 +252,13 @@ void reap(Thread* t, void** retval) {
   destroy(t);
 }
 
+// ESRCH: a null or stale handle (joined, or detached and finished); EINVAL:
+// an id loom_create did not make, or main's.
 int check_joinable(loom_t id, Thread** out) {
   if (id == 0) return ESRCH;
   Thread* t = record_of(id);
-  if (!t || t->main) return EINVAL;
+  if (!t) return is_slot_handle(id) ? ESRCH : EINVAL;
+  if (t->main) return EINVAL;
   if (t == current_record()) return EDEADLK;
   *out = t;
   return 0;
@@ -199,10 +280,16 @@ std::size_t default_stack(const loom_attr_t* a) {
 // The original stack of the main thread, which main()'s fibre runs on: the
 // "[stack]" mapping's top and the stack size limit, as glibc reports it.
 void main_stack(void** addr, std::size_t* size) {
-  static void* a = nullptr;
-  static std::size_t n = 0;
-  static std::once_flag once;
-  std::call_once(once, [] {
+  struct Stack {
+    void* a = nullptr;
+    std::size_t n = 0;
+  };
+  // A function-local static (__cxa_guard), not std::call_once: that is
+  // pthread_once, which libloom-pthread defines (base/sys.hpp).
+  static const Stack st = [] {
+    Stack s;
+    void*& a = s.a;
+    std::size_t& n = s.n;
     rlimit rl{};
     getrlimit(RLIMIT_STACK, &rl);
     n = rl.rlim_cur == RLIM_INFINITY ? std::size_t(8) << 20 : std::size_t(rl.rlim_cur);
@@ -217,12 +304,31 @@ void main_stack(void** addr, std::size_t* size) {
       }
       std::fclose(f);
     }
-  });
-  *addr = a;
-  *size = n;
+    return s;
+  }();
+  *addr = st.a;
+  *size = st.n;
+}
+
+void print_stats() {
+  std::fprintf(stderr, "loom: %ld threads ran as fibres\n", threads_created.load(std::memory_order_relaxed));
+}
+
+// After the runtime's constructor (101): LOOM_PTHREAD_STATS=1 prints the
+// count at exit (capi.hpp).
+__attribute__((constructor(102))) void stats_at_exit() {
+  const char* v = std::getenv("LOOM_PTHREAD_STATS");
+  if (v && *v && std::strcmp(v, "0") != 0) std::atexit(print_stats);
 }
 
 }  // namespace
+
+GlibcCleanup* glibc_cleanup() noexcept {
+  Thread* t = current_record();
+  return t ? &t->glibc : nullptr;
+}
+
+long fibres_created() noexcept { return threads_created.load(std::memory_order_relaxed); }
 
 }  // namespace loom::capi
 
@@ -340,7 +446,7 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
     attr = &defaults;
   }
   if (!thread || !start || !valid_attr(attr)) return EINVAL;
-  auto* t = new (std::nothrow) Thread;
+  Thread* t = new_record();
   if (!t) return EAGAIN;
   t->start = start;
   t->arg = arg;
@@ -354,8 +460,9 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
   fa.color_shared = attr->_loom_color_shared != 0;
   const bool detached = attr->_loom_detachstate == LOOM_CREATE_DETACHED;
   if (detached) t->state.store(kClaimed | kDetached, std::memory_order_relaxed);
-  *thread = reinterpret_cast<loom_t>(t);  // before the fibre can run (POSIX)
+  *thread = t->id;  // before the fibre can run (POSIX)
   live_threads.fetch_add(1, std::memory_order_relaxed);
+  threads_created.fetch_add(1, std::memory_order_relaxed);
   try {
     // The C-style constructor (fn, void* arg), not the template one: the
     // fibre's fn and arg must be trampoline and t for current_record().
@@ -370,6 +477,7 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
     }
   } catch (...) {
     live_threads.fetch_sub(1, std::memory_order_relaxed);
+    threads_created.fetch_sub(1, std::memory_order_relaxed);
     destroy(t);
     return EAGAIN;
   }
@@ -419,7 +527,8 @@ int loom_timedjoin_np(loom_t id, void** retval, const struct timespec* abstime) 
 int loom_detach(loom_t id) {
   if (id == 0) return ESRCH;
   Thread* t = record_of(id);
-  if (!t || t->main) return EINVAL;
+  if (!t) return is_slot_handle(id) ? ESRCH : EINVAL;
+  if (t->main) return EINVAL;
   if (int e = claim(t)) return e;
   t->handle().detach();
   t->handle().~Fibre();
@@ -428,7 +537,7 @@ int loom_detach(loom_t id) {
 }
 
 loom_t loom_self(void) {
-  if (Thread* t = current_record()) return reinterpret_cast<loom_t>(t);
+  if (Thread* t = current_record()) return t->id;
   if (rt::Fibre* f = rt::this_fibre_or_null()) return reinterpret_cast<loom_t>(f) | kTagFibre;
   return reinterpret_cast<loom_t>(&thread_anchor) | kTagThread;
 }

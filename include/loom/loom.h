@@ -319,13 +319,16 @@ int loom_attr_getcolor(const loom_attr_t* LOOM_RESTRICT attr, uint32_t* LOOM_RES
 int loom_create(loom_t* LOOM_RESTRICT thread, const loom_attr_t* LOOM_RESTRICT attr, void* (*start)(void*),
                 void* LOOM_RESTRICT arg);
 /* EDEADLK: joining oneself; EINVAL: not joinable (detached, already being
- * joined, or not made by loom_create); ESRCH: a null handle. */
+ * joined, or not made by loom_create); ESRCH: a null or stale handle (the
+ * thread was joined, or was detached and has finished: a loom_t carries a
+ * generation count, so an old handle never names a newer thread). */
 int loom_join(loom_t thread, void** retval);
 /* GNU extensions: EBUSY if it has not finished; ETIMEDOUT at abstime
  * (CLOCK_REALTIME for timedjoin; clockjoin takes REALTIME or MONOTONIC). */
 int loom_tryjoin_np(loom_t thread, void** retval);
 int loom_timedjoin_np(loom_t thread, void** retval, const struct timespec* abstime);
 int loom_clockjoin_np(loom_t thread, void** retval, clockid_t clock, const struct timespec* abstime);
+/* EINVAL: already detached or being joined; ESRCH: a null or stale handle. */
 int loom_detach(loom_t thread);
 /* Any caller has an id: fibres not made by loom_create (C++ loom::Fibre)
  * and kernel threads get a process-unique one too. */
