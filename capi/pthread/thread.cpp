@@ -1,0 +1,645 @@
+// capi/pthread/thread.cpp — libloom-pthread's threads: pthread_create and
+// every pthread_* call about threads, their attributes, keys, cleanup
+// handlers, exit, signals and fork, by glibc's names and with glibc's
+// signatures, so that an unmodified program (linked with -lloom-pthread, or
+// run with LD_PRELOAD=libloom-pthread.so) runs each thread it creates as a
+// fibre.
+//
+// Glue only: a thread is a fibre of loom_create (capi/thread.cpp), and
+// pthread_t is loom_t — a slot and a generation, so a stale handle gives
+// ESRCH as glibc's does. What lives here is what glibc's ABI adds on top of
+// loom.h:
+//  - pthread_attr_t is glibc's 56-byte object; loom's settings are kept in
+//    it (Attr below) and turned into a loom_attr_t at create time;
+//  - pthread_cleanup_push, compiled against glibc's <pthread.h> in C, calls
+//    __pthread_register_cancel with a buffer holding a setjmp: the chain is
+//    kept per fibre (capi.hpp, GlibcCleanup), and pthread_exit longjmps into
+//    each buffer in turn, innermost first, as glibc's unwinder does; the
+//    handler's frame then calls __pthread_unwind_next, which continues. (C++
+//    and C with -fexceptions run the handlers as destructors: loom_exit's
+//    unwinding reaches them.)
+//  - fork: a handler registered before any of the program's marks the child's
+//    only kernel thread as "not a processor", so every hook of the library
+//    behaves as glibc's there (blocking the kernel thread); the child may
+//    exec, or run single-threaded code, but pthread_create fails there with
+//    EAGAIN and a message, since no processor would ever run the fibre.
+//
+// Choices where glibc's threads and fibres differ (README: "Three ways to
+// run a pthread program on loom"):
+//  - stack size: a thread without a size gets loom's default
+//    (LOOM_STACK_DEFAULT = 64 KiB, or LOOM_STACK_SIZE), not glibc's
+//    RLIMIT_STACK (8 MiB): 10,000 threads then take 640 MiB of address
+//    space, not 80 GiB. A size the program sets (>= PTHREAD_STACK_MIN) is
+//    used as given. Caller-supplied stacks (setstack, setstackaddr): ENOTSUP.
+//  - scheduling: inheritsched, policy, priority and scope are kept in the
+//    attribute and reported back as set (scope SYSTEM as glibc; PROCESS gives
+//    ENOTSUP as glibc's does), but a fibre has no POSIX policy: they do not
+//    change how it runs. pthread_setschedparam accepts SCHED_OTHER, BATCH and
+//    IDLE at priority 0 and refuses FIFO and RR with EPERM (as glibc does
+//    for an unprivileged process).
+//  - affinity: a fibre moves between processors; setting it gives ENOSYS,
+//    getting it reports the process's CPUs (where a fibre may run).
+//  - signals: a fibre has no signal mask of its own. pthread_sigmask sets
+//    the mask of the kernel thread (processor) the caller runs on, as
+//    sigprocmask would. pthread_kill with signal 0 checks the handle; a
+//    signal to oneself is raised on the current kernel thread; to another
+//    thread, a signal whose action is the default or ignore is raised here
+//    (its effect is process-wide either way), one with a handler gives
+//    ENOTSUP — loom cannot choose the fibre that runs it.
+//  - cancellation: pthread_cancel gives ENOTSUP (loom.h); the cancel state
+//    and type are kept.
+//  - pthread_getcpuclockid: ENOENT (a fibre has no CPU-time clock).
+//  - callers that are not loom processors (before the runtime started, other
+//    kernel threads, a fork child) may call pthread_self, pthread_equal, the
+//    key and attribute calls; pthread_create from a kernel thread that is not
+//    a processor makes a fibre in the default cluster.
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "base/sys.hpp"
+#include "capi.hpp"
+#include "loom/loom.h"
+#include "sched/processor.hpp"
+
+// glibc declares most pointer arguments here nonnull; the checks are kept for
+// callers that reach these through casts or dlsym (EINVAL, as loom.h does).
+#pragma GCC diagnostic ignored "-Wnonnull-compare"
+
+extern "C" int __register_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void), void* dso);
+extern "C" void* __dso_handle;
+
+namespace loom::capi::pthread_lib {
+namespace {
+
+// ---- the attribute object ----------------------------------------------------------
+
+// loom's settings inside glibc's pthread_attr_t (56 bytes on x86-64).
+struct Attr {
+  std::uint32_t magic;
+  std::int32_t detach;
+  std::int32_t inherit;
+  std::int32_t policy;
+  std::int32_t priority;  // sched_param.sched_priority
+  std::int32_t scope;
+  std::size_t stacksize;  // 0: loom's default
+  std::size_t guardsize;
+  void* stackaddr;  // lowest address; set by pthread_getattr_np only
+  std::uint64_t reserved;
+};
+static_assert(sizeof(Attr) <= sizeof(pthread_attr_t), "libloom-pthread: Attr must fit glibc's pthread_attr_t");
+static_assert(alignof(Attr) <= alignof(pthread_attr_t), "libloom-pthread: pthread_attr_t under-aligned");
+
+constexpr std::uint32_t kAttrMagic = 0x6c706174;  // "lpat"
+
+Attr* attr_of(pthread_attr_t* a) {
+  auto* r = reinterpret_cast<Attr*>(a);
+  return a && r->magic == kAttrMagic ? r : nullptr;
+}
+const Attr* attr_of(const pthread_attr_t* a) {
+  auto* r = reinterpret_cast<const Attr*>(a);
+  return a && r->magic == kAttrMagic ? r : nullptr;
+}
+
+std::size_t page_size() {
+  static const std::size_t n = std::size_t(sysconf(_SC_PAGESIZE));
+  return n;
+}
+
+// pthread_setattr_default_np's stack and guard sizes (0: loom's defaults).
+std::atomic<std::size_t> default_stacksize{0};
+std::atomic<std::size_t> default_guardsize{0};
+
+void init_attr(Attr* r) {
+  std::memset(static_cast<void*>(r), 0, sizeof(pthread_attr_t));
+  r->magic = kAttrMagic;
+  r->detach = PTHREAD_CREATE_JOINABLE;
+  r->inherit = PTHREAD_INHERIT_SCHED;
+  r->policy = SCHED_OTHER;
+  r->scope = PTHREAD_SCOPE_SYSTEM;
+  r->stacksize = default_stacksize.load(std::memory_order_relaxed);
+  std::size_t g = default_guardsize.load(std::memory_order_relaxed);
+  r->guardsize = g ? g : page_size();
+}
+
+std::size_t loom_default_stack() {
+  loom_attr_t a;
+  loom_attr_init(&a);
+  std::size_t n = 0;
+  loom_attr_getstacksize(&a, &n);
+  loom_attr_destroy(&a);
+  return n;
+}
+
+// ---- glibc's own functions, for callers that are not loom's -------------------------
+
+struct Glibc {
+  void (*register_cancel)(__pthread_unwind_buf_t*);
+  void (*unregister_cancel)(__pthread_unwind_buf_t*);
+  void (*register_cancel_defer)(__pthread_unwind_buf_t*);
+  void (*unregister_cancel_restore)(__pthread_unwind_buf_t*);
+  void (*unwind_next)(__pthread_unwind_buf_t*);
+};
+
+template <class F>
+void find(void* h, F& slot, const char* name) {
+  slot = reinterpret_cast<F>(dlsym(h, name));
+  if (!slot) {
+    std::fprintf(stderr, "loom: libloom-pthread: libc.so.6 has no %s\n", name);
+    std::abort();
+  }
+}
+
+// Looked up in libc.so.6 itself, as base/sys.cpp does (not RTLD_NEXT: what
+// comes "next" depends on how the program was linked).
+const Glibc& glibc() {
+  static const Glibc g = [] {
+    void* h = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) {
+      std::fprintf(stderr, "loom: libloom-pthread: cannot find libc.so.6 in the process\n");
+      std::abort();
+    }
+    Glibc r{};
+    find(h, r.register_cancel, "__pthread_register_cancel");
+    find(h, r.unregister_cancel, "__pthread_unregister_cancel");
+    find(h, r.register_cancel_defer, "__pthread_register_cancel_defer");
+    find(h, r.unregister_cancel_restore, "__pthread_unregister_cancel_restore");
+    find(h, r.unwind_next, "__pthread_unwind_next");
+    return r;
+  }();
+  return g;
+}
+
+// ---- fork ------------------------------------------------------------------------------
+
+std::atomic<bool> forked_child{false};
+
+// Runs in the child, first of the child handlers (registered by this
+// library's constructor, before the program could register any): the only
+// kernel thread left stops being a processor, so every loom call on it takes
+// the path of a kernel thread that is not loom's — glibc's behaviour.
+void after_fork_in_child() {
+  forked_child.store(true, std::memory_order_relaxed);
+  rt::tls_processor = nullptr;
+}
+
+__attribute__((constructor(110))) void register_fork_handler() {
+  __register_atfork(nullptr, nullptr, &after_fork_in_child, &__dso_handle);
+}
+
+// ---- glibc's cleanup buffers ---------------------------------------------------------------
+//
+// __pthread_unwind_buf_t: a jmp_buf (set by the push macro with
+// __sigsetjmp(buf, 0): no signal mask saved) and four words glibc keeps for
+// itself; we use the first as the link to the next outer buffer and the
+// third for pthread_cleanup_push_defer_np's saved cancel type.
+void*& link_of(__pthread_unwind_buf_t* b) { return b->__pad[0]; }
+
+[[noreturn]] void run_next_handler(GlibcCleanup* g) {
+  if (auto* b = static_cast<__pthread_unwind_buf_t*>(g->chain)) {
+    g->chain = link_of(b);
+    // Back into the frame of the push macro, whose `if` runs the handler and
+    // then calls __pthread_unwind_next. The buffer's tag has glibc's jmp_buf
+    // layout up to __mask_was_saved, which is 0: longjmp reads no further.
+    longjmp(reinterpret_cast<__jmp_buf_tag*>(b->__cancel_jmp_buf), 1);
+  }
+  loom_exit(g->retval);  // loom's own cleanup frames, then the unwinding
+}
+
+// ---- signals ----------------------------------------------------------------------------
+
+int raise_here(int sig) {
+  long r = ::syscall(SYS_tgkill, ::getpid(), ::syscall(SYS_gettid), sig);
+  return r == 0 ? 0 : errno;
+}
+
+// A signal sent to a thread that is not the caller: see the header comment.
+int signal_other(int sig) {
+  struct sigaction sa;
+  if (sigaction(sig, nullptr, &sa) != 0) return EINVAL;
+  if (sa.sa_handler == SIG_IGN) return 0;
+  if (sa.sa_handler == SIG_DFL && !(sa.sa_flags & SA_SIGINFO)) return raise_here(sig);
+  return ENOTSUP;
+}
+
+bool exists(pthread_t t) {
+  loom_attr_t a;
+  int e = loom_getattr_np(t, &a);
+  if (e == 0) loom_attr_destroy(&a);
+  return e == 0;
+}
+
+bool on_fibre() { return rt::this_fibre_or_null() != nullptr; }
+
+}  // namespace
+}  // namespace loom::capi::pthread_lib
+
+using namespace loom;
+using namespace loom::capi;
+using namespace loom::capi::pthread_lib;
+
+extern "C" {
+
+// ---- attributes --------------------------------------------------------------------------
+
+int pthread_attr_init(pthread_attr_t* a) {
+  if (!a) return EINVAL;
+  init_attr(reinterpret_cast<Attr*>(a));
+  return 0;
+}
+
+int pthread_attr_destroy(pthread_attr_t* a) {
+  Attr* r = attr_of(a);
+  if (!r) return EINVAL;
+  r->magic = 0;
+  return 0;
+}
+
+int pthread_attr_setdetachstate(pthread_attr_t* a, int state) {
+  Attr* r = attr_of(a);
+  if (!r || (state != PTHREAD_CREATE_JOINABLE && state != PTHREAD_CREATE_DETACHED)) return EINVAL;
+  r->detach = state;
+  return 0;
+}
+
+int pthread_attr_getdetachstate(const pthread_attr_t* a, int* state) {
+  const Attr* r = attr_of(a);
+  if (!r || !state) return EINVAL;
+  *state = r->detach;
+  return 0;
+}
+
+int pthread_attr_setstacksize(pthread_attr_t* a, size_t size) {
+  Attr* r = attr_of(a);
+  if (!r || size < std::size_t(PTHREAD_STACK_MIN) || size > (std::size_t(1) << 30)) return EINVAL;
+  r->stacksize = size;
+  return 0;
+}
+
+int pthread_attr_getstacksize(const pthread_attr_t* a, size_t* size) {
+  const Attr* r = attr_of(a);
+  if (!r || !size) return EINVAL;
+  *size = r->stacksize ? r->stacksize : loom_default_stack();
+  return 0;
+}
+
+int pthread_attr_setguardsize(pthread_attr_t* a, size_t size) {
+  Attr* r = attr_of(a);
+  if (!r) return EINVAL;
+  r->guardsize = size;
+  return 0;
+}
+
+int pthread_attr_getguardsize(const pthread_attr_t* a, size_t* size) {
+  const Attr* r = attr_of(a);
+  if (!r || !size) return EINVAL;
+  *size = r->guardsize;
+  return 0;
+}
+
+int pthread_attr_setstack(pthread_attr_t* a, void*, size_t) { return attr_of(a) ? ENOTSUP : EINVAL; }
+
+int pthread_attr_getstack(const pthread_attr_t* a, void** addr, size_t* size) {
+  const Attr* r = attr_of(a);
+  if (!r || !addr || !size) return EINVAL;
+  *addr = r->stackaddr;  // null unless the attribute came from pthread_getattr_np
+  *size = r->stacksize ? r->stacksize : loom_default_stack();
+  return 0;
+}
+
+int pthread_attr_setstackaddr(pthread_attr_t* a, void*) { return attr_of(a) ? ENOTSUP : EINVAL; }
+
+int pthread_attr_getstackaddr(const pthread_attr_t* a, void** addr) {
+  const Attr* r = attr_of(a);
+  if (!r || !addr) return EINVAL;
+  // The deprecated call reports the top of the stack, as glibc's does.
+  *addr = r->stackaddr ? static_cast<char*>(r->stackaddr) + r->stacksize : nullptr;
+  return 0;
+}
+
+int pthread_attr_setscope(pthread_attr_t* a, int scope) {
+  Attr* r = attr_of(a);
+  if (!r) return EINVAL;
+  if (scope == PTHREAD_SCOPE_PROCESS) return ENOTSUP;  // as glibc
+  if (scope != PTHREAD_SCOPE_SYSTEM) return EINVAL;
+  r->scope = scope;
+  return 0;
+}
+
+int pthread_attr_getscope(const pthread_attr_t* a, int* scope) {
+  const Attr* r = attr_of(a);
+  if (!r || !scope) return EINVAL;
+  *scope = r->scope;
+  return 0;
+}
+
+int pthread_attr_setinheritsched(pthread_attr_t* a, int inherit) {
+  Attr* r = attr_of(a);
+  if (!r || (inherit != PTHREAD_INHERIT_SCHED && inherit != PTHREAD_EXPLICIT_SCHED)) return EINVAL;
+  r->inherit = inherit;
+  return 0;
+}
+
+int pthread_attr_getinheritsched(const pthread_attr_t* a, int* inherit) {
+  const Attr* r = attr_of(a);
+  if (!r || !inherit) return EINVAL;
+  *inherit = r->inherit;
+  return 0;
+}
+
+int pthread_attr_setschedpolicy(pthread_attr_t* a, int policy) {
+  Attr* r = attr_of(a);
+  if (!r || (policy != SCHED_OTHER && policy != SCHED_FIFO && policy != SCHED_RR)) return EINVAL;
+  r->policy = policy;
+  return 0;
+}
+
+int pthread_attr_getschedpolicy(const pthread_attr_t* a, int* policy) {
+  const Attr* r = attr_of(a);
+  if (!r || !policy) return EINVAL;
+  *policy = r->policy;
+  return 0;
+}
+
+int pthread_attr_setschedparam(pthread_attr_t* a, const struct sched_param* p) {
+  Attr* r = attr_of(a);
+  if (!r || !p) return EINVAL;
+  int lo = sched_get_priority_min(r->policy), hi = sched_get_priority_max(r->policy);
+  if (p->sched_priority < lo || p->sched_priority > hi) return EINVAL;
+  r->priority = p->sched_priority;
+  return 0;
+}
+
+int pthread_attr_getschedparam(const pthread_attr_t* a, struct sched_param* p) {
+  const Attr* r = attr_of(a);
+  if (!r || !p) return EINVAL;
+  std::memset(p, 0, sizeof *p);
+  p->sched_priority = r->priority;
+  return 0;
+}
+
+int pthread_attr_setaffinity_np(pthread_attr_t* a, size_t n, const cpu_set_t* set) {
+  if (!attr_of(a)) return EINVAL;
+  return set == nullptr || n == 0 ? 0 : ENOSYS;  // clearing it is what every thread has
+}
+
+int pthread_attr_getaffinity_np(const pthread_attr_t* a, size_t n, cpu_set_t* set) {
+  if (!attr_of(a) || !set) return EINVAL;
+  return sched_getaffinity(0, n, set) == 0 ? 0 : errno;
+}
+
+int pthread_attr_setsigmask_np(pthread_attr_t* a, const sigset_t* set) {
+  if (!attr_of(a)) return EINVAL;
+  return set ? ENOTSUP : 0;  // a fibre has no signal mask of its own
+}
+
+int pthread_attr_getsigmask_np(const pthread_attr_t* a, sigset_t* set) {
+  if (!attr_of(a) || !set) return EINVAL;
+  sigemptyset(set);
+  return PTHREAD_ATTR_NO_SIGMASK_NP;
+}
+
+int pthread_getattr_default_np(pthread_attr_t* a) { return pthread_attr_init(a); }
+
+int pthread_setattr_default_np(const pthread_attr_t* a) {
+  const Attr* r = attr_of(a);
+  if (!r) return EINVAL;
+  default_stacksize.store(r->stacksize, std::memory_order_relaxed);
+  default_guardsize.store(r->guardsize, std::memory_order_relaxed);
+  return 0;
+}
+
+// ---- create, join, detach, exit -------------------------------------------------------------
+
+int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)(void*), void* arg) {
+  if (forked_child.load(std::memory_order_relaxed)) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      std::fprintf(stderr,
+                   "loom: pthread_create in the child of fork(): the child has one kernel thread and no loom "
+                   "processors to run a new thread (exec, or stay single-threaded); EAGAIN\n");
+    return EAGAIN;
+  }
+  Attr defaults;
+  const Attr* r = attr ? attr_of(attr) : nullptr;
+  if (attr && !r) return EINVAL;
+  if (!r) {
+    init_attr(&defaults);
+    r = &defaults;
+  }
+  loom_attr_t la;
+  loom_attr_init(&la);
+  loom_attr_setdetachstate(&la, r->detach == PTHREAD_CREATE_DETACHED ? LOOM_CREATE_DETACHED : LOOM_CREATE_JOINABLE);
+  if (r->stacksize) loom_attr_setstacksize(&la, r->stacksize);
+  loom_attr_setguardsize(&la, r->guardsize);
+  int e = loom_create(thread, &la, start, arg);
+  loom_attr_destroy(&la);
+  return e;
+}
+
+int pthread_join(pthread_t t, void** retval) { return loom_join(t, retval); }
+int pthread_tryjoin_np(pthread_t t, void** retval) { return loom_tryjoin_np(t, retval); }
+int pthread_timedjoin_np(pthread_t t, void** retval, const struct timespec* abstime) {
+  return loom_timedjoin_np(t, retval, abstime);
+}
+int pthread_clockjoin_np(pthread_t t, void** retval, clockid_t clock, const struct timespec* abstime) {
+  return loom_clockjoin_np(t, retval, clock, abstime);
+}
+int pthread_detach(pthread_t t) { return loom_detach(t); }
+pthread_t pthread_self(void) { return loom_self(); }
+int pthread_equal(pthread_t a, pthread_t b) { return a == b; }
+
+void pthread_exit(void* retval) {
+  if (GlibcCleanup* g = glibc_cleanup()) {
+    g->retval = retval;
+    run_next_handler(g);
+  }
+  if (on_fibre()) loom_exit(retval);  // a fibre loom_create did not make: loom_exit says so
+  rt::sys::pthread().exit(retval);     // a kernel thread of the system's
+}
+
+void __pthread_register_cancel(__pthread_unwind_buf_t* b) {
+  if (GlibcCleanup* g = glibc_cleanup()) {
+    link_of(b) = g->chain;
+    g->chain = b;
+  } else if (!on_fibre()) {
+    glibc().register_cancel(b);
+  }
+}
+
+void __pthread_unregister_cancel(__pthread_unwind_buf_t* b) {
+  if (GlibcCleanup* g = glibc_cleanup()) {
+    g->chain = link_of(b);
+  } else if (!on_fibre()) {
+    glibc().unregister_cancel(b);
+  }
+}
+
+void __pthread_register_cancel_defer(__pthread_unwind_buf_t* b) {
+  if (!glibc_cleanup() && !on_fibre()) return glibc().register_cancel_defer(b);
+  int old = PTHREAD_CANCEL_DEFERRED;
+  loom_setcanceltype(LOOM_CANCEL_DEFERRED, &old);
+  b->__pad[2] = reinterpret_cast<void*>(static_cast<std::intptr_t>(old));
+  __pthread_register_cancel(b);
+}
+
+void __pthread_unregister_cancel_restore(__pthread_unwind_buf_t* b) {
+  if (!glibc_cleanup() && !on_fibre()) return glibc().unregister_cancel_restore(b);
+  __pthread_unregister_cancel(b);
+  loom_setcanceltype(static_cast<int>(reinterpret_cast<std::intptr_t>(b->__pad[2])), nullptr);
+}
+
+void __pthread_unwind_next(__pthread_unwind_buf_t* b) {
+  if (GlibcCleanup* g = glibc_cleanup()) run_next_handler(g);
+  glibc().unwind_next(b);
+  __builtin_unreachable();
+}
+
+// ---- names, concurrency, cancellation -------------------------------------------------------
+
+int pthread_getattr_np(pthread_t t, pthread_attr_t* a) {
+  if (!a) return EINVAL;
+  loom_attr_t la;
+  int e = loom_getattr_np(t, &la);
+  if (e) return e;
+  Attr* r = reinterpret_cast<Attr*>(a);
+  init_attr(r);
+  int detach = LOOM_CREATE_JOINABLE;
+  loom_attr_getdetachstate(&la, &detach);
+  r->detach = detach == LOOM_CREATE_DETACHED ? PTHREAD_CREATE_DETACHED : PTHREAD_CREATE_JOINABLE;
+  loom_attr_getguardsize(&la, &r->guardsize);
+  void* addr = nullptr;
+  std::size_t size = 0;
+  if (loom_attr_getstack(&la, &addr, &size) == 0) {
+    r->stackaddr = addr;
+    r->stacksize = size;
+  } else {
+    loom_attr_getstacksize(&la, &r->stacksize);
+  }
+  loom_attr_destroy(&la);
+  return 0;
+}
+
+int pthread_setname_np(pthread_t t, const char* name) { return loom_setname_np(t, name); }
+int pthread_getname_np(pthread_t t, char* name, size_t len) { return loom_getname_np(t, name, len); }
+int pthread_getconcurrency(void) { return loom_getconcurrency(); }
+int pthread_setconcurrency(int level) { return loom_setconcurrency(level); }
+int pthread_setcancelstate(int state, int* old) { return loom_setcancelstate(state, old); }
+int pthread_setcanceltype(int type, int* old) { return loom_setcanceltype(type, old); }
+int pthread_cancel(pthread_t t) { return exists(t) ? ENOTSUP : ESRCH; }
+void pthread_testcancel(void) {}
+
+// ---- scheduling, affinity, clocks ----------------------------------------------------------
+
+int pthread_setschedparam(pthread_t t, int policy, const struct sched_param* p) {
+  if (!p) return EINVAL;
+  if (!exists(t)) return ESRCH;
+  if (policy == SCHED_FIFO || policy == SCHED_RR) return EPERM;
+  if (policy != SCHED_OTHER && policy != SCHED_BATCH && policy != SCHED_IDLE) return EINVAL;
+  return p->sched_priority == 0 ? 0 : EINVAL;
+}
+
+int pthread_getschedparam(pthread_t t, int* policy, struct sched_param* p) {
+  if (!policy || !p) return EINVAL;
+  if (!exists(t)) return ESRCH;
+  *policy = SCHED_OTHER;
+  std::memset(p, 0, sizeof *p);
+  return 0;
+}
+
+int pthread_setschedprio(pthread_t t, int prio) {
+  if (!exists(t)) return ESRCH;
+  return prio == 0 ? 0 : EINVAL;
+}
+
+int pthread_setaffinity_np(pthread_t t, size_t, const cpu_set_t*) { return exists(t) ? ENOSYS : ESRCH; }
+
+int pthread_getaffinity_np(pthread_t t, size_t n, cpu_set_t* set) {
+  if (!exists(t)) return ESRCH;
+  return sched_getaffinity(0, n, set) == 0 ? 0 : errno;
+}
+
+int pthread_getcpuclockid(pthread_t t, clockid_t*) { return exists(t) ? ENOENT : ESRCH; }
+
+// ---- signals -------------------------------------------------------------------------------
+
+int pthread_kill(pthread_t t, int sig) {
+  if (sig < 0 || sig >= NSIG) return EINVAL;
+  if (t == loom_self()) return sig == 0 ? 0 : raise_here(sig);
+  if (!exists(t)) return ESRCH;
+  return sig == 0 ? 0 : signal_other(sig);
+}
+
+int pthread_sigqueue(pthread_t t, int sig, const union sigval value) {
+  if (sig < 0 || sig >= NSIG) return EINVAL;
+  if (!exists(t)) return ESRCH;
+  if (sig == 0) return 0;
+  if (t == loom_self()) {
+    siginfo_t info;
+    std::memset(&info, 0, sizeof info);
+    info.si_signo = sig;
+    info.si_code = SI_QUEUE;
+    info.si_pid = ::getpid();
+    info.si_uid = ::getuid();
+    std::memcpy(&info.si_value, &value, sizeof value);
+    long r = ::syscall(SYS_rt_tgsigqueueinfo, ::getpid(), ::syscall(SYS_gettid), sig, &info);
+    return r == 0 ? 0 : errno;
+  }
+  return signal_other(sig);
+}
+
+int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
+  auto mask = rt::sys::pthread().sigmask;  // (not followed by '(': <signal.h> has a sigmask macro)
+  return mask(how, set, old);             // the current kernel thread's
+}
+
+void pthread_kill_other_threads_np(void) {}  // a no-op in glibc too
+
+// ---- yield, fork ----------------------------------------------------------------------------
+
+int sched_yield(void) {
+  if (on_fibre()) return loom_yield();
+  return rt::sys::sched_yield();
+}
+
+// <pthread.h> renames pthread_yield to sched_yield (glibc >= 2.34); binaries
+// built before that still call pthread_yield by name.
+int loom_pthread_yield_by_name(void) __asm__("pthread_yield");
+int loom_pthread_yield_by_name(void) { return sched_yield(); }
+
+// In glibc >= 2.34 the program's own pthread_atfork (from libc_nonshared.a)
+// calls __register_atfork itself; this definition serves the link route and
+// older binaries. glibc's fork runs prepare handlers in reverse order of
+// registration, parent and child handlers in order.
+int pthread_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void)) {
+  return __register_atfork(prepare, parent, child, &__dso_handle);
+}
+
+// ---- keys ------------------------------------------------------------------------------------
+
+// glibc gives setspecific's value an access attribute: GCC then warns that a
+// pointer it cannot see into "may be used uninitialized"; it is only stored.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+int pthread_key_create(pthread_key_t* key, void (*destructor)(void*)) { return loom_key_create(key, destructor); }
+int pthread_key_delete(pthread_key_t key) { return loom_key_delete(key); }
+void* pthread_getspecific(pthread_key_t key) { return loom_getspecific(key); }
+int pthread_setspecific(pthread_key_t key, const void* value) { return loom_setspecific(key, value); }
+// glibc exports these aliases too (some libraries call them).
+int __pthread_key_create(pthread_key_t* key, void (*destructor)(void*)) { return loom_key_create(key, destructor); }
+void* __pthread_getspecific(pthread_key_t key) { return loom_getspecific(key); }
+int __pthread_setspecific(pthread_key_t key, const void* value) { return loom_setspecific(key, value); }
+
+
+}  // extern "C"
