@@ -91,4 +91,18 @@ gcc -std=c11 -D_POSIX_C_SOURCE=200809L -include loom/pthread.h "$tmp/plain.c" -o
 [ "$("$tmp/plain")" = "42" ] || { echo "install_test: the pthread program failed on loom"; exit 1; }
 nm -D --undefined-only "$tmp/plain" | grep -q ' loom_create$' \
   || { echo "install_test: the pthread program does not call loom_create"; exit 1; }
+# The same plain program, unchanged and compiled as for glibc, linked with
+# libloom-pthread through its own pkg-config file: its thread is a fibre.
+if [ -f "$PKG_CONFIG_PATH/loom-pthread.pc" ]; then
+  gcc -std=c11 "$tmp/plain.c" -o "$tmp/plain-link" $(pkg-config --cflags --libs loom-pthread) -Wl,-rpath,"$libdir"
+  out=$(LOOM_PTHREAD_STATS=1 "$tmp/plain-link" 2> "$tmp/plain-link.err")
+  [ "$out" = "42" ] || { echo "install_test: the pthread program linked with loom-pthread failed"; exit 1; }
+  grep -qx 'loom: 1 threads ran as fibres' "$tmp/plain-link.err" \
+    || { echo "install_test: the thread of the program linked with loom-pthread was not a fibre"; cat "$tmp/plain-link.err"; exit 1; }
+  # The unmodified glibc build, preloaded from the installed library.
+  gcc -std=c11 -pthread "$tmp/plain.c" -o "$tmp/plain-glibc"
+  out=$(LOOM_PTHREAD_STATS=1 LD_PRELOAD="$libdir/libloom-pthread.so" "$tmp/plain-glibc" 2> "$tmp/plain-glibc.err")
+  [ "$out" = "42" ] && grep -qx 'loom: 1 threads ran as fibres' "$tmp/plain-glibc.err" \
+    || { echo "install_test: the preloaded glibc build did not run its thread as a fibre"; cat "$tmp/plain-glibc.err"; exit 1; }
+fi
 echo "install_test: ok"
