@@ -52,7 +52,11 @@
 
 #include <netdb.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -165,6 +169,43 @@ struct Stats {
   unsigned long long events = 0;         // readiness events delivered
 };
 Stats stats();
+
+// ---- waiting on many descriptors -------------------------------------------------
+//
+// poll(2), ppoll(2), select(2), pselect(2), epoll_wait(2) and epoll_pwait(2)
+// over any number of descriptors — the program's own included (pipes from a
+// parent, a terminal, its own epoll sets: loom never changes their flags) —
+// with the system calls' signatures, results and errors: level-triggered
+// revents (POLLHUP, POLLERR, POLLNVAL included), fd_set bits, EBADF, EINVAL;
+// a timeout of 0 does not wait, a negative one (or null) waits forever; the
+// wait ends at the first ready descriptor or when the timeout has fully
+// passed (never early), and is never interrupted (no EINTR but the one a
+// look below may give). select, as Linux's, leaves the time not slept in
+// *timeout; the others do not change theirs.
+//
+// The answer always comes from the system call itself, made with a zero
+// timeout; a fibre that finds nothing ready waits, its processor running
+// other fibres, on a temporary epoll set of the descriptors (one epoll_ctl
+// each) which the cluster's poller watches; each wake-up looks again.
+// Called from a kernel thread that is not a loom processor, each is the
+// system call as it is.
+//
+// Signal masks: a fibre has none of its own (signals go to whichever
+// processor's thread does not block them). The mask of ppoll, pselect and
+// epoll_pwait is applied to each zero-timeout look (a signal it unblocks
+// that is pending then is delivered, and the call fails with EINTR, as the
+// system's would), not to the waits between: a signal arriving during the
+// wait does not end it. Wake a waiting fibre through a descriptor in the set
+// (a self-pipe, a signalfd) instead.
+int poll(pollfd* fds, nfds_t n, int timeout_ms);
+int ppoll(pollfd* fds, nfds_t n, const timespec* timeout, const sigset_t* sigmask);
+int select(int nfds, fd_set* readfds, fd_set* writefds, fd_set* exceptfds, timeval* timeout);
+int pselect(int nfds, fd_set* readfds, fd_set* writefds, fd_set* exceptfds, const timespec* timeout,
+            const sigset_t* sigmask);
+// On the program's own epoll set `epfd` (its events, its flags: loom never
+// adds to it); the fibre waits until the set has something to report.
+int epoll_wait(int epfd, epoll_event* events, int maxevents, int timeout_ms);
+int epoll_pwait(int epfd, epoll_event* events, int maxevents, int timeout_ms, const sigset_t* sigmask);
 
 }  // namespace io
 

@@ -69,7 +69,10 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -89,6 +92,8 @@ struct timespec;
 struct sockaddr;
 struct msghdr;
 struct iovec;
+struct epoll_event;
+struct timeval;
 
 /* ---- limits and constants --------------------------------------------------- */
 
@@ -731,6 +736,25 @@ int loom_getsockopt(int fd, int level, int name, void* LOOM_RESTRICT val, sockle
 /* poll(2) on one descriptor: the ready revents (> 0), 0 at the timeout (ms;
  * -1: none), -1 on error. */
 int loom_poll_one(int fd, short events, int timeout_ms);
+/* poll(2), ppoll(2), select(2), pselect(2), epoll_wait(2), epoll_pwait(2)
+ * over any number of descriptors (the program's own included: loom never
+ * changes their flags), with the system calls' results and errors; the
+ * fibre waits, its processor runs others. A timeout of 0 does not wait, a
+ * negative one (or null) waits forever, and none ends early. select leaves
+ * the time not slept in *timeout, as Linux's. epoll_* act on the program's
+ * own epoll set. Signal masks: a fibre has none; the mask is applied to each
+ * zero-timeout look the call makes (a pending signal it unblocks is
+ * delivered then: EINTR), not to the wait between looks — wake a waiting
+ * fibre through a descriptor (self-pipe, signalfd). See loom/io.hpp. */
+int loom_poll(struct pollfd* fds, nfds_t n, int timeout_ms);
+int loom_ppoll(struct pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset_t* sigmask);
+int loom_select(int nfds, fd_set* LOOM_RESTRICT readfds, fd_set* LOOM_RESTRICT writefds,
+                fd_set* LOOM_RESTRICT exceptfds, struct timeval* LOOM_RESTRICT timeout);
+int loom_pselect(int nfds, fd_set* LOOM_RESTRICT readfds, fd_set* LOOM_RESTRICT writefds,
+                 fd_set* LOOM_RESTRICT exceptfds, const struct timespec* LOOM_RESTRICT timeout,
+                 const sigset_t* LOOM_RESTRICT sigmask);
+int loom_epoll_wait(int epfd, struct epoll_event* events, int maxevents, int timeout_ms);
+int loom_epoll_pwait(int epfd, struct epoll_event* events, int maxevents, int timeout_ms, const sigset_t* sigmask);
 /* Bounds on every later wait on fd, in ns (0: none): input calls fail with
  * EAGAIN after waiting `in_ns`, output calls after `out_ns`. */
 int loom_set_timeouts(int fd, int64_t in_ns, int64_t out_ns);

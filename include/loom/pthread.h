@@ -13,7 +13,9 @@
  * descriptor calls of loom/io.hpp — socket, bind, listen, accept, accept4,
  * connect, read, write, readv, writev, recv, send, recvfrom, sendto,
  * recvmsg, sendmsg, pread, pwrite, fsync, getaddrinfo, close, dup, dup2,
- * dup3, fcntl, setsockopt, getsockopt, pipe, pipe2, socketpair — become
+ * dup3, fcntl, setsockopt, getsockopt, pipe, pipe2, socketpair, and poll,
+ * ppoll, select, pselect, epoll_wait, epoll_pwait (any number of
+ * descriptors; loom/loom.h says what becomes of a signal mask) — become
  * loom_read and so on too, so that a thread-per-connection server blocks
  * fibres rather than processors. It is opt-in because those names are
  * common words: a struct member or C++ function called `read` or `bind`
@@ -60,6 +62,8 @@
 #include <sched.h>
 #include <semaphore.h>
 #include <signal.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -458,6 +462,12 @@ LOOM_UNSUPPORTED_(sem_unlink, LOOM_WHY_PSHARED_)
 #define fcntl loom_fcntl
 #define setsockopt loom_setsockopt
 #define getsockopt loom_getsockopt
+#define poll loom_poll
+#define ppoll loom_ppoll
+#define select loom_select
+#define pselect loom_pselect
+#define epoll_wait loom_epoll_wait
+#define epoll_pwait loom_epoll_pwait
 #endif
 
 #endif /* LOOM_PTHREAD_H */
