@@ -1,0 +1,1038 @@
+// capi/pthread/sync.cpp — glibc's synchronisation objects, by glibc's names,
+// in glibc's sizes, on loom's parking lot (runtime/sync/parking_lot.hpp).
+//
+// A program sized these objects with glibc's headers, and may have filled
+// them with glibc's static initialisers, so this file includes the same
+// <pthread.h> and <semaphore.h> and reinterprets their bytes. Every layout
+// below keeps glibc's initialisers meaningful: all zero is an unlocked
+// default object, and the few non-zero initialisers put their kind where
+// glibc does (a mutex's __kind at offset 16, a rwlock's __flags at 48).
+//
+//   pthread_mutex_t (40)  @0 state (LOCKED 1, PARKED 2)  @4 recursion count
+//                         @8 owner (recursive, errorcheck: fibre or thread)
+//                         @16 kind (glibc's: 0 normal, 1 recursive,
+//                             2 errorcheck, 3 adaptive; -1 destroyed)
+//   pthread_cond_t (48)   @0 sequence  @4 waiters  @8 clock id
+//   pthread_rwlock_t (56) @0 state (WRITER 1, READERS_PARKED 2,
+//                         WRITERS_PARKED 4, readers x 8)  @24 writer
+//                         @48 kind (0,1 prefer readers as glibc does;
+//                             2 PREFER_WRITER_NONRECURSIVE)
+//   pthread_barrier_t (32) @0 arrived | generation << 32  @8 count
+//                         @12 threads inside wait (destroy waits for 0)
+//   pthread_spinlock_t (4), pthread_once_t (4): one word each.
+//   sem_t (32)            @0 value | kernel-thread waiters << 32 and @8
+//                         private/shared: glibc's own layout, so named
+//                         semaphores (glibc's sem_open) work here too;
+//                         @12 fibre waiters, @16 link and @24 count of
+//                         deferred wake-ups (sem_post from signal handlers).
+//
+// Waiting: a fibre parks in the parking lot, a kernel thread that is not a
+// processor (or a processor's thread outside a fibre) waits there on a
+// futex; calls before the runtime started are such kernel threads. The
+// blocking paths keep each fibre's errno across switches (capi.hpp).
+//
+// Not supported, by design (loom cannot block fibres of another process):
+// PTHREAD_PROCESS_SHARED mutexes, condition variables, rwlocks and barriers
+// (setpshared returns ENOTSUP), robust mutexes (pthread_mutex_init returns
+// ENOTSUP for a robust attribute) and priority protocols (setprotocol
+// returns ENOTSUP for INHERIT and PROTECT). Spin locks and semaphores may be
+// process-shared: a spin lock needs nothing of loom, and a shared
+// semaphore waits as glibc's does, on a shared futex — a fibre waiting on
+// one blocks its processor.
+#include <linux/futex.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+
+#include "base/futex.hpp"
+#include "base/sys.hpp"
+#include "capi.hpp"
+#include "sched/processor.hpp"
+#include "sync/parking_lot.hpp"
+#include "sync/wait.hpp"
+
+namespace loom::capi::pthread {
+
+namespace {
+
+namespace pl = rt::parking_lot;
+using rt::ParkResult;
+
+static_assert(sizeof(pthread_mutex_t) == 40 && sizeof(pthread_cond_t) == 48 && sizeof(pthread_rwlock_t) == 56 &&
+                  sizeof(pthread_barrier_t) == 32 && sizeof(sem_t) == 32 && sizeof(pthread_once_t) == 4 &&
+                  sizeof(pthread_spinlock_t) == 4 && sizeof(pthread_mutexattr_t) == 4 &&
+                  sizeof(pthread_condattr_t) == 4 && sizeof(pthread_rwlockattr_t) == 8 &&
+                  sizeof(pthread_barrierattr_t) == 4,
+              "glibc x86-64 object sizes");
+
+template <class T>
+std::atomic<T>& at(const volatile void* base, std::size_t offset) {
+  static_assert(sizeof(std::atomic<T>) == sizeof(T) && std::atomic<T>::is_always_lock_free);
+  return *reinterpret_cast<std::atomic<T>*>(const_cast<char*>(static_cast<const volatile char*>(base)) + offset);
+}
+
+bool on_fibre() {
+  rt::Processor* p = rt::this_processor();
+  if (!p) return false;
+  rt::Fibre* f = p->current();
+  return f && f != &p->idle_fibre();
+}
+
+// Lets others run while a spinner waits: the processor's other fibres (the
+// holder may be one of them), or other threads.
+void yield_now() {
+  if (on_fibre())
+    rt::this_processor()->yield();
+  else
+    rt::sys::sched_yield();
+}
+
+// An absolute time on clock c as a parking deadline (kForever for none).
+Deadline deadline(clockid_t c, const timespec* abs) { return abs ? deadline_of(c, *abs) : kForever; }
+
+// ---- mutex -------------------------------------------------------------------------
+
+constexpr std::uint32_t kLocked = 1, kParked = 2;
+constexpr rt::ParkToken kHandoff = 1;
+enum { kNormal = PTHREAD_MUTEX_TIMED_NP, kRecursive = PTHREAD_MUTEX_RECURSIVE_NP,
+       kErrorcheck = PTHREAD_MUTEX_ERRORCHECK_NP, kAdaptive = PTHREAD_MUTEX_ADAPTIVE_NP };
+constexpr int kSpinTries = 200;  // as loom::Mutex's spin policy
+
+std::atomic<std::uint32_t>& mstate(pthread_mutex_t* m) { return at<std::uint32_t>(m, 0); }
+std::uint32_t& mcount(pthread_mutex_t* m) { return *reinterpret_cast<std::uint32_t*>(reinterpret_cast<char*>(m) + 4); }
+std::atomic<const void*>& mowner(pthread_mutex_t* m) { return at<const void*>(m, 8); }
+std::atomic<int>& mkind(pthread_mutex_t* m) { return at<int>(m, 16); }
+bool owned_kind(int k) { return k == kRecursive || k == kErrorcheck; }
+
+// loom's mutex policy (LOOM_MUTEX), read once: the barging spectrum of
+// loom::Mutex carried over — blocking and spin barge, baton hands the lock
+// to the first waiter, hybrid to a waiter parked for 100 us or more.
+MutexPolicy policy() {
+  static std::atomic<int> cached{-1};
+  int p = cached.load(std::memory_order_relaxed);
+  if (p < 0) cached.store(p = int(default_mutex_policy()), std::memory_order_relaxed);
+  return MutexPolicy(p);
+}
+
+bool hand_over(std::int64_t since) {
+  switch (policy()) {
+    case MutexPolicy::baton: return true;
+    case MutexPolicy::hybrid: return rt::now_ns() - since >= 100'000;
+    default: return false;
+  }
+}
+
+// The contended acquire. The word is the parked mark's handshake (see
+// parking_lot.hpp): a waiter sets PARKED, then parks only while the word is
+// still LOCKED|PARKED; release() clears LOCKED first and, seeing PARKED,
+// unparks under the bucket lock that validate also runs under.
+int acquire_slow(std::atomic<std::uint32_t>& st, Deadline d, bool spin) {
+  int spins = spin ? kSpinTries : 0;
+  ErrnoKeeper keep;
+  for (;;) {
+    std::uint32_t s = st.load(std::memory_order_relaxed);
+    if (!(s & kLocked)) {
+      if (st.compare_exchange_weak(s, s | kLocked, std::memory_order_acquire)) return keep.done(), 0;
+      continue;
+    }
+    if (!(s & kParked)) {
+      if (spins > 0) {
+        --spins;
+        rt::cpu_relax();
+        continue;
+      }
+      if (!st.compare_exchange_weak(s, s | kParked, std::memory_order_relaxed)) continue;
+    }
+    pl::ParkOps ops;
+    ops.ctx = &st;
+    ops.validate = [](void* c) {
+      return static_cast<std::atomic<std::uint32_t>*>(c)->load(std::memory_order_relaxed) == (kLocked | kParked);
+    };
+    ops.timed_out = [](void* c, bool was_last) {
+      if (was_last) static_cast<std::atomic<std::uint32_t>*>(c)->fetch_and(~kParked, std::memory_order_relaxed);
+    };
+    rt::Parked r = pl::park(&st, ops, d);
+    if (r.result == ParkResult::Unparked && r.token == kHandoff) return keep.done(), 0;  // it is ours
+    if (r.result == ParkResult::TimedOut) return keep.done(), ETIMEDOUT;
+    spins = spin ? kSpinTries : 0;
+  }
+}
+
+void release(std::atomic<std::uint32_t>& st) {
+  std::uint32_t expected = kLocked;
+  if (st.compare_exchange_strong(expected, 0, std::memory_order_release)) return;
+  // PARKED: wake one, under the bucket lock, and decide the word there.
+  pl::unpark_one(&st, [](void* c, rt::UnparkResult r) -> rt::ParkToken {
+    auto& s = *static_cast<std::atomic<std::uint32_t>*>(c);
+    if (r.unparked && hand_over(r.since)) {
+      s.store(kLocked | (r.more ? kParked : 0), std::memory_order_relaxed);
+      return kHandoff;  // still LOCKED: ownership passes to the waiter
+    }
+    s.store(r.more ? kParked : 0, std::memory_order_release);
+    return 0;
+  }, &st);
+}
+
+int valid_kind(pthread_mutex_t* m) {
+  int k = mkind(m).load(std::memory_order_relaxed);
+  return k >= kNormal && k <= kAdaptive ? k : -1;
+}
+
+// d: kNow for trylock, else a deadline (kForever for lock).
+int mutex_lock(pthread_mutex_t* m, Deadline d) {
+  int k = valid_kind(m);
+  if (k < 0) return EINVAL;
+  auto& st = mstate(m);
+  if (!owned_kind(k)) {
+    std::uint32_t z = 0;
+    if (st.compare_exchange_strong(z, kLocked, std::memory_order_acquire)) return 0;
+    if (d == kNow) return EBUSY;
+    return acquire_slow(st, d, k == kAdaptive || policy() == MutexPolicy::spin);
+  }
+  const void* self = rt::identity();
+  if (mowner(m).load(std::memory_order_relaxed) == self) {
+    if (k == kRecursive) {
+      if (mcount(m) == UINT_MAX) return EAGAIN;
+      ++mcount(m);
+      return 0;
+    }
+    return d == kNow ? EBUSY : EDEADLK;
+  }
+  std::uint32_t z = 0;
+  if (!st.compare_exchange_strong(z, kLocked, std::memory_order_acquire)) {
+    if (d == kNow) return EBUSY;
+    if (int e = acquire_slow(st, d, policy() == MutexPolicy::spin)) return e;
+  }
+  mowner(m).store(self, std::memory_order_relaxed);
+  mcount(m) = 1;
+  return 0;
+}
+
+int mutex_unlock(pthread_mutex_t* m) {
+  int k = valid_kind(m);
+  if (k < 0) return EINVAL;
+  if (owned_kind(k)) {
+    if (mowner(m).load(std::memory_order_relaxed) != rt::identity()) return EPERM;
+    if (k == kRecursive && --mcount(m) > 0) return 0;
+    mowner(m).store(nullptr, std::memory_order_relaxed);
+  }
+  release(mstate(m));
+  return 0;
+}
+
+int mutex_timed(pthread_mutex_t* m, clockid_t c, const timespec* abs) {
+  if (!supported_clock(c)) return EINVAL;
+  int e = mutex_lock(m, kNow);
+  if (e != EBUSY) return e;
+  int k = valid_kind(m);
+  if (k == kErrorcheck && mowner(m).load(std::memory_order_relaxed) == rt::identity()) return EDEADLK;
+  if (!valid(abs)) return EINVAL;
+  for (;;) {
+    e = mutex_lock(m, deadline(c, abs));
+    if (e != ETIMEDOUT || reached(c, *abs)) return e;
+  }
+}
+
+// ---- mutex attributes: one int. bits 0-1 type, 4 robust, 8-9 protocol.
+
+constexpr int kAttrType = 3, kAttrRobust = 16, kAttrProtoShift = 8;
+int& attr_int(const void* a) { return *reinterpret_cast<int*>(const_cast<void*>(a)); }
+
+// ---- condition variable ----------------------------------------------------------
+
+std::atomic<std::uint32_t>& cseq(pthread_cond_t* c) { return at<std::uint32_t>(c, 0); }
+std::atomic<std::uint32_t>& cwaiters(pthread_cond_t* c) { return at<std::uint32_t>(c, 4); }
+std::atomic<int>& cclock(pthread_cond_t* c) { return at<int>(c, 8); }
+
+// The waiter reads the sequence while it still holds the mutex and parks
+// only if it is unchanged; a signaller bumps it before unparking. validate
+// and unpark share the bucket lock, so a signal between the waiter's
+// unlock and its park makes validate fail (a spurious wake-up, which POSIX
+// allows) instead of being lost. `waiters` lets a signal with nobody
+// waiting skip the parking lot (Dekker pair: waiter increments, then reads
+// the sequence; signaller bumps the sequence, then reads waiters), and is
+// the waiter's last touch of the condvar, so destroy can wait for it.
+int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const timespec* abs) {
+  int k = valid_kind(m);
+  if (k < 0) return EINVAL;
+  const void* self = nullptr;
+  if (owned_kind(k)) {
+    self = rt::identity();
+    if (mowner(m).load(std::memory_order_relaxed) != self) return EPERM;
+  }
+  if (abs && !valid(abs)) return EINVAL;
+  Deadline d = deadline(clock, abs);
+  ErrnoKeeper keep;
+  auto& seq = cseq(c);
+  cwaiters(c).fetch_add(1, std::memory_order_seq_cst);
+  std::uint32_t s = seq.load(std::memory_order_seq_cst);
+  // Release the mutex entirely (a recursive one too), and take it back
+  // with its count after waking.
+  std::uint32_t count = mcount(m);
+  if (self) mowner(m).store(nullptr, std::memory_order_relaxed);
+  release(mstate(m));
+  rt::Parked r = pl::park_if(&seq, [&seq, s] { return seq.load(std::memory_order_relaxed) == s; }, d);
+  cwaiters(c).fetch_sub(1, std::memory_order_release);  // last touch of c
+  auto& st = mstate(m);
+  std::uint32_t z = 0;
+  if (!st.compare_exchange_strong(z, kLocked, std::memory_order_acquire))
+    acquire_slow(st, kForever, k == kAdaptive || policy() == MutexPolicy::spin);
+  if (self) {
+    mowner(m).store(self, std::memory_order_relaxed);
+    mcount(m) = count;
+  }
+  keep.done();
+  // A realtime clock set back makes the monotonic deadline early: then it
+  // is a spurious wake-up, never an early ETIMEDOUT.
+  return r.result == ParkResult::TimedOut && reached(clock, *abs) ? ETIMEDOUT : 0;
+}
+
+// ---- rwlock -------------------------------------------------------------------------
+
+constexpr std::uint32_t kWriter = 1, kReadersParked = 2, kWritersParked = 4, kReader = 8;
+constexpr std::uint32_t kParkedBits = kReadersParked | kWritersParked;
+
+std::atomic<std::uint32_t>& rwstate(pthread_rwlock_t* rw) { return at<std::uint32_t>(rw, 0); }
+const void* writers_key(pthread_rwlock_t* rw) { return reinterpret_cast<char*>(rw) + 4; }
+std::atomic<const void*>& rwowner(pthread_rwlock_t* rw) { return at<const void*>(rw, 24); }
+bool prefer_writer(pthread_rwlock_t* rw) {
+  return at<std::uint32_t>(rw, 48).load(std::memory_order_relaxed) == PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP;
+}
+
+// Readers wait while a writer holds it — and, preferring writers, while a
+// writer waits (glibc's default lets readers in past waiting writers, so
+// that a thread may take a read lock it already holds).
+bool readers_blocked(std::uint32_t s, bool pw) { return (s & kWriter) || (pw && (s & kWritersParked)); }
+
+unsigned wake_readers(pthread_rwlock_t* rw) {
+  // Cleared before the unpark: a reader that sets the mark again after this
+  // either fails validate (and retries) or is queued before unpark_all looks.
+  rwstate(rw).fetch_and(~kReadersParked, std::memory_order_seq_cst);
+  return pl::unpark_all(rw);
+}
+
+bool wake_writer(pthread_rwlock_t* rw) {
+  return pl::unpark_one(writers_key(rw), [](void* c, rt::UnparkResult r) -> rt::ParkToken {
+           if (!r.more) rwstate(static_cast<pthread_rwlock_t*>(c)).fetch_and(~kWritersParked);
+           return 0;
+         }, rw).unparked;
+}
+
+// After a writer left (unlocked, or timed out while waiting): who goes next.
+void wake_after_writer(pthread_rwlock_t* rw) {
+  std::uint32_t s = rwstate(rw).load(std::memory_order_seq_cst);
+  if (s & kWriter) return;  // another writer took it: its unlock wakes
+  if (prefer_writer(rw) || !(s & kReadersParked)) {
+    if ((s & kWritersParked) && wake_writer(rw)) return;
+    if (rwstate(rw).load(std::memory_order_seq_cst) & kReadersParked) wake_readers(rw);
+    return;
+  }
+  if (wake_readers(rw) == 0 && (rwstate(rw).load(std::memory_order_seq_cst) & kWritersParked)) wake_writer(rw);
+}
+
+struct RwPark {
+  pthread_rwlock_t* rw;
+  bool pw;
+};
+
+int rdlock(pthread_rwlock_t* rw, Deadline d) {
+  auto& st = rwstate(rw);
+  const bool pw = prefer_writer(rw);
+  std::optional<ErrnoKeeper> keep;  // only once it may switch
+  int e;
+  for (;;) {
+    std::uint32_t s = st.load(std::memory_order_relaxed);
+    if (!readers_blocked(s, pw)) {
+      if (s >= UINT32_MAX - kReader) {
+        e = EAGAIN;
+        break;
+      }
+      if (st.compare_exchange_weak(s, s + kReader, std::memory_order_acquire)) {
+        e = 0;
+        break;
+      }
+      continue;
+    }
+    if (d == kNow) {
+      e = EBUSY;
+      break;
+    }
+    if ((s & kWriter) && rwowner(rw).load(std::memory_order_relaxed) == rt::identity()) {
+      e = EDEADLK;
+      break;
+    }
+    if (!(s & kReadersParked) && !st.compare_exchange_weak(s, s | kReadersParked, std::memory_order_relaxed))
+      continue;
+    if (!keep) keep.emplace();
+    RwPark ctx{rw, pw};
+    pl::ParkOps ops;
+    ops.ctx = &ctx;
+    ops.validate = [](void* c) {
+      auto* p = static_cast<RwPark*>(c);
+      std::uint32_t v = rwstate(p->rw).load(std::memory_order_relaxed);
+      return (v & kReadersParked) && readers_blocked(v, p->pw);
+    };
+    ops.timed_out = [](void* c, bool was_last) {
+      if (was_last) rwstate(static_cast<RwPark*>(c)->rw).fetch_and(~kReadersParked);
+    };
+    if (pl::park(rw, ops, d).result == ParkResult::TimedOut) {
+      e = ETIMEDOUT;
+      break;
+    }
+  }
+  if (keep) keep->done();
+  return e;
+}
+
+int wrlock(pthread_rwlock_t* rw, Deadline d) {
+  auto& st = rwstate(rw);
+  const void* self = rt::identity();
+  std::optional<ErrnoKeeper> keep;  // only once it may switch
+  int e;
+  for (;;) {
+    std::uint32_t s = st.load(std::memory_order_relaxed);
+    if ((s & ~kParkedBits) == 0) {
+      if (st.compare_exchange_weak(s, s | kWriter, std::memory_order_acquire)) {
+        rwowner(rw).store(self, std::memory_order_relaxed);
+        e = 0;
+        break;
+      }
+      continue;
+    }
+    if (d == kNow) {
+      e = EBUSY;
+      break;
+    }
+    if ((s & kWriter) && rwowner(rw).load(std::memory_order_relaxed) == self) {
+      e = EDEADLK;
+      break;
+    }
+    if (!(s & kWritersParked) && !st.compare_exchange_weak(s, s | kWritersParked, std::memory_order_seq_cst))
+      continue;
+    if (!keep) keep.emplace();
+    pl::ParkOps ops;
+    ops.ctx = rw;
+    ops.validate = [](void* c) {
+      std::uint32_t v = rwstate(static_cast<pthread_rwlock_t*>(c)).load(std::memory_order_seq_cst);
+      return (v & kWritersParked) && (v & ~kParkedBits) != 0;
+    };
+    ops.timed_out = [](void* c, bool was_last) {
+      if (was_last) rwstate(static_cast<pthread_rwlock_t*>(c)).fetch_and(~kWritersParked);
+    };
+    if (pl::park(writers_key(rw), ops, d).result == ParkResult::TimedOut) {
+      // Readers held back by our mark (preferring writers) may enter now.
+      wake_after_writer(rw);
+      e = ETIMEDOUT;
+      break;
+    }
+  }
+  if (keep) keep->done();
+  return e;
+}
+
+int rw_unlock(pthread_rwlock_t* rw) {
+  auto& st = rwstate(rw);
+  std::uint32_t s = st.load(std::memory_order_relaxed);
+  if (s & kWriter) {
+    if (rwowner(rw).load(std::memory_order_relaxed) != rt::identity()) return EPERM;
+    rwowner(rw).store(nullptr, std::memory_order_relaxed);
+    s = st.fetch_and(~kWriter, std::memory_order_seq_cst) & ~kWriter;
+    if (s & kParkedBits) wake_after_writer(rw);
+    return 0;
+  }
+  if (s < kReader) return EPERM;
+  // The last reader out hands the lock to a parked writer. The writer sets
+  // its mark before validating "held" (seq_cst both sides), so either it
+  // sees no readers and retries, or this sees its mark.
+  s = st.fetch_sub(kReader, std::memory_order_seq_cst) - kReader;
+  if (s < kReader && !(s & kWriter) && (s & kWritersParked)) {
+    if (!wake_writer(rw) && (st.load(std::memory_order_seq_cst) & kReadersParked)) wake_readers(rw);
+  }
+  return 0;
+}
+
+template <class Op>
+int rw_timed(clockid_t c, const timespec* abs, Op&& op) {
+  if (!supported_clock(c)) return EINVAL;
+  int e = op(kNow);
+  if (e != EBUSY) return e;
+  if (!valid(abs)) return EINVAL;
+  for (;;) {
+    e = op(deadline(c, abs));
+    if (e != ETIMEDOUT || reached(c, *abs)) return e;
+  }
+}
+
+// ---- barrier ----------------------------------------------------------------------------
+
+std::atomic<std::uint64_t>& bword(pthread_barrier_t* b) { return at<std::uint64_t>(b, 0); }
+std::atomic<std::uint32_t>& bcount(pthread_barrier_t* b) { return at<std::uint32_t>(b, 8); }
+std::atomic<std::uint32_t>& binside(pthread_barrier_t* b) { return at<std::uint32_t>(b, 12); }
+
+// ---- once -------------------------------------------------------------------------------
+
+constexpr int kOnceRunning = 1, kOnceDone = 2, kOnceParked = 4;
+
+// ---- semaphores ---------------------------------------------------------------------------
+
+constexpr int kFutexShared = 128;  // glibc's sem.private for a shared semaphore
+std::atomic<std::uint64_t>& sdata(sem_t* s) { return at<std::uint64_t>(s, 0); }
+std::atomic<std::uint32_t>& svalue(sem_t* s) { return at<std::uint32_t>(s, 0); }
+int sprivate(sem_t* s) { return at<int>(s, 8).load(std::memory_order_relaxed); }
+std::atomic<std::uint32_t>& sfwaiters(sem_t* s) { return at<std::uint32_t>(s, 12); }
+std::atomic<sem_t*>& snext(sem_t* s) { return at<sem_t*>(s, 16); }
+std::atomic<std::uint32_t>& spending(sem_t* s) { return at<std::uint32_t>(s, 24); }
+constexpr std::uint64_t kOneWaiter = std::uint64_t(1) << 32;
+
+long futex(void* addr, int op, int private_flag, std::uint32_t val, const timespec* t) {
+  int flags = private_flag == kFutexShared ? 0 : FUTEX_PRIVATE_FLAG;
+  return ::syscall(SYS_futex, addr, op | flags, val, t, nullptr, FUTEX_BITSET_MATCH_ANY);
+}
+
+// glibc's own protocol (nptl/sem_waitcommon.c), for kernel threads and for
+// shared semaphores: count ourselves in the high half, sleep on the value
+// word while it is 0 (the kernel compares), take a unit and leave the count
+// in one CAS. Interoperates with glibc's sem_post in another process.
+int sem_wait_futex(sem_t* s, clockid_t clock, const timespec* abs) {
+  auto& data = sdata(s);
+  data.fetch_add(kOneWaiter, std::memory_order_seq_cst);
+  for (;;) {
+    std::uint64_t d = data.load(std::memory_order_seq_cst);
+    if (std::uint32_t(d) == 0) {
+      int op = FUTEX_WAIT_BITSET | (abs && clock == CLOCK_REALTIME ? FUTEX_CLOCK_REALTIME : 0);
+      if (futex(&svalue(s), op, sprivate(s), 0, abs) < 0) {
+        int e = *errno_slot();
+        if (e == ETIMEDOUT || e == EINTR) {
+          data.fetch_sub(kOneWaiter, std::memory_order_relaxed);
+          return e;
+        }
+      }
+      continue;
+    }
+    if (data.compare_exchange_weak(d, d - 1 - kOneWaiter, std::memory_order_acquire)) return 0;
+  }
+}
+
+// sem_post is async-signal-safe (POSIX), so its wake of a parked fibre must
+// not take a lock that the code it interrupted may hold — and unparking
+// takes the bucket's spin lock, then the scheduler's locks (a processor's
+// idle list). So the post queues the semaphore, lock-free, for the waker
+// thread, which unparks in its place:
+//   - `pending` counts posts not yet seen by the waker; the post that moves
+//     it from 0 pushes the semaphore onto a Treiber stack (one CAS loop,
+//     safe to re-enter from a handler: a push interrupted by a push leaves
+//     both on the stack) and wakes the waker's futex (a system call);
+//   - the waker takes the whole stack with one exchange (no ABA: nobody
+//     else pops), and for each semaphore unparks as many fibres as there
+//     are units, then CASes `pending` from what it read back to 0; a post
+//     meanwhile makes the CAS fail and the waker looks again. That CAS is
+//     its last touch of the semaphore: sem_destroy waits for pending == 0.
+// Kernel-thread waiters are woken by the post itself through the futex, as
+// glibc does (a system call takes no user-space lock).
+// The cost is a hop through the waker for every post that finds a fibre
+// waiting; a post that finds none is one CAS and two loads.
+std::atomic<sem_t*> g_deferred{nullptr};
+std::atomic<int> g_deferred_word{0};
+std::atomic<int> g_waker_state{0};  // 0 none, 1 starting, 2 running
+
+void* waker_main(void*) {
+  sigset_t all;
+  sigfillset(&all);
+  (rt::sys::pthread().sigmask)(SIG_BLOCK, &all, nullptr);
+  for (;;) {
+    int w = g_deferred_word.load(std::memory_order_acquire);
+    sem_t* list = g_deferred.exchange(nullptr, std::memory_order_acquire);
+    if (!list) {
+      rt::futex_wait(&g_deferred_word, w);
+      continue;
+    }
+    while (list) {
+      sem_t* s = list;
+      list = snext(s).load(std::memory_order_relaxed);
+      for (;;) {
+        std::uint32_t p = spending(s).load(std::memory_order_acquire);
+        std::uint32_t units = svalue(s).load(std::memory_order_seq_cst);
+        while (units-- > 0 && pl::unpark_one(s).unparked) {
+        }
+        if (spending(s).compare_exchange_strong(p, 0, std::memory_order_acq_rel)) break;
+      }
+    }
+  }
+  return nullptr;
+}
+
+void start_waker() {
+  int expected = 0;
+  if (g_waker_state.load(std::memory_order_acquire) == 2) return;
+  if (!g_waker_state.compare_exchange_strong(expected, 1)) {
+    while (g_waker_state.load(std::memory_order_acquire) != 2) rt::sys::sched_yield();
+    return;
+  }
+  pthread_t t;
+  const auto& sys = rt::sys::pthread();
+  if (sys.create(&t, nullptr, &waker_main, nullptr) == 0) {
+    sys.detach(t);
+    sys.setname_np(t, "loom-sem-waker");
+  }
+  g_waker_state.store(2, std::memory_order_release);
+}
+
+void defer_wake(sem_t* s) {
+  if (spending(s).fetch_add(1, std::memory_order_seq_cst) != 0) return;  // queued already
+  sem_t* head = g_deferred.load(std::memory_order_relaxed);
+  do {
+    snext(s).store(head, std::memory_order_relaxed);
+  } while (!g_deferred.compare_exchange_weak(head, s, std::memory_order_release, std::memory_order_relaxed));
+  g_deferred_word.fetch_add(1, std::memory_order_seq_cst);
+  rt::futex_wake(&g_deferred_word, 1);
+}
+
+// A fibre waits on a private semaphore in the parking lot.
+int sem_wait_fibre(sem_t* s, clockid_t clock, const timespec* abs) {
+  auto& data = sdata(s);
+  start_waker();  // before anyone can see us waiting: see sem_post
+  sfwaiters(s).fetch_add(1, std::memory_order_seq_cst);
+  Deadline dl = deadline(clock, abs);
+  int e = 0;
+  for (;;) {
+    std::uint64_t d = data.load(std::memory_order_seq_cst);
+    if (std::uint32_t(d) > 0) {
+      if (data.compare_exchange_weak(d, d - 1, std::memory_order_acquire)) break;
+      continue;
+    }
+    rt::Parked r = pl::park_if(s, [&data] { return std::uint32_t(data.load(std::memory_order_seq_cst)) == 0; }, dl);
+    if (r.result == ParkResult::TimedOut) {
+      if (abs && !reached(clock, *abs)) {
+        dl = deadline(clock, abs);
+        continue;
+      }
+      e = ETIMEDOUT;
+      break;
+    }
+  }
+  sfwaiters(s).fetch_sub(1, std::memory_order_release);
+  return e;
+}
+
+int sem_wait_common(sem_t* s, clockid_t clock, const timespec* abs) {
+  if (abs && !valid(abs)) return EINVAL;  // glibc looks at the time first
+  auto& data = sdata(s);
+  std::uint64_t d = data.load(std::memory_order_relaxed);
+  while (std::uint32_t(d) > 0)
+    if (data.compare_exchange_weak(d, d - 1, std::memory_order_acquire)) return 0;
+  if (sprivate(s) != kFutexShared && on_fibre()) return sem_wait_fibre(s, clock, abs);
+  return sem_wait_futex(s, clock, abs);
+}
+
+// Fails with -1 and errno e (kept per fibre), or returns 0 (errno as it was).
+int sem_result(ErrnoKeeper& keep, int e) {
+  keep.done(e);
+  return e ? -1 : 0;
+}
+
+}  // namespace
+}  // namespace loom::capi::pthread
+
+using namespace loom;
+using namespace loom::capi;
+using namespace loom::capi::pthread;
+
+extern "C" {
+
+// ---- mutex ----------------------------------------------------------------------------
+
+int pthread_mutex_init(pthread_mutex_t* m, const pthread_mutexattr_t* a) noexcept {
+  int kind = kNormal;
+  if (a) {
+    int v = attr_int(a);
+    if (v & kAttrRobust) return ENOTSUP;
+    if ((v >> kAttrProtoShift) & 3) return ENOTSUP;
+    kind = v & kAttrType;
+  }
+  std::memset(static_cast<void*>(m), 0, sizeof *m);
+  mkind(m).store(kind, std::memory_order_release);
+  return 0;
+}
+
+int pthread_mutex_destroy(pthread_mutex_t* m) noexcept {
+  if (valid_kind(m) < 0) return EINVAL;
+  if (mstate(m).load(std::memory_order_relaxed) & kLocked) return EBUSY;
+  mkind(m).store(-1, std::memory_order_relaxed);
+  return 0;
+}
+
+int pthread_mutex_lock(pthread_mutex_t* m) noexcept { return mutex_lock(m, kForever); }
+int pthread_mutex_trylock(pthread_mutex_t* m) noexcept { return mutex_lock(m, kNow); }
+int pthread_mutex_unlock(pthread_mutex_t* m) noexcept { return mutex_unlock(m); }
+int pthread_mutex_timedlock(pthread_mutex_t* m, const timespec* abs) noexcept {
+  return mutex_timed(m, CLOCK_REALTIME, abs);
+}
+int pthread_mutex_clocklock(pthread_mutex_t* m, clockid_t c, const timespec* abs) noexcept {
+  return mutex_timed(m, c, abs);
+}
+// No mutex here is robust: none is ever inconsistent.
+int pthread_mutex_consistent(pthread_mutex_t*) noexcept { return EINVAL; }
+int loom_mutex_consistent_np(pthread_mutex_t*) noexcept __asm__("pthread_mutex_consistent_np");
+int loom_mutex_consistent_np(pthread_mutex_t*) noexcept { return EINVAL; }
+// Nor PRIO_PROTECT (glibc: EINVAL for a mutex of another protocol).
+int pthread_mutex_getprioceiling(const pthread_mutex_t*, int*) noexcept { return EINVAL; }
+int pthread_mutex_setprioceiling(pthread_mutex_t*, int, int*) noexcept { return EINVAL; }
+
+int pthread_mutexattr_init(pthread_mutexattr_t* a) noexcept {
+  attr_int(a) = PTHREAD_MUTEX_DEFAULT;
+  return 0;
+}
+int pthread_mutexattr_destroy(pthread_mutexattr_t*) noexcept { return 0; }
+int pthread_mutexattr_settype(pthread_mutexattr_t* a, int type) noexcept {
+  if (type < kNormal || type > kAdaptive) return EINVAL;
+  attr_int(a) = (attr_int(a) & ~kAttrType) | type;
+  return 0;
+}
+int pthread_mutexattr_gettype(const pthread_mutexattr_t* a, int* type) noexcept {
+  *type = attr_int(a) & kAttrType;
+  return 0;
+}
+int pthread_mutexattr_setpshared(pthread_mutexattr_t*, int v) noexcept {
+  if (v == PTHREAD_PROCESS_PRIVATE) return 0;
+  return v == PTHREAD_PROCESS_SHARED ? ENOTSUP : EINVAL;
+}
+int pthread_mutexattr_getpshared(const pthread_mutexattr_t*, int* v) noexcept {
+  *v = PTHREAD_PROCESS_PRIVATE;
+  return 0;
+}
+int pthread_mutexattr_setrobust(pthread_mutexattr_t* a, int r) noexcept {
+  if (r != PTHREAD_MUTEX_STALLED && r != PTHREAD_MUTEX_ROBUST) return EINVAL;
+  attr_int(a) = (attr_int(a) & ~kAttrRobust) | (r == PTHREAD_MUTEX_ROBUST ? kAttrRobust : 0);
+  return 0;
+}
+int pthread_mutexattr_getrobust(const pthread_mutexattr_t* a, int* r) noexcept {
+  *r = attr_int(a) & kAttrRobust ? PTHREAD_MUTEX_ROBUST : PTHREAD_MUTEX_STALLED;
+  return 0;
+}
+// The _np names are macros or redirects in <pthread.h>; old binaries still
+// call them by these symbols.
+int loom_mutexattr_setrobust_np(pthread_mutexattr_t* a, int r) noexcept __asm__("pthread_mutexattr_setrobust_np");
+int loom_mutexattr_setrobust_np(pthread_mutexattr_t* a, int r) noexcept { return pthread_mutexattr_setrobust(a, r); }
+int loom_mutexattr_getrobust_np(const pthread_mutexattr_t* a, int* r) noexcept __asm__("pthread_mutexattr_getrobust_np");
+int loom_mutexattr_getrobust_np(const pthread_mutexattr_t* a, int* r) noexcept {
+  return pthread_mutexattr_getrobust(a, r);
+}
+int pthread_mutexattr_setprotocol(pthread_mutexattr_t* a, int p) noexcept {
+  if (p == PTHREAD_PRIO_NONE) {
+    attr_int(a) &= ~(3 << kAttrProtoShift);
+    return 0;
+  }
+  return p == PTHREAD_PRIO_INHERIT || p == PTHREAD_PRIO_PROTECT ? ENOTSUP : EINVAL;
+}
+int pthread_mutexattr_getprotocol(const pthread_mutexattr_t*, int* p) noexcept {
+  *p = PTHREAD_PRIO_NONE;
+  return 0;
+}
+int pthread_mutexattr_setprioceiling(pthread_mutexattr_t*, int) noexcept { return EINVAL; }
+int pthread_mutexattr_getprioceiling(const pthread_mutexattr_t*, int* c) noexcept {
+  *c = 0;
+  return 0;
+}
+
+// ---- condition variables ------------------------------------------------------------------
+
+int pthread_cond_init(pthread_cond_t* c, const pthread_condattr_t* a) noexcept {
+  std::memset(static_cast<void*>(c), 0, sizeof *c);
+  cclock(c).store(a ? attr_int(a) >> 1 : CLOCK_REALTIME, std::memory_order_release);
+  return 0;
+}
+int pthread_cond_destroy(pthread_cond_t* c) noexcept {
+  // Waiters woken by a signal or broadcast may still be leaving (POSIX
+  // allows destroying right after the broadcast): wait for their last touch.
+  while (cwaiters(c).load(std::memory_order_acquire) != 0) yield_now();
+  return 0;
+}
+int pthread_cond_signal(pthread_cond_t* c) noexcept {
+  cseq(c).fetch_add(1, std::memory_order_seq_cst);
+  if (cwaiters(c).load(std::memory_order_seq_cst) != 0) pl::unpark_one(&cseq(c));
+  return 0;
+}
+int pthread_cond_broadcast(pthread_cond_t* c) noexcept {
+  cseq(c).fetch_add(1, std::memory_order_seq_cst);
+  if (cwaiters(c).load(std::memory_order_seq_cst) != 0) pl::unpark_all(&cseq(c));
+  return 0;
+}
+int pthread_cond_wait(pthread_cond_t* c, pthread_mutex_t* m) {
+  return cond_wait(c, m, CLOCK_REALTIME, nullptr);
+}
+int pthread_cond_timedwait(pthread_cond_t* c, pthread_mutex_t* m, const timespec* abs) {
+  return cond_wait(c, m, cclock(c).load(std::memory_order_relaxed), abs);
+}
+int pthread_cond_clockwait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const timespec* abs) {
+  if (!supported_clock(clock)) return EINVAL;
+  return cond_wait(c, m, clock, abs);
+}
+
+// condattr: one int, bit 0 unused (pshared is never set), clock id above.
+int pthread_condattr_init(pthread_condattr_t* a) noexcept {
+  attr_int(a) = CLOCK_REALTIME << 1;
+  return 0;
+}
+int pthread_condattr_destroy(pthread_condattr_t*) noexcept { return 0; }
+int pthread_condattr_setclock(pthread_condattr_t* a, clockid_t c) noexcept {
+  if (!supported_clock(c)) return EINVAL;
+  attr_int(a) = c << 1;
+  return 0;
+}
+int pthread_condattr_getclock(const pthread_condattr_t* a, clockid_t* c) noexcept {
+  *c = attr_int(a) >> 1;
+  return 0;
+}
+int pthread_condattr_setpshared(pthread_condattr_t*, int v) noexcept {
+  if (v == PTHREAD_PROCESS_PRIVATE) return 0;
+  return v == PTHREAD_PROCESS_SHARED ? ENOTSUP : EINVAL;
+}
+int pthread_condattr_getpshared(const pthread_condattr_t*, int* v) noexcept {
+  *v = PTHREAD_PROCESS_PRIVATE;
+  return 0;
+}
+
+// ---- rwlocks ----------------------------------------------------------------------------
+
+int pthread_rwlock_init(pthread_rwlock_t* rw, const pthread_rwlockattr_t* a) noexcept {
+  std::memset(static_cast<void*>(rw), 0, sizeof *rw);
+  at<std::uint32_t>(rw, 48).store(a ? attr_int(a) : PTHREAD_RWLOCK_DEFAULT_NP, std::memory_order_release);
+  return 0;
+}
+int pthread_rwlock_destroy(pthread_rwlock_t* rw) noexcept {
+  return rwstate(rw).load(std::memory_order_relaxed) & ~kParkedBits ? EBUSY : 0;
+}
+int pthread_rwlock_rdlock(pthread_rwlock_t* rw) noexcept { return rdlock(rw, kForever); }
+int pthread_rwlock_tryrdlock(pthread_rwlock_t* rw) noexcept { return rdlock(rw, kNow); }
+int pthread_rwlock_timedrdlock(pthread_rwlock_t* rw, const timespec* abs) noexcept {
+  return rw_timed(CLOCK_REALTIME, abs, [rw](Deadline d) { return rdlock(rw, d); });
+}
+int pthread_rwlock_clockrdlock(pthread_rwlock_t* rw, clockid_t c, const timespec* abs) noexcept {
+  return rw_timed(c, abs, [rw](Deadline d) { return rdlock(rw, d); });
+}
+int pthread_rwlock_wrlock(pthread_rwlock_t* rw) noexcept { return wrlock(rw, kForever); }
+int pthread_rwlock_trywrlock(pthread_rwlock_t* rw) noexcept { return wrlock(rw, kNow); }
+int pthread_rwlock_timedwrlock(pthread_rwlock_t* rw, const timespec* abs) noexcept {
+  return rw_timed(CLOCK_REALTIME, abs, [rw](Deadline d) { return wrlock(rw, d); });
+}
+int pthread_rwlock_clockwrlock(pthread_rwlock_t* rw, clockid_t c, const timespec* abs) noexcept {
+  return rw_timed(c, abs, [rw](Deadline d) { return wrlock(rw, d); });
+}
+int pthread_rwlock_unlock(pthread_rwlock_t* rw) noexcept { return rw_unlock(rw); }
+
+// rwlockattr: glibc's two ints, kind and pshared.
+int pthread_rwlockattr_init(pthread_rwlockattr_t* a) noexcept {
+  std::memset(static_cast<void*>(a), 0, sizeof *a);
+  return 0;
+}
+int pthread_rwlockattr_destroy(pthread_rwlockattr_t*) noexcept { return 0; }
+int pthread_rwlockattr_setkind_np(pthread_rwlockattr_t* a, int k) noexcept {
+  if (k != PTHREAD_RWLOCK_PREFER_READER_NP && k != PTHREAD_RWLOCK_PREFER_WRITER_NP &&
+      k != PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP)
+    return EINVAL;
+  attr_int(a) = k;
+  return 0;
+}
+int pthread_rwlockattr_getkind_np(const pthread_rwlockattr_t* a, int* k) noexcept {
+  *k = attr_int(a);
+  return 0;
+}
+int pthread_rwlockattr_setpshared(pthread_rwlockattr_t*, int v) noexcept {
+  if (v == PTHREAD_PROCESS_PRIVATE) return 0;
+  return v == PTHREAD_PROCESS_SHARED ? ENOTSUP : EINVAL;
+}
+int pthread_rwlockattr_getpshared(const pthread_rwlockattr_t*, int* v) noexcept {
+  *v = PTHREAD_PROCESS_PRIVATE;
+  return 0;
+}
+
+// ---- barriers -------------------------------------------------------------------------------
+
+int pthread_barrier_init(pthread_barrier_t* b, const pthread_barrierattr_t*, unsigned count) noexcept {
+  if (count == 0 || count > INT_MAX) return EINVAL;
+  std::memset(static_cast<void*>(b), 0, sizeof *b);
+  bcount(b).store(count, std::memory_order_release);
+  return 0;
+}
+int pthread_barrier_destroy(pthread_barrier_t* b) noexcept {
+  // Threads released from the last round may still be on their way out.
+  while (binside(b).load(std::memory_order_acquire) != 0) {
+    if (std::uint32_t(bword(b).load(std::memory_order_acquire)) != 0) return EBUSY;  // a round is filling
+    yield_now();
+  }
+  bcount(b).store(0, std::memory_order_relaxed);
+  return 0;
+}
+// The round's state is one word — arrived in the low half, generation in the
+// high — so the last arrival's reset and generation bump are one CAS, and a
+// thread of the next round cannot count itself into the old one. Waiters
+// park while the generation is theirs; `inside` is each thread's last touch.
+int pthread_barrier_wait(pthread_barrier_t* b) noexcept {
+  std::uint32_t count = bcount(b).load(std::memory_order_acquire);
+  if (count == 0) return EINVAL;
+  binside(b).fetch_add(1, std::memory_order_acquire);
+  auto& word = bword(b);
+  std::uint64_t v = word.load(std::memory_order_acquire);
+  for (;;) {
+    std::uint32_t arrived = std::uint32_t(v);
+    if (arrived + 1 == count) {
+      if (word.compare_exchange_weak(v, ((v >> 32) + 1) << 32, std::memory_order_acq_rel)) {
+        pl::unpark_all(&word);
+        binside(b).fetch_sub(1, std::memory_order_release);
+        return PTHREAD_BARRIER_SERIAL_THREAD;
+      }
+      continue;
+    }
+    if (word.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel)) break;
+  }
+  const std::uint64_t gen = v >> 32;
+  ErrnoKeeper keep;
+  while (word.load(std::memory_order_acquire) >> 32 == gen)
+    pl::park_if(&word, [&word, gen] { return word.load(std::memory_order_acquire) >> 32 == gen; }, kForever);
+  keep.done();
+  binside(b).fetch_sub(1, std::memory_order_release);
+  return 0;
+}
+int pthread_barrierattr_init(pthread_barrierattr_t* a) noexcept {
+  attr_int(a) = PTHREAD_PROCESS_PRIVATE;
+  return 0;
+}
+int pthread_barrierattr_destroy(pthread_barrierattr_t*) noexcept { return 0; }
+int pthread_barrierattr_setpshared(pthread_barrierattr_t*, int v) noexcept {
+  if (v == PTHREAD_PROCESS_PRIVATE) return 0;
+  return v == PTHREAD_PROCESS_SHARED ? ENOTSUP : EINVAL;
+}
+int pthread_barrierattr_getpshared(const pthread_barrierattr_t*, int* v) noexcept {
+  *v = PTHREAD_PROCESS_PRIVATE;
+  return 0;
+}
+
+// ---- spin locks ------------------------------------------------------------------------------
+//
+// A real spin lock, as glibc's — except that a fibre spinning on a lock
+// held by another fibre of its own processor would spin forever: every
+// 64 polls it yields (to the processor's other fibres, or, on a kernel
+// thread, to other threads).
+
+int pthread_spin_init(pthread_spinlock_t* l, int pshared) noexcept {
+  if (pshared != PTHREAD_PROCESS_PRIVATE && pshared != PTHREAD_PROCESS_SHARED) return EINVAL;
+  at<int>(l, 0).store(0, std::memory_order_release);
+  return 0;
+}
+int pthread_spin_destroy(pthread_spinlock_t*) noexcept { return 0; }
+int pthread_spin_lock(pthread_spinlock_t* l) noexcept {
+  auto& w = at<int>(l, 0);
+  unsigned polls = 0;
+  while (w.exchange(1, std::memory_order_acquire) != 0) {
+    while (w.load(std::memory_order_relaxed) != 0) {
+      rt::cpu_relax();
+      if ((++polls & 63) == 0) yield_now();
+    }
+  }
+  return 0;
+}
+int pthread_spin_trylock(pthread_spinlock_t* l) noexcept {
+  return at<int>(l, 0).exchange(1, std::memory_order_acquire) == 0 ? 0 : EBUSY;
+}
+int pthread_spin_unlock(pthread_spinlock_t* l) noexcept {
+  at<int>(l, 0).store(0, std::memory_order_release);
+  return 0;
+}
+
+// ---- once --------------------------------------------------------------------------------------
+//
+// 0 → RUNNING (one caller runs init) → DONE; others set PARKED and park
+// while the word is RUNNING|PARKED. Works before the runtime has started
+// (the parking lot needs no set-up; such callers wait on a futex). An
+// exception thrown by init_routine (std::call_once from C++) puts the
+// word back to 0 so that another caller runs it, as glibc's cleanup does.
+
+int pthread_once(pthread_once_t* once, void (*init)(void)) {
+  auto& st = at<int>(once, 0);
+  if (st.load(std::memory_order_acquire) == kOnceDone) return 0;
+  for (;;) {
+    int s = st.load(std::memory_order_acquire);
+    if (s == kOnceDone) return 0;
+    if (s == 0) {
+      if (!st.compare_exchange_weak(s, kOnceRunning, std::memory_order_acquire)) continue;
+      try {
+        init();
+      } catch (...) {
+        if (st.exchange(0, std::memory_order_release) & kOnceParked) pl::unpark_all(&st);
+        throw;
+      }
+      if (st.exchange(kOnceDone, std::memory_order_release) & kOnceParked) pl::unpark_all(&st);
+      return 0;
+    }
+    if (!(s & kOnceParked) && !st.compare_exchange_weak(s, s | kOnceParked, std::memory_order_relaxed)) continue;
+    ErrnoKeeper keep;
+    pl::park_if(&st, [&st] { return st.load(std::memory_order_relaxed) == (kOnceRunning | kOnceParked); }, kForever);
+    keep.done();
+  }
+}
+
+// ---- unnamed semaphores -----------------------------------------------------------------------
+
+int sem_init(sem_t* s, int pshared, unsigned value) noexcept {
+  if (value > SEM_VALUE_MAX) {
+    *errno_slot() = EINVAL;
+    return -1;
+  }
+  std::memset(static_cast<void*>(s), 0, sizeof *s);
+  sdata(s).store(value, std::memory_order_relaxed);
+  at<int>(s, 8).store(pshared ? kFutexShared : 0, std::memory_order_release);
+  return 0;
+}
+int sem_destroy(sem_t* s) noexcept {
+  while (spending(s).load(std::memory_order_acquire) != 0) yield_now();  // the waker's last touch
+  return 0;
+}
+int sem_wait(sem_t* s) {
+  ErrnoKeeper keep;
+  return sem_result(keep, sem_wait_common(s, CLOCK_REALTIME, nullptr));
+}
+int sem_timedwait(sem_t* s, const timespec* abs) {
+  ErrnoKeeper keep;
+  return sem_result(keep, sem_wait_common(s, CLOCK_REALTIME, abs));
+}
+int sem_clockwait(sem_t* s, clockid_t clock, const timespec* abs) {
+  ErrnoKeeper keep;
+  if (!supported_clock(clock)) return sem_result(keep, EINVAL);
+  return sem_result(keep, sem_wait_common(s, clock, abs));
+}
+int sem_trywait(sem_t* s) noexcept {
+  auto& data = sdata(s);
+  std::uint64_t d = data.load(std::memory_order_relaxed);
+  while (std::uint32_t(d) > 0)
+    if (data.compare_exchange_weak(d, d - 1, std::memory_order_acquire)) return 0;
+  *errno_slot() = EAGAIN;
+  return -1;
+}
+int sem_post(sem_t* s) noexcept {
+  auto& data = sdata(s);
+  std::uint64_t d = data.load(std::memory_order_relaxed);
+  do {
+    if (std::uint32_t(d) == SEM_VALUE_MAX) {
+      *errno_slot() = EOVERFLOW;
+      return -1;
+    }
+  } while (!data.compare_exchange_weak(d, d + 1, std::memory_order_seq_cst, std::memory_order_relaxed));
+  const int priv = sprivate(s);
+  if (d >> 32) futex(&svalue(s), FUTEX_WAKE, priv, 1, nullptr);
+  if (priv != kFutexShared && sfwaiters(s).load(std::memory_order_seq_cst) != 0) defer_wake(s);
+  return 0;
+}
+int sem_getvalue(sem_t* s, int* v) noexcept {
+  *v = int(svalue(s).load(std::memory_order_relaxed));
+  return 0;
+}
+
+}  // extern "C"
