@@ -1,0 +1,146 @@
+// The parking lot (runtime/sync/parking_lot.hpp), white-box: FIFO per key,
+// `more`, validate, the timed-out hook's was_last, and the invariant that
+// matters — wake exactly once — with thousands of waiters whose deadlines
+// equal the moment they are unparked, on fibres across processor counts and
+// on kernel threads that are not processors.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "loom/loom.hpp"
+#include "base/futex.hpp"
+#include "sync/parking_lot.hpp"
+#include "sync_test_util.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+namespace pl = loom::rt::parking_lot;
+using loom::Cluster;
+using loom::Fibre;
+using loom::rt::ParkResult;
+using loom::test::on;
+using loom::test::run_in;
+using loom::test::Watchdog;
+
+TEST(ParkingLot, ValidateFalseDoesNotPark) {
+  int word = 0;
+  auto r = pl::park_if(&word, [] { return false; }, loom::kForever);
+  EXPECT_EQ(r.result, ParkResult::Invalid);
+  r = pl::park_if(&word, [] { return true; }, loom::deadline_after(std::chrono::milliseconds(2)));
+  EXPECT_EQ(r.result, ParkResult::TimedOut);
+  EXPECT_EQ(pl::queued_now(), 0u);
+}
+
+TEST(ParkingLot, FifoPerKeyWithMoreAndTokens) {
+  Watchdog w;
+  Cluster c(1);
+  int key = 0, other_key = 0;
+  std::vector<int> order;
+  std::vector<loom::rt::ParkToken> tokens(3);
+  std::vector<Fibre> fs;
+  for (int i = 0; i < 3; ++i)
+    fs.emplace_back(on(c), [&, i] {
+      auto r = pl::park_if(i == 1 ? static_cast<void*>(&other_key) : &key, [] { return true; }, loom::kForever);
+      EXPECT_EQ(r.result, ParkResult::Unparked);
+      tokens[i] = r.token;
+      order.push_back(i);
+    });
+  run_in(c, [&] {
+    while (pl::queued_now() < 3) loom::this_fibre::yield();
+    auto cb = [](void* ctx, loom::rt::UnparkResult r) -> loom::rt::ParkToken {
+      *static_cast<int*>(ctx) = r.more;
+      return 40 + r.unparked;
+    };
+    int more = -1;
+    EXPECT_TRUE(pl::unpark_one(&key, cb, &more).unparked);
+    EXPECT_EQ(more, 1);  // fibre 2 still waits on key (fibre 1 is on another key)
+    EXPECT_TRUE(pl::unpark_one(&key, cb, &more).unparked);
+    EXPECT_EQ(more, 0);
+    auto none = pl::unpark_one(&key, cb, &more);
+    EXPECT_FALSE(none.unparked);
+    EXPECT_EQ(pl::unpark_all(&other_key, 7), 1u);
+  });
+  for (auto& f : fs) f.join();
+  ASSERT_EQ(order.size(), 3u);
+  EXPECT_EQ(order, (std::vector<int>{0, 2, 1}));  // one processor: FIFO
+  EXPECT_EQ(tokens[0], 41u);
+  EXPECT_EQ(tokens[2], 41u);
+  EXPECT_EQ(tokens[1], 7u);
+  EXPECT_EQ(pl::queued_now(), 0u);
+}
+
+TEST(ParkingLot, TimedOutHookSaysWhoWasLast) {
+  Watchdog w;
+  Cluster c(2);
+  int key = 0;
+  std::atomic<int> lasts{0}, not_lasts{0};
+  struct Ctx {
+    std::atomic<int>* lasts;
+    std::atomic<int>* not_lasts;
+  } ctx{&lasts, &not_lasts};
+  auto body = [&](int ms) {
+    pl::ParkOps ops;
+    ops.ctx = &ctx;
+    ops.validate = [](void*) { return true; };
+    ops.timed_out = [](void* p, bool was_last) {
+      auto* x = static_cast<Ctx*>(p);
+      (was_last ? x->lasts : x->not_lasts)->fetch_add(1);
+    };
+    EXPECT_EQ(pl::park(&key, ops, loom::deadline_after(std::chrono::milliseconds(ms))).result, ParkResult::TimedOut);
+  };
+  Fibre a(on(c), [&] { body(5); });
+  std::thread t([&] { body(40); });  // a kernel thread, not a processor
+  a.join();
+  t.join();
+  EXPECT_EQ(not_lasts.load(), 1);
+  EXPECT_EQ(lasts.load(), 1);
+}
+
+// Every waiter is woken exactly once: by the unparker (and then counted by
+// it) or by its timeout, never both, never neither.
+void exactly_once(unsigned processors, int fibres, int threads) {
+  Watchdog w;
+  Cluster c(processors);
+  int key = 0;
+  std::atomic<int> unparked_seen{0}, timed_out_seen{0}, started{0};
+  std::atomic<int> unparked_given{0};
+  const auto deadline = loom::deadline_after(std::chrono::milliseconds(30));
+  auto body = [&] {
+    started.fetch_add(1);
+    auto r = pl::park_if(&key, [] { return true; }, deadline);
+    (r.result == ParkResult::Unparked ? unparked_seen : timed_out_seen).fetch_add(1);
+  };
+  std::vector<Fibre> fs;
+  for (int i = 0; i < fibres; ++i) fs.emplace_back(on(c), body);
+  std::vector<std::thread> ts;
+  for (int i = 0; i < threads; ++i) ts.emplace_back(body);
+  // Unpark from a fibre and a kernel thread, right across the deadline.
+  auto unparker = [&] {
+    while (loom::rt::now_ns() < deadline - 200'000) std::this_thread::yield();
+    while (unparked_seen.load() + timed_out_seen.load() < fibres + threads) {
+      if (pl::unpark_one(&key).unparked) unparked_given.fetch_add(1);
+      if (loom::rt::now_ns() > deadline + 50'000'000) break;
+    }
+  };
+  Fibre u(on(c), unparker);
+  std::thread ut(unparker);
+  u.join();
+  ut.join();
+  for (auto& f : fs) f.join();
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(unparked_seen.load() + timed_out_seen.load(), fibres + threads);
+  EXPECT_EQ(unparked_seen.load(), unparked_given.load());
+  EXPECT_EQ(pl::queued_now(), 0u);
+}
+
+TEST(ParkingLot, ExactlyOnceAcrossTheDeadline) {
+  for (unsigned p : {1u, 2u, 4u, 8u}) {
+    SCOPED_TRACE(p);
+    exactly_once(p, int(loom::test::scaled_at_least(50, 2000)), 16);
+  }
+}
+
+}  // namespace
