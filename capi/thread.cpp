@@ -94,9 +94,7 @@ std::uint32_t slots_used = 0;        // under table_lock
 Slot* free_slots = nullptr;          // under table_lock
 detail::SpinLock table_lock;
 
-loom_t handle_of(std::uint32_t gen, std::uint32_t index) {
-  return (loom_t(gen) << 32) | (loom_t(index + 1) << 3);
-}
+loom_t handle_of(std::uint32_t gen, std::uint32_t index) { return (loom_t(gen) << 32) | (loom_t(index + 1) << 3); }
 
 Slot* slot_at(std::uint32_t index) {
   if (index >= kChunks * kChunkSize) return nullptr;

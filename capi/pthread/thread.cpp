@@ -466,7 +466,7 @@ void pthread_exit(void* retval) {
     run_next_handler(g);
   }
   if (on_fibre()) loom_exit(retval);  // a fibre loom_create did not make: loom_exit says so
-  rt::sys::pthread().exit(retval);     // a kernel thread of the system's
+  rt::sys::pthread().exit(retval);    // a kernel thread of the system's
 }
 
 void __pthread_register_cancel(__pthread_unwind_buf_t* b) {
@@ -601,7 +601,7 @@ int pthread_sigqueue(pthread_t t, int sig, const union sigval value) {
 
 int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
   auto mask = rt::sys::pthread().sigmask;  // (not followed by '(': <signal.h> has a sigmask macro)
-  return mask(how, set, old);             // the current kernel thread's
+  return mask(how, set, old);              // the current kernel thread's
 }
 
 void pthread_kill_other_threads_np(void) {}  // a no-op in glibc too
@@ -640,6 +640,5 @@ int pthread_setspecific(pthread_key_t key, const void* value) { return loom_sets
 int __pthread_key_create(pthread_key_t* key, void (*destructor)(void*)) { return loom_key_create(key, destructor); }
 void* __pthread_getspecific(pthread_key_t key) { return loom_getspecific(key); }
 int __pthread_setspecific(pthread_key_t key, const void* value) { return loom_setspecific(key, value); }
-
 
 }  // extern "C"

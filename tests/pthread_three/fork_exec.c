@@ -101,7 +101,11 @@ static void* bare_fork(void* arg) {
   int status = 0;
   if (waitpid(pid, &status, 0) != pid) die("waitpid");
   printf("bare fork: the child ran (exit %d); its pthread_create gave %s\n",
-         WIFEXITED(status) ? WEXITSTATUS(status) : -1, n != sizeof e ? "nothing" : e == EAGAIN ? "EAGAIN" : e == 0 ? "0" : "another error");
+         WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+         n != sizeof e ? "nothing"
+         : e == EAGAIN ? "EAGAIN"
+         : e == 0      ? "0"
+                       : "another error");
   return NULL;
 }
 

@@ -11,13 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK_EQ(a, b)                                                                           \
-  do {                                                                                           \
-    long a_ = (long)(a), b_ = (long)(b);                                                         \
-    if (a_ != b_) {                                                                              \
+#define CHECK_EQ(a, b)                                                                             \
+  do {                                                                                             \
+    long a_ = (long)(a), b_ = (long)(b);                                                           \
+    if (a_ != b_) {                                                                                \
       printf("FAILED line %d: %s = %ld (%s), expected %ld\n", __LINE__, #a, a_, strerror(a_), b_); \
-      exit(1);                                                                                   \
-    }                                                                                            \
+      exit(1);                                                                                     \
+    }                                                                                              \
   } while (0)
 
 static void* ret(void* a) { return a; }
