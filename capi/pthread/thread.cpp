@@ -150,6 +150,10 @@ struct Glibc {
   void (*register_cancel_defer)(__pthread_unwind_buf_t*);
   void (*unregister_cancel_restore)(__pthread_unwind_buf_t*);
   void (*unwind_next)(__pthread_unwind_buf_t*);
+  // Also in base/sys.hpp, but there sanitizer builds take the names' own
+  // addresses, which would be this library's definitions.
+  int (*sigmask)(int, const sigset_t*, sigset_t*);
+  [[noreturn]] void (*exit)(void*);
 };
 
 template <class F>
@@ -176,6 +180,8 @@ const Glibc& glibc() {
     find(h, r.register_cancel_defer, "__pthread_register_cancel_defer");
     find(h, r.unregister_cancel_restore, "__pthread_unregister_cancel_restore");
     find(h, r.unwind_next, "__pthread_unwind_next");
+    find(h, r.sigmask, "pthread_sigmask");
+    find(h, r.exit, "pthread_exit");
     return r;
   }();
   return g;
@@ -466,7 +472,7 @@ void pthread_exit(void* retval) {
     run_next_handler(g);
   }
   if (on_fibre()) loom_exit(retval);  // a fibre loom_create did not make: loom_exit says so
-  rt::sys::pthread().exit(retval);    // a kernel thread of the system's
+  glibc().exit(retval);               // a kernel thread of the system's
 }
 
 void __pthread_register_cancel(__pthread_unwind_buf_t* b) {
@@ -600,8 +606,8 @@ int pthread_sigqueue(pthread_t t, int sig, const union sigval value) {
 }
 
 int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
-  auto mask = rt::sys::pthread().sigmask;  // (not followed by '(': <signal.h> has a sigmask macro)
-  return mask(how, set, old);              // the current kernel thread's
+  auto mask = glibc().sigmask;  // (not followed by '(': <signal.h> has a sigmask macro)
+  return mask(how, set, old);   // the current kernel thread's
 }
 
 void pthread_kill_other_threads_np(void) {}  // a no-op in glibc too
