@@ -31,6 +31,7 @@
 #include <cstring>
 
 #include "base/spinlock.hpp"
+#include "base/sys.hpp"
 #include "capi.hpp"
 #include "loom/cluster.hpp"
 #include "loom/fibre.hpp"
@@ -170,6 +171,11 @@ thread_local Anchor thread_anchor;  // ids of kernel threads that are not proces
 // Cancel state of callers without a record (kept; nothing ever cancels).
 thread_local int other_cancel_state = LOOM_CANCEL_ENABLE;
 thread_local int other_cancel_type = LOOM_CANCEL_DEFERRED;
+// Cleanup frames of kernel threads that are not processors (loom_exit runs
+// them before the system's pthread_exit); a frame's owner is then this
+// chain's address. A fibre without a record (a C++ loom::Fibre) registers
+// none: it may change kernel threads between push and pop.
+thread_local loom_cleanup_frame* other_cleanup = nullptr;
 
 void trampoline(void* p);
 
@@ -561,7 +567,11 @@ void loom_exit(void* retval) {
                  static_cast<unsigned long long>(f->id));
     std::abort();
   }
-  pthread_exit(retval);  // a kernel thread of the system's pthreads
+  while (loom_cleanup_frame* f = other_cleanup) {  // a kernel thread of the system's pthreads
+    other_cleanup = f->_loom_prev;
+    f->_loom_fn(f->_loom_arg);
+  }
+  rt::sys::pthread().exit(retval);
 }
 
 int loom_once(loom_once_t* once, void (*init)(void)) {
@@ -665,11 +675,21 @@ void loom_cleanup_push_frame(struct loom_cleanup_frame* f, void (*fn)(void*), vo
   f->_loom_arg = arg;
   f->_loom_owner = t;
   f->_loom_prev = t ? t->cleanup : nullptr;
-  if (t) t->cleanup = f;
+  if (t) {
+    t->cleanup = f;
+  } else if (!rt::this_fibre_or_null()) {
+    f->_loom_owner = &other_cleanup;
+    f->_loom_prev = other_cleanup;
+    other_cleanup = f;
+  }
 }
 
 void loom_cleanup_pop_frame(struct loom_cleanup_frame* f, int execute) {
-  if (auto* t = static_cast<Thread*>(f->_loom_owner)) t->cleanup = f->_loom_prev;
+  if (f->_loom_owner == &other_cleanup) {
+    other_cleanup = f->_loom_prev;
+  } else if (auto* t = static_cast<Thread*>(f->_loom_owner)) {
+    t->cleanup = f->_loom_prev;
+  }
   if (execute) f->_loom_fn(f->_loom_arg);
 }
 

@@ -4,7 +4,7 @@
  * stable, keys are its own, and a thread it creates runs (as a fibre in the
  * default cluster, on loom) and is joined from it. The same output on glibc
  * and every loom route. It ends with pthread_exit, which on loom must reach
- * glibc's for such a thread. */
+ * glibc's for such a thread, after its cleanup handler. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -24,6 +24,8 @@ static void* child(void* a) {
   return (void*)((long)a * 2 + (long)pthread_getspecific(key));
 }
 
+static void said(void* what) { printf("%s\n", (const char*)what); }
+
 static void* kernel_thread(void* a) {
   (void)a;
   pthread_t me = pthread_self();
@@ -38,7 +40,10 @@ static void* kernel_thread(void* a) {
   }
   sched_yield();
   printf("kernel thread: its child returned %ld, its key still %ld\n", (long)r, (long)pthread_getspecific(key));
+  pthread_cleanup_push(said, "kernel thread: its cleanup handler ran at pthread_exit");
   pthread_exit((void*)1); /* glibc's, for a kernel thread of glibc's */
+  pthread_cleanup_pop(0);
+  return NULL;
 }
 
 int main(void) {
