@@ -347,8 +347,10 @@ int loom_yield(void);
  * goes to the joiner. Called from main(), it waits for every fibre made by
  * loom_create to finish, then ends the process with status 0, as POSIX
  * says. Only for fibres made by loom_create, and main (a C++ loom::Fibre
- * that calls it aborts the process with a message). A C++ `catch (...)`
- * that swallows the unwinding keeps the fibre alive: rethrow. */
+ * that calls it aborts the process with a message); on a kernel thread that
+ * is not a processor, its cleanup handlers run and the system's
+ * pthread_exit ends it. A C++ `catch (...)` that swallows the unwinding
+ * keeps the fibre alive: rethrow. */
 LOOM_NORETURN void loom_exit(void* retval);
 /* Runs init() once per loom_once_t; concurrent callers wait until it has
  * returned. If init ends its fibre with loom_exit, another caller runs it. */
