@@ -143,16 +143,22 @@ bool on_fibre(Processor* p) { return p && p->current() != &p->idle_fibre(); }
 
 // ---- the temporary set -------------------------------------------------------------
 
+// Made on the first add(): a call with nothing to watch (poll(NULL, 0, ms)
+// and select(0, ...) as sleeps) just sleeps.
 class WatchSet {
  public:
-  // False (errno set) if no set could be made or the cluster refused it.
-  bool open(Processor& p) {
+  explicit WatchSet(Processor& p) : cluster_(&p.cluster()) {}
+
+  // The set could not be made (EMFILE...): the caller makes its call as is.
+  bool failed() const { return failed_; }
+  bool empty() const { return ep_ < 0; }
+
+  bool open() {
     int ep = k_epoll_create();
-    if (ep < 0) return false;
-    FdEntry* e = FdTable::instance().get(ep);
+    FdEntry* e = ep >= 0 ? FdTable::instance().get(ep) : nullptr;
     if (!e) {
-      sys::close(ep);
-      errno = EMFILE;
+      if (ep >= 0) sys::close(ep);
+      failed_ = true;
       return false;
     }
     // What io.cpp's adopt() does for a descriptor loom made: a blocking view
@@ -172,7 +178,6 @@ class WatchSet {
     e->kind.store(kFdPollable, std::memory_order_release);
     ep_ = ep;
     entry_ = e;
-    cluster_ = &p.cluster();
     return true;
   }
 
@@ -191,6 +196,7 @@ class WatchSet {
   // False only for a number the set holds already (EEXIST): the caller
   // then gives the union of what its entries ask through watch_again.
   bool add(int fd, std::uint32_t events) {
+    if (ep_ < 0 && (failed_ || !open())) return true;
     epoll_event ev = event(fd, events);
     if (k_epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev) == 0) return true;
     if (errno == EEXIST) return false;
@@ -198,6 +204,7 @@ class WatchSet {
     return true;
   }
   void watch_again(int fd, std::uint32_t events) {
+    if (ep_ < 0) return;
     epoll_event ev = event(fd, events);
     if (k_epoll_ctl(ep_, EPOLL_CTL_MOD, fd, &ev) != 0) refused(errno);
   }
@@ -238,6 +245,7 @@ class WatchSet {
   FdEntry* entry_ = nullptr;
   Cluster* cluster_ = nullptr;
   bool sliced_ = false;
+  bool failed_ = false;
 };
 
 // The waiting loop every call shares. look(): > 0 ready, 0 nothing, < 0
@@ -245,19 +253,23 @@ class WatchSet {
 // as is (on the offload cluster), for a set that cannot be made.
 template <class Look, class Watch, class Blocking>
 long wait_many(Processor& p, Deadline d, Look&& look, Watch&& watch, Blocking&& blocking) {
-  WatchSet set;
-  if (!set.open(p)) {
+  WatchSet set(p);
+  watch(set);
+  if (set.failed()) {
     void* token = offload_enter();
     long r = blocking();
     offload_leave(token);
     return r;
   }
-  watch(set);
   for (;;) {
     long r = look();
     if (r != 0) return r;
     if (d != kForever && now_ns() >= d) return 0;
-    set.wait(d);  // 0 or ETIMEDOUT: look either way
+    if (set.empty())  // nothing to watch: a sleep (in day-long steps if forever)
+      this_fibre::sleep_until(
+          Clock::time_point(std::chrono::nanoseconds(d != kForever ? d : now_ns() + 86'400'000'000'000)));
+    else
+      set.wait(d);  // 0 or ETIMEDOUT: look either way
   }
 }
 
