@@ -1,0 +1,445 @@
+// capi/pthread/io.cpp — libloom-pthread's blocking I/O and sleeps by
+// glibc's names: read, write, readv, writev, recv, recvfrom, recvmsg, send,
+// sendto, sendmsg, accept, accept4, connect, close, dup, dup2, dup3, fcntl,
+// socket, socketpair, pipe, pipe2, poll, ppoll, select, pselect, epoll_wait,
+// epoll_pwait, sendfile, nanosleep, usleep, sleep, clock_nanosleep (and the
+// aliases a glibc program may call instead: fcntl64, sendfile64, and
+// _FORTIFY_SOURCE's __read_chk, __recv_chk, __recvfrom_chk, __poll_chk,
+// __ppoll_chk).
+//
+// Who gets what:
+//   LOOM_HOOK_IO=0 in the environment   every call is the kernel's, as is
+//                                        (read once, at the first call);
+//   a fibre (a processor running a fibre, not its idle loop)
+//                                        loom's: loom_read... — the fibre
+//                                        waits, its processor runs others;
+//   anyone else (a kernel thread that is not a processor, a call before the
+//   runtime started, a fork child: thread.cpp marks it so)
+//                                        the kernel's, except on a
+//                                        descriptor loom made non-blocking
+//                                        underneath, whose calls loom emulates
+//                                        as blocking (loom/io.hpp), and
+//                                        close/dup/fcntl, which always keep
+//                                        loom's table right.
+// The kernel's calls here are raw system calls (syscall(2)), never the libc
+// names, which would reach these very definitions.
+//
+// Signal handlers. A handler runs on whatever fibre its kernel thread was
+// running, and nothing cheap tells a hook that it was called from one (a
+// flag set by a trampoline around every handler would need sigaction,
+// signal, sigset... interposed too). So a handler's call takes the fibre's
+// path. That is safe for what handlers do in practice — write to a pipe or
+// eventfd the program made non-blocking (a direct system call, no wait), or
+// any call that does not have to wait — but a handler's call that would
+// wait (a blocking write to a full pipe, a sleep) would switch fibres inside
+// the handler: don't, or set LOOM_HOOK_IO=0.
+//
+// errno. loom's calls keep it per fibre (capi.hpp); the kernel's set it on
+// the kernel thread, as glibc's do.
+#undef _FORTIFY_SOURCE  // these definitions are the functions the fortified inlines call
+#include "loom/io.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdlib>
+#include <cstring>
+
+#include "capi.hpp"
+#include "io/fd_table.hpp"
+#include "loom/loom.h"
+#include "sched/processor.hpp"
+
+extern "C" [[noreturn]] void __chk_fail(void);
+
+namespace loom::capi::pthread_io {
+
+namespace {
+
+// ---- the kernel's calls -------------------------------------------------------------
+
+namespace k {
+long sc(long r) { return r; }  // syscall(2) already returns -1 and sets errno
+ssize_t read(int fd, void* b, size_t n) { return sc(::syscall(SYS_read, fd, b, n)); }
+ssize_t write(int fd, const void* b, size_t n) { return sc(::syscall(SYS_write, fd, b, n)); }
+ssize_t readv(int fd, const iovec* v, int n) { return sc(::syscall(SYS_readv, fd, v, n)); }
+ssize_t writev(int fd, const iovec* v, int n) { return sc(::syscall(SYS_writev, fd, v, n)); }
+ssize_t recvfrom(int fd, void* b, size_t n, int f, sockaddr* a, socklen_t* l) {
+  return sc(::syscall(SYS_recvfrom, fd, b, n, f, a, l));
+}
+ssize_t sendto(int fd, const void* b, size_t n, int f, const sockaddr* a, socklen_t l) {
+  return sc(::syscall(SYS_sendto, fd, b, n, f, a, l));
+}
+ssize_t recvmsg(int fd, msghdr* m, int f) { return sc(::syscall(SYS_recvmsg, fd, m, f)); }
+ssize_t sendmsg(int fd, const msghdr* m, int f) { return sc(::syscall(SYS_sendmsg, fd, m, f)); }
+int accept4(int fd, sockaddr* a, socklen_t* l, int f) { return int(::syscall(SYS_accept4, fd, a, l, f)); }
+int connect(int fd, const sockaddr* a, socklen_t l) { return int(::syscall(SYS_connect, fd, a, l)); }
+int close(int fd) { return int(::syscall(SYS_close, fd)); }
+int dup(int fd) { return int(::syscall(SYS_dup, fd)); }
+int dup2(int a, int b) {
+  if (a == b) return ::syscall(SYS_fcntl, a, F_GETFD) < 0 ? -1 : b;  // dup3 refuses a == b
+  return int(::syscall(SYS_dup3, a, b, 0));
+}
+int dup3(int a, int b, int f) { return int(::syscall(SYS_dup3, a, b, f)); }
+int fcntl(int fd, int cmd, long arg) { return int(::syscall(SYS_fcntl, fd, cmd, arg)); }
+int socket(int d, int t, int p) { return int(::syscall(SYS_socket, d, t, p)); }
+int socketpair(int d, int t, int p, int* sv) { return int(::syscall(SYS_socketpair, d, t, p, sv)); }
+int pipe2(int* fds, int f) { return int(::syscall(SYS_pipe2, fds, f)); }
+ssize_t sendfile(int out, int in, off_t* off, size_t n) { return sc(::syscall(SYS_sendfile, out, in, off, n)); }
+int ppoll(pollfd* f, nfds_t n, const timespec* t, const sigset_t* m) {
+  // glibc's ppoll keeps the caller's timeout (the kernel writes what is left).
+  timespec copy, *tp = nullptr;
+  if (t) tp = &(copy = *t);
+  return int(::syscall(SYS_ppoll, f, n, tp, m, _NSIG / 8));
+}
+int poll(pollfd* f, nfds_t n, int ms) {
+  timespec t{ms / 1000, (ms % 1000) * 1000000L};
+  return int(::syscall(SYS_ppoll, f, n, ms < 0 ? nullptr : &t, nullptr, _NSIG / 8));
+}
+// Linux's select: the time not slept is left in *t.
+int select(int n, fd_set* r, fd_set* w, fd_set* e, timeval* t) { return int(::syscall(SYS_select, n, r, w, e, t)); }
+int pselect(int n, fd_set* r, fd_set* w, fd_set* e, const timespec* t, const sigset_t* m) {
+  timespec copy, *tp = nullptr;
+  if (t) tp = &(copy = *t);
+  struct {
+    const sigset_t* set;
+    std::size_t size;
+  } sm{m, _NSIG / 8};
+  return int(::syscall(SYS_pselect6, n, r, w, e, tp, m ? &sm : nullptr));
+}
+int epoll_pwait(int ep, epoll_event* ev, int n, int ms, const sigset_t* m) {
+  return int(::syscall(SYS_epoll_pwait, ep, ev, n, ms, m, _NSIG / 8));
+}
+int nanosleep(const timespec* t, timespec* rem) { return int(::syscall(SYS_nanosleep, t, rem)); }
+// 0 or the error number, as clock_nanosleep(3), with glibc's treatment of
+// the CPU-time clocks.
+int clock_nanosleep(clockid_t c, int f, const timespec* t, timespec* rem) {
+  if (c == CLOCK_THREAD_CPUTIME_ID) return EINVAL;
+  if (c == CLOCK_PROCESS_CPUTIME_ID) c = clockid_t((~0u << 3) | 2);  // MAKE_PROCESS_CPUCLOCK(0, CPUCLOCK_SCHED)
+  int e = errno;
+  long r = ::syscall(SYS_clock_nanosleep, c, f, t, rem);
+  int err = r == 0 ? 0 : errno;
+  errno = e;
+  return err;
+}
+}  // namespace k
+
+// ---- who gets what -----------------------------------------------------------------------
+
+bool hooks_on() {
+  static std::atomic<int> on{-1};
+  int v = on.load(std::memory_order_relaxed);
+  if (__builtin_expect(v < 0, 0)) {
+    const char* s = std::getenv("LOOM_HOOK_IO");
+    v = !(s && std::strcmp(s, "0") == 0);
+    on.store(v, std::memory_order_relaxed);
+  }
+  return v != 0;
+}
+
+// The caller is a fibre, and the hooks are on.
+bool fibre() {
+  rt::Processor* p = rt::this_processor_at_entry();
+  return p && p->current() != &p->idle_fibre() && hooks_on();
+}
+
+// fd is one loom made non-blocking underneath while the program sees it
+// blocking: a kernel thread's call on it must go through loom, which waits
+// with poll(2) (the kernel's call would fail with EAGAIN).
+bool loom_nonblocked(int fd) {
+  if (!hooks_on()) return false;
+  rt::FdEntry* e = rt::FdTable::instance().get(fd);
+  return e && e->kind.load(std::memory_order_acquire) == rt::kFdPollable &&
+         !e->user_nonblock.load(std::memory_order_relaxed);
+}
+
+bool by_loom(int fd) { return fibre() || loom_nonblocked(fd); }
+
+// A descriptor the kernel gave a caller off the fibre path: whatever loom
+// knew of a former descriptor under that number is dropped.
+int fresh(int fd) {
+  if (fd >= 0 && hooks_on()) {
+    int e = errno;
+    loom::io::forget(fd);
+    errno = e;
+  }
+  return fd;
+}
+
+// fcntl's third argument per command (fcntl(2)): none, an int, or a pointer.
+long fcntl_arg(int cmd, va_list ap) {
+  switch (cmd) {
+    case F_GETFD:
+    case F_GETFL:
+    case F_GETOWN:
+    case F_GETSIG:
+    case F_GETLEASE:
+    case F_GETPIPE_SZ:
+    case F_GET_SEALS:
+      return 0;
+    case F_DUPFD:
+    case F_DUPFD_CLOEXEC:
+    case F_SETFD:
+    case F_SETFL:
+    case F_SETOWN:
+    case F_SETSIG:
+    case F_SETLEASE:
+    case F_NOTIFY:
+    case F_SETPIPE_SZ:
+    case F_ADD_SEALS:
+      return va_arg(ap, int);
+    default:
+      return reinterpret_cast<long>(va_arg(ap, void*));  // locks, owner_ex, hints...
+  }
+}
+
+int do_fcntl(int fd, int cmd, long arg) {
+  if (!hooks_on()) return k::fcntl(fd, cmd, arg);
+  switch (cmd) {
+    case F_GETFL:
+    case F_SETFL:
+    case F_DUPFD:
+    case F_DUPFD_CLOEXEC:
+      return loom_fcntl(fd, cmd, arg);  // keeps loom's view (O_NONBLOCK, dups)
+    default:
+      return k::fcntl(fd, cmd, arg);
+  }
+}
+
+// sendfile on a fibre. loom has no wrapper of its own: the kernel's call on
+// the non-blocking socket loom keeps underneath, and on EAGAIN a wait for
+// writability through loom. A descriptor loom does not know yet is
+// classified first (a zero-length readv: loom's first use of a number looks
+// at what it is; reading nothing consumes nothing); one that is not a socket
+// (a pipe, a file) gets the kernel's call on the offload cluster.
+ssize_t fibre_sendfile(int out, int in, off_t* off, size_t n) {
+  rt::FdEntry* e = rt::FdTable::instance().get(out);
+  if (!e) return k::sendfile(out, in, off, n);
+  if (e->kind.load(std::memory_order_acquire) == rt::kFdUnknown) {
+    int saved = errno;
+    loom_readv(out, nullptr, 0);
+    errno = saved;
+  }
+  ErrnoKeeper keep;
+  ssize_t r;
+  std::uint8_t kind = e->kind.load(std::memory_order_acquire);
+  if (kind != rt::kFdPollable) {
+    int err = 0;
+    r = loom::offload([&] {
+      ssize_t v = k::sendfile(out, in, off, n);
+      if (v < 0) err = *errno_slot();
+      return v;
+    });
+    keep.done(r < 0 ? err : 0);
+    return r;
+  }
+  for (;;) {
+    r = k::sendfile(out, in, off, n);
+    int err = r < 0 ? *errno_slot() : 0;
+    if (r >= 0 || err != EAGAIN || e->user_nonblock.load(std::memory_order_relaxed)) {
+      keep.done(err);
+      return r;
+    }
+    if (loom::io::poll_one(out, POLLOUT, -1) < 0) {
+      keep.done(*errno_slot());
+      return -1;
+    }
+  }
+}
+
+}  // namespace
+
+}  // namespace loom::capi::pthread_io
+
+using namespace loom::capi::pthread_io;
+
+extern "C" {
+
+// ---- data ---------------------------------------------------------------------------------
+
+ssize_t read(int fd, void* buf, size_t n) { return by_loom(fd) ? loom_read(fd, buf, n) : k::read(fd, buf, n); }
+ssize_t write(int fd, const void* buf, size_t n) { return by_loom(fd) ? loom_write(fd, buf, n) : k::write(fd, buf, n); }
+ssize_t readv(int fd, const struct iovec* iov, int iovcnt) {
+  return by_loom(fd) ? loom_readv(fd, iov, iovcnt) : k::readv(fd, iov, iovcnt);
+}
+ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
+  return by_loom(fd) ? loom_writev(fd, iov, iovcnt) : k::writev(fd, iov, iovcnt);
+}
+ssize_t recv(int fd, void* buf, size_t n, int flags) {
+  return by_loom(fd) ? loom_recv(fd, buf, n, flags) : k::recvfrom(fd, buf, n, flags, nullptr, nullptr);
+}
+ssize_t recvfrom(int fd, void* __restrict buf, size_t n, int flags, struct sockaddr* __restrict from,
+                 socklen_t* __restrict len) {
+  return by_loom(fd) ? loom_recvfrom(fd, buf, n, flags, from, len) : k::recvfrom(fd, buf, n, flags, from, len);
+}
+ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
+  return by_loom(fd) ? loom_recvmsg(fd, msg, flags) : k::recvmsg(fd, msg, flags);
+}
+ssize_t send(int fd, const void* buf, size_t n, int flags) {
+  return by_loom(fd) ? loom_send(fd, buf, n, flags) : k::sendto(fd, buf, n, flags, nullptr, 0);
+}
+ssize_t sendto(int fd, const void* buf, size_t n, int flags, const struct sockaddr* to, socklen_t len) {
+  return by_loom(fd) ? loom_sendto(fd, buf, n, flags, to, len) : k::sendto(fd, buf, n, flags, to, len);
+}
+ssize_t sendmsg(int fd, const struct msghdr* msg, int flags) {
+  return by_loom(fd) ? loom_sendmsg(fd, msg, flags) : k::sendmsg(fd, msg, flags);
+}
+
+ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) noexcept {
+  if (fibre()) return fibre_sendfile(out_fd, in_fd, offset, count);
+  // A kernel thread on a socket loom made non-blocking: wait as loom would.
+  for (;;) {
+    ssize_t r = k::sendfile(out_fd, in_fd, offset, count);
+    if (r >= 0 || errno != EAGAIN || !loom_nonblocked(out_fd)) return r;
+    pollfd p{out_fd, POLLOUT, 0};
+    if (k::poll(&p, 1, -1) < 0 && errno != EINTR) return -1;
+  }
+}
+ssize_t sendfile64(int out_fd, int in_fd, off64_t* offset, size_t count) noexcept {
+  return sendfile(out_fd, in_fd, reinterpret_cast<off_t*>(offset), count);
+}
+
+// _FORTIFY_SOURCE's checked forms.
+ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
+  if (n > buflen) __chk_fail();
+  return read(fd, buf, n);
+}
+ssize_t __recv_chk(int fd, void* buf, size_t n, size_t buflen, int flags) {
+  if (n > buflen) __chk_fail();
+  return recv(fd, buf, n, flags);
+}
+ssize_t __recvfrom_chk(int fd, void* __restrict buf, size_t n, size_t buflen, int flags,
+                       struct sockaddr* __restrict from, socklen_t* __restrict len) {
+  if (n > buflen) __chk_fail();
+  return recvfrom(fd, buf, n, flags, from, len);
+}
+
+// ---- connections ------------------------------------------------------------------------
+
+int accept(int fd, struct sockaddr* __restrict addr, socklen_t* __restrict len) {
+  return by_loom(fd) ? loom_accept(fd, addr, len) : fresh(k::accept4(fd, addr, len, 0));
+}
+int accept4(int fd, struct sockaddr* __restrict addr, socklen_t* __restrict len, int flags) {
+  return by_loom(fd) ? loom_accept4(fd, addr, len, flags) : fresh(k::accept4(fd, addr, len, flags));
+}
+int connect(int fd, const struct sockaddr* addr, socklen_t len) {
+  return by_loom(fd) ? loom_connect(fd, addr, len) : k::connect(fd, addr, len);
+}
+
+// ---- descriptors ------------------------------------------------------------------------
+
+int socket(int domain, int type, int protocol) noexcept {
+  return fibre() ? loom_socket(domain, type, protocol) : fresh(k::socket(domain, type, protocol));
+}
+int socketpair(int domain, int type, int protocol, int sv[2]) noexcept {
+  if (fibre()) return loom_socketpair(domain, type, protocol, sv);
+  int r = k::socketpair(domain, type, protocol, sv);
+  if (r == 0) fresh(sv[0]), fresh(sv[1]);
+  return r;
+}
+int pipe2(int fds[2], int flags) noexcept {
+  if (fibre()) return loom_pipe2(fds, flags);
+  int r = k::pipe2(fds, flags);
+  if (r == 0) fresh(fds[0]), fresh(fds[1]);
+  return r;
+}
+int pipe(int fds[2]) noexcept { return pipe2(fds, 0); }
+
+// close and the dups keep loom's table right from any caller: the number's
+// waiters fail with EBADF, its state is dropped, the copy shares the view.
+int close(int fd) { return hooks_on() ? loom_close(fd) : k::close(fd); }
+int dup(int fd) noexcept { return hooks_on() ? loom_dup(fd) : k::dup(fd); }
+int dup2(int fd, int newfd) noexcept { return hooks_on() ? loom_dup2(fd, newfd) : k::dup2(fd, newfd); }
+int dup3(int fd, int newfd, int flags) noexcept {
+  return hooks_on() ? loom_dup3(fd, newfd, flags) : k::dup3(fd, newfd, flags);
+}
+
+int fcntl(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  long arg = fcntl_arg(cmd, ap);
+  va_end(ap);
+  return do_fcntl(fd, cmd, arg);
+}
+int fcntl64(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  long arg = fcntl_arg(cmd, ap);
+  va_end(ap);
+  return do_fcntl(fd, cmd, arg);
+}
+
+// ---- waiting on many ---------------------------------------------------------------------
+
+int poll(struct pollfd* fds, nfds_t n, int timeout) {
+  return fibre() ? loom_poll(fds, n, timeout) : k::poll(fds, n, timeout);
+}
+int ppoll(struct pollfd* fds, nfds_t n, const struct timespec* timeout, const __sigset_t* ss) {
+  return fibre() ? loom_ppoll(fds, n, timeout, ss) : k::ppoll(fds, n, timeout, ss);
+}
+int __poll_chk(struct pollfd* fds, nfds_t n, int timeout, size_t fdslen) {
+  if (fdslen / sizeof(*fds) < n) __chk_fail();
+  return poll(fds, n, timeout);
+}
+int __ppoll_chk(struct pollfd* fds, nfds_t n, const struct timespec* timeout, const __sigset_t* ss, size_t fdslen) {
+  if (fdslen / sizeof(*fds) < n) __chk_fail();
+  return ppoll(fds, n, timeout, ss);
+}
+int select(int nfds, fd_set* __restrict r, fd_set* __restrict w, fd_set* __restrict e, struct timeval* __restrict t) {
+  return fibre() ? loom_select(nfds, r, w, e, t) : k::select(nfds, r, w, e, t);
+}
+int pselect(int nfds, fd_set* __restrict r, fd_set* __restrict w, fd_set* __restrict e,
+            const struct timespec* __restrict t, const __sigset_t* __restrict ss) {
+  return fibre() ? loom_pselect(nfds, r, w, e, t, ss) : k::pselect(nfds, r, w, e, t, ss);
+}
+int epoll_wait(int epfd, struct epoll_event* events, int maxevents, int timeout) {
+  return fibre() ? loom_epoll_wait(epfd, events, maxevents, timeout)
+                 : k::epoll_pwait(epfd, events, maxevents, timeout, nullptr);
+}
+int epoll_pwait(int epfd, struct epoll_event* events, int maxevents, int timeout, const __sigset_t* ss) {
+  return fibre() ? loom_epoll_pwait(epfd, events, maxevents, timeout, ss)
+                 : k::epoll_pwait(epfd, events, maxevents, timeout, ss);
+}
+
+// ---- sleeping ------------------------------------------------------------------------------
+// A fibre sleeps, its processor runs others; a fibre's sleep is never cut
+// short by a signal (loom.h). Anyone else sleeps in the kernel, as glibc.
+
+int nanosleep(const struct timespec* req, struct timespec* rem) {
+  return fibre() ? loom_nanosleep(req, rem) : k::nanosleep(req, rem);
+}
+int clock_nanosleep(clockid_t clock, int flags, const struct timespec* req, struct timespec* rem) {
+  // loom sleeps on the realtime and monotonic clocks; other clocks (boot
+  // time, CPU time) sleep in the kernel even on a fibre.
+  if (fibre() && (clock == CLOCK_REALTIME || clock == CLOCK_MONOTONIC))
+    return loom_clock_nanosleep(clock, flags, req, rem);
+  return k::clock_nanosleep(clock, flags, req, rem);
+}
+int usleep(useconds_t usec) {
+  if (fibre()) return loom_usleep(usec);
+  timespec t{time_t(usec / 1000000), long(usec % 1000000) * 1000};
+  return k::nanosleep(&t, nullptr);
+}
+unsigned int sleep(unsigned int seconds) {
+  if (fibre()) return loom_sleep(seconds);
+  int e = errno;
+  timespec t{time_t(seconds), 0};
+  if (k::nanosleep(&t, &t) < 0) return unsigned(t.tv_sec);  // interrupted: what is left, as glibc
+  errno = e;
+  return 0;
+}
+
+}  // extern "C"
