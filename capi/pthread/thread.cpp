@@ -225,9 +225,19 @@ void*& link_of(__pthread_unwind_buf_t* b) { return b->__pad[0]; }
 
 // ---- signals ----------------------------------------------------------------------------
 
+// Runs a call that reports failure in errno and returns the error number
+// instead, errno left as it was: glibc's pthread_* functions return errors
+// and do not touch errno.
+template <class F>
+int errno_as_result(F&& call) {
+  ErrnoKeeper k;
+  int e = call() == 0 ? 0 : errno;
+  k.done();
+  return e;
+}
+
 int raise_here(int sig) {
-  long r = ::syscall(SYS_tgkill, ::getpid(), ::syscall(SYS_gettid), sig);
-  return r == 0 ? 0 : errno;
+  return errno_as_result([sig] { return ::syscall(SYS_tgkill, ::getpid(), ::syscall(SYS_gettid), sig); });
 }
 
 // A signal sent to a thread that is not the caller: see the header comment.
@@ -402,7 +412,7 @@ int pthread_attr_setaffinity_np(pthread_attr_t* a, size_t n, const cpu_set_t* se
 
 int pthread_attr_getaffinity_np(const pthread_attr_t* a, size_t n, cpu_set_t* set) {
   if (!attr_of(a) || !set) return EINVAL;
-  return sched_getaffinity(0, n, set) == 0 ? 0 : errno;
+  return errno_as_result([&] { return sched_getaffinity(0, n, set); });
 }
 
 int pthread_attr_setsigmask_np(pthread_attr_t* a, const sigset_t* set) {
@@ -573,7 +583,7 @@ int pthread_setaffinity_np(pthread_t t, size_t, const cpu_set_t*) { return exist
 
 int pthread_getaffinity_np(pthread_t t, size_t n, cpu_set_t* set) {
   if (!exists(t)) return ESRCH;
-  return sched_getaffinity(0, n, set) == 0 ? 0 : errno;
+  return errno_as_result([&] { return sched_getaffinity(0, n, set); });
 }
 
 int pthread_getcpuclockid(pthread_t t, clockid_t*) { return exists(t) ? ENOENT : ESRCH; }
@@ -599,8 +609,8 @@ int pthread_sigqueue(pthread_t t, int sig, const union sigval value) {
     info.si_pid = ::getpid();
     info.si_uid = ::getuid();
     std::memcpy(&info.si_value, &value, sizeof value);
-    long r = ::syscall(SYS_rt_tgsigqueueinfo, ::getpid(), ::syscall(SYS_gettid), sig, &info);
-    return r == 0 ? 0 : errno;
+    return errno_as_result(
+        [&] { return ::syscall(SYS_rt_tgsigqueueinfo, ::getpid(), ::syscall(SYS_gettid), sig, &info); });
   }
   return signal_other(sig);
 }
