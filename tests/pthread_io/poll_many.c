@@ -11,10 +11,12 @@
  * On stderr only (the two runs differ there): "probe: loom blocks=N" when
  * libloom's loom_io_stats is in the process (looked up with dlsym, so the
  * binary does not depend on loom), for the test to tell a loom run from a
- * silent fall-through to glibc. */
+ * silent fall-through to glibc. Then sendfile (more than a socket holds, to
+ * a reader thread), fcntl's O_NONBLOCK, dup2 and clock_nanosleep. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -25,6 +27,7 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/select.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -166,6 +169,73 @@ static void* wait_epoll(struct group* g) {
   return NULL;
 }
 
+/* Reads a socket to its end: the byte count and sum. */
+struct sink {
+  int fd;
+  long bytes, sum;
+};
+static void* drain(void* arg) {
+  struct sink* s = arg;
+  unsigned char b[8192];
+  ssize_t r;
+  while ((r = read(s->fd, b, sizeof b)) > 0)
+    for (ssize_t i = 0; i < r; ++i) s->sum += b[i], ++s->bytes;
+  return NULL;
+}
+
+/* sendfile, fcntl's O_NONBLOCK, dup2, clock_nanosleep: one line each. */
+static void descriptors(void) {
+  enum { SIZE = 1 << 20 };
+  char path[] = "/tmp/poll_many_XXXXXX";
+  int file = mkstemp(path);
+  if (file < 0) fail("mkstemp");
+  unlink(path);
+  unsigned char* data = malloc(SIZE);
+  long want = 0;
+  for (int i = 0; i < SIZE; ++i) data[i] = (unsigned char)(i * 31 + (i >> 11)), want += data[i];
+  if (write(file, data, SIZE) != SIZE) fail("write (file)");
+  free(data);
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) fail("socketpair");
+  struct sink s = {sv[1], 0, 0};
+  pthread_t t;
+  if (pthread_create(&t, NULL, drain, &s) != 0) fail("pthread_create");
+  off_t off = 0;
+  long sent = 0;
+  while (sent < SIZE) { /* more than the socket holds: sendfile waits for room */
+    ssize_t r = sendfile(sv[0], file, &off, (size_t)(SIZE - sent));
+    if (r <= 0) fail("sendfile");
+    sent += r;
+  }
+  shutdown(sv[0], SHUT_WR);
+  pthread_join(t, NULL);
+  printf("sendfile: %ld bytes sent, %ld received, sum %s\n", sent, s.bytes, s.sum == want ? "right" : "WRONG");
+  close(file);
+
+  int fl = fcntl(sv[0], F_GETFL);
+  fcntl(sv[0], F_SETFL, fl | O_NONBLOCK);
+  char c;
+  errno = 0;
+  ssize_t r = read(sv[0], &c, 1);
+  int e = errno;
+  printf("O_NONBLOCK read on nothing: %zd %s, F_GETFL shows it %d\n", r, e == EAGAIN ? "EAGAIN" : strerror(e),
+         (fcntl(sv[0], F_GETFL) & O_NONBLOCK) != 0);
+  fcntl(sv[0], F_SETFL, fl);
+  printf("cleared: F_GETFL shows it %d\n", (fcntl(sv[0], F_GETFL) & O_NONBLOCK) != 0);
+  int d = dup2(sv[0], 900);
+  if (write(sv[1], "d", 1) != 1) fail("write");
+  printf("dup2 to %d, read through it: %zd\n", d, read(d, &c, 1));
+  close(d);
+  struct timespec t0, t1, rel = {0, 20000000};
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int z = clock_nanosleep(CLOCK_MONOTONIC, 0, &rel, NULL);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  long us = (t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
+  printf("clock_nanosleep 20 ms: %d, %s\n", z, us >= 20000 ? "not early" : "EARLY");
+  close(sv[0]);
+  close(sv[1]);
+}
+
 static void* waiter(void* arg) {
   struct group* g = arg;
   switch (g->kind) {
@@ -226,6 +296,8 @@ int main(void) {
   printf("peer closed, and a closed number: %d, revents %#x %#x\n", r, (unsigned)p[0].revents,
          (unsigned)p[1].revents);
   close(sv[0]);
+
+  descriptors();
 
   void (*stats)(uint64_t*) = (void (*)(uint64_t*))dlsym(RTLD_DEFAULT, "loom_io_stats");
   if (stats) {
