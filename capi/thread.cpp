@@ -263,6 +263,8 @@ int check_joinable(loom_t id, Thread** out) {
   Thread* t = record_of(id);
   if (!t) return is_slot_handle(id) ? ESRCH : EINVAL;
   if (t->main) return EINVAL;
+  // A detached thread joining itself: EINVAL before EDEADLK, as glibc.
+  if (t->state.load(std::memory_order_acquire) & kDetached) return EINVAL;
   if (t == current_record()) return EDEADLK;
   *out = t;
   return 0;
