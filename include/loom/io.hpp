@@ -203,7 +203,10 @@ int select(int nfds, fd_set* readfds, fd_set* writefds, fd_set* exceptfds, timev
 int pselect(int nfds, fd_set* readfds, fd_set* writefds, fd_set* exceptfds, const timespec* timeout,
             const sigset_t* sigmask);
 // On the program's own epoll set `epfd` (its events, its flags: loom never
-// adds to it); the fibre waits until the set has something to report.
+// adds to it); the fibre waits until the set has something to report. loom
+// waits on the set itself as on a socket (registered with the cluster's
+// epoll set on first wait): close it through loom::io::close, or call
+// forget(epfd) after closing it otherwise.
 int epoll_wait(int epfd, epoll_event* events, int maxevents, int timeout_ms);
 int epoll_pwait(int epfd, epoll_event* events, int maxevents, int timeout_ms, const sigset_t* sigmask);
 

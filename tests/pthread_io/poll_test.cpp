@@ -275,7 +275,7 @@ TEST_P(PollTest, TimeoutsAreNeverEarly) {
     EXPECT_EQ(io::poll(f, 2, 0), 0);
     EXPECT_EQ(io::epoll_wait(ep, &ev, 1, 0), 0);
     EXPECT_LT(Clock::now() - t0, 5ms);
-    ::close(ep);
+    io::close(ep);  // loom knows the set now: close it through loom
     EXPECT_GT(ticker.ticks(), 30);
   });
 }
@@ -369,9 +369,41 @@ TEST_P(PollTest, EpollWaitOnTheProgramsOwnSet) {
     EXPECT_EQ(err(), EINVAL);
     EXPECT_EQ(io::epoll_wait(p.fd[0][0], &e, 1, -1), -1);  // not an epoll set
     EXPECT_EQ(err(), EINVAL);
-    ::close(ep);
+    io::close(ep);  // loom knows the set now: close it through loom
     EXPECT_EQ(io::epoll_wait(ep, &e, 1, -1), -1);
     EXPECT_EQ(err(), EBADF);
+  });
+}
+
+// Several fibres waiting on one set take turns; each event ends a wait.
+TEST_P(PollTest, EpollWaitersShareASet) {
+  on_cluster([&](loom::Cluster& c) {
+    Pairs p(4);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    for (int i = 0; i < 4; ++i) {
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLET;
+      ev.data.u32 = i;
+      ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, p.fd[i][0], &ev), 0);
+    }
+    std::atomic<int> got{0};
+    std::vector<loom::Fibre> waiters;
+    for (int k = 0; k < 3; ++k) {
+      loom::FibreAttr a;
+      a.cluster = &c;
+      waiters.emplace_back(a, [&] {
+        epoll_event e;
+        if (io::epoll_wait(ep, &e, 1, 5000) == 1) got.fetch_add(1);
+      });
+    }
+    loom::this_fibre::sleep_for(10ms);
+    for (int i = 0; i < 3; ++i) {
+      io::write(p.fd[i][1], "w", 1);
+      loom::this_fibre::sleep_for(5ms);
+    }
+    for (auto& w : waiters) w.join();
+    EXPECT_EQ(got.load(), 3);
+    io::close(ep);
   });
 }
 
