@@ -134,6 +134,42 @@ void async_sum() {
   std::printf("async: %ld\n", total);
 }
 
+// 100 threads blocked in a std::shared_future's get() (libstdc++ waits on a
+// futex there, not through pthreads; libloom-pthread defines the waiting
+// member so that it parks the fibre) while another thread progresses and a
+// promise set by a thread wakes them all; a timed wait on another future
+// times out.
+void futures() {
+  constexpr int kWaiters = 100;
+  std::promise<int> p;
+  std::shared_future<int> f = p.get_future().share();
+  std::atomic<int> started{0}, sum{0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < kWaiters; ++i)
+    ts.emplace_back([&] {
+      started.fetch_add(1);
+      sum.fetch_add(f.get());
+    });
+  while (started.load() < kWaiters) std::this_thread::yield();
+  for (int i = 0; i < 1000; ++i) std::this_thread::yield();  // let them block in get()
+  std::atomic<long> work{0};
+  std::thread worker([&] {
+    for (int i = 0; i < 100000; ++i) work.fetch_add(1, std::memory_order_relaxed);
+  });
+  worker.join();
+  check(work.load() == 100000, "the worker finished while 100 threads waited on a future");
+  std::thread setter([&] { p.set_value(2); });
+  setter.join();
+  for (auto& t : ts) t.join();
+  check(sum.load() == 2 * kWaiters, "every waiter got the value");
+  std::promise<int> never;
+  std::future<int> g = never.get_future();
+  auto t0 = std::chrono::steady_clock::now();
+  check(g.wait_for(std::chrono::milliseconds(20)) == std::future_status::timeout, "wait_for times out");
+  check(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(20), "not early");
+  std::printf("futures: %d threads woken by one promise, a timed wait timed out\n", kWaiters);
+}
+
 // Ids: each thread's std::this_thread::get_id() is its std::thread's id,
 // and no two threads alive together share one.
 void ids() {
@@ -175,6 +211,7 @@ int main(int argc, char** argv) {
   progress_while_blocked();
   shared_mutex_readers();
   async_sum();
+  futures();
   ids();
   return 0;
 }
