@@ -20,7 +20,9 @@
 //                                        underneath, whose calls loom emulates
 //                                        as blocking (loom/io.hpp), and
 //                                        close/dup/fcntl, which always keep
-//                                        loom's table right.
+//                                        loom's table right (but for close
+//                                        and dup2/dup3 in a fork child: see
+//                                        in_child below).
 // The kernel's calls here are raw system calls (syscall(2)), never the libc
 // names, which would reach these very definitions.
 //
@@ -64,6 +66,8 @@
 #include "sched/processor.hpp"
 
 extern "C" [[noreturn]] void __chk_fail(void);
+extern "C" int __register_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void), void* dso);
+extern "C" void* __dso_handle;
 
 namespace loom::capi::pthread_io {
 
@@ -150,6 +154,18 @@ bool hooks_on() {
   return v != 0;
 }
 
+// The child of a fork. Its epoll sets are its parent's (the same open
+// files), so the bookkeeping of a close — taking a descriptor the program
+// shares with loom out of the cluster's set — would take it out of the
+// parent's: close and dup2/dup3 there are the kernel's, and loom's table is
+// left as it is (the child execs, or runs plain code on one kernel thread).
+std::atomic<bool> in_child{false};
+void after_fork_in_child() { in_child.store(true, std::memory_order_relaxed); }
+__attribute__((constructor)) void register_fork_handler() {
+  __register_atfork(nullptr, nullptr, &after_fork_in_child, &__dso_handle);
+}
+bool keep_table() { return hooks_on() && !in_child.load(std::memory_order_relaxed); }
+
 // The caller is a fibre, and the hooks are on.
 bool fibre() {
   rt::Processor* p = rt::this_processor_at_entry();
@@ -171,7 +187,7 @@ bool by_loom(int fd) { return fibre() || loom_nonblocked(fd); }
 // A descriptor the kernel gave a caller off the fibre path: whatever loom
 // knew of a former descriptor under that number is dropped.
 int fresh(int fd) {
-  if (fd >= 0 && hooks_on()) {
+  if (fd >= 0 && keep_table()) {
     int e = errno;
     loom::io::forget(fd);
     errno = e;
@@ -360,11 +376,11 @@ int pipe(int fds[2]) noexcept { return pipe2(fds, 0); }
 
 // close and the dups keep loom's table right from any caller: the number's
 // waiters fail with EBADF, its state is dropped, the copy shares the view.
-int close(int fd) { return hooks_on() ? loom_close(fd) : k::close(fd); }
+int close(int fd) { return keep_table() ? loom_close(fd) : k::close(fd); }
 int dup(int fd) noexcept { return hooks_on() ? loom_dup(fd) : k::dup(fd); }
-int dup2(int fd, int newfd) noexcept { return hooks_on() ? loom_dup2(fd, newfd) : k::dup2(fd, newfd); }
+int dup2(int fd, int newfd) noexcept { return keep_table() ? loom_dup2(fd, newfd) : k::dup2(fd, newfd); }
 int dup3(int fd, int newfd, int flags) noexcept {
-  return hooks_on() ? loom_dup3(fd, newfd, flags) : k::dup3(fd, newfd, flags);
+  return keep_table() ? loom_dup3(fd, newfd, flags) : k::dup3(fd, newfd, flags);
 }
 
 int fcntl(int fd, int cmd, ...) {
