@@ -37,8 +37,18 @@
 // ENOTSUP for a robust attribute) and priority protocols (setprotocol
 // returns ENOTSUP for INHERIT and PROTECT). Spin locks and semaphores may be
 // process-shared: a spin lock needs nothing of loom, and a shared
-// semaphore waits as glibc's does, on a shared futex — a fibre waiting on
-// one blocks its processor.
+// semaphore keeps glibc's futex protocol — a kernel thread sleeps on the
+// shared futex, a fibre polls it (see sem_wait_shared_fibre).
+//
+// errno: the blocking paths save the caller's errno on entry and set it (to
+// the error, or back) on the kernel thread the fibre resumed on. A program
+// compiled against glibc may still read the wrong one: <errno.h> declares
+// __errno_location const, so a compiler may keep &errno from before the
+// call — and after a migration that is the old kernel thread's errno. Only
+// errno-setting calls that block are affected (here sem_*wait); the
+// pthread_* functions return their errors. tests/pthread_lib's program reads
+// errno through a call that cannot be folded; unmodified binaries cannot be
+// changed so, and may read a stale errno after sem_wait/sem_timedwait fail.
 #include <linux/futex.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -622,14 +632,40 @@ int sem_wait_fibre(sem_t* s, clockid_t clock, const timespec* abs) {
   return e;
 }
 
+// A fibre on a process-shared semaphore (sem_open's, or sem_init(s, 1, n)):
+// its posters may be in another process, waking only a futex, and a fibre
+// cannot sleep on a futex without blocking its processor — which would
+// deadlock a poster that is a fibre of the same processor. So it polls,
+// sleeping as a fibre between looks, 50 us doubling to 1 ms.
+int sem_wait_shared_fibre(sem_t* s, clockid_t clock, const timespec* abs) {
+  auto& data = sdata(s);
+  std::int64_t pause_ns = 50'000;
+  for (;;) {
+    std::uint64_t d = data.load(std::memory_order_acquire);
+    if (std::uint32_t(d) > 0) {
+      if (data.compare_exchange_weak(d, d - 1, std::memory_order_acquire)) return 0;
+      continue;
+    }
+    std::int64_t sleep_ns = pause_ns;
+    if (abs) {
+      if (reached(clock, *abs)) return ETIMEDOUT;
+      std::int64_t left = std::int64_t(abs->tv_sec) * 1000000000 + abs->tv_nsec - clock_ns(clock);
+      if (left < sleep_ns) sleep_ns = left > 0 ? left : 0;
+    }
+    this_fibre::sleep_for(std::chrono::nanoseconds(sleep_ns));
+    if (pause_ns < 1'000'000) pause_ns *= 2;
+  }
+}
+
 int sem_wait_common(sem_t* s, clockid_t clock, const timespec* abs) {
   if (abs && !valid(abs)) return EINVAL;  // glibc looks at the time first
   auto& data = sdata(s);
   std::uint64_t d = data.load(std::memory_order_relaxed);
   while (std::uint32_t(d) > 0)
     if (data.compare_exchange_weak(d, d - 1, std::memory_order_acquire)) return 0;
-  if (sprivate(s) != kFutexShared && on_fibre()) return sem_wait_fibre(s, clock, abs);
-  return sem_wait_futex(s, clock, abs);
+  if (!on_fibre()) return sem_wait_futex(s, clock, abs);
+  if (sprivate(s) != kFutexShared) return sem_wait_fibre(s, clock, abs);
+  return sem_wait_shared_fibre(s, clock, abs);
 }
 
 // Fails with -1 and errno e (kept per fibre), or returns 0 (errno as it was).

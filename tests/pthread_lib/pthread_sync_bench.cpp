@@ -3,8 +3,9 @@
 //
 //   uncontended   one fibre, lock + unlock, ns per pair
 //   contended     F fibres on P processors, each lock, a short critical
-//                 section (a counter and ~50 ns of work), unlock, ~50 ns
-//                 outside; ns per critical section, total
+//                 section (a counter and argv[2] loop iterations, default
+//                 20, ~50 ns), unlock, as many outside; ns per critical
+//                 section, total
 //   handoff       two fibres on one processor taking turns through the
 //                 lock with a yield while holding it, so every lock waits:
 //                 ns per hand-off (park + unpark + switch)
@@ -36,6 +37,8 @@ struct alignas(64) Native {
   void lock() { m.lock(); }
   void unlock() { m.unlock(); }
 };
+
+int g_work = 20;  // loop iterations inside and outside the lock (argv[2])
 
 inline void work(int n) {
   for (volatile int i = 0; i < n; i = i + 1) {
@@ -74,9 +77,9 @@ double contended(loom::Cluster& c, int fibres, long per_fibre) {
       for (long i = 0; i < per_fibre; ++i) {
         m.lock();
         ++counter;
-        work(20);
+        work(g_work);
         m.unlock();
-        work(20);
+        work(g_work);
       }
     });
   for (auto& f : fs) f.join();
@@ -110,6 +113,7 @@ double handoff(loom::Cluster& c, long n) {
 
 int main(int argc, char** argv) {
   long scale = argc > 1 ? std::atol(argv[1]) : 1;
+  if (argc > 2) g_work = std::atoi(argv[2]);
   loom::Cluster one(1), two(2);
   const long n = 2'000'000 * scale;
   std::printf("%-28s %12s %12s\n", "case (ns per op)", "compact", "loom::Mutex");
@@ -120,7 +124,10 @@ int main(int argc, char** argv) {
       char name[64];
       std::snprintf(name, sizeof name, "contended %d fibres, %d proc", f, p);
       long per = 200'000 * scale / f;
-      std::printf("%-28s %12.1f %12.1f\n", name, contended<Compact>(*cl, f, per), contended<Native>(*cl, f, per));
+      const char* only = std::getenv("BENCH_ONLY");  // compact | native: one column (for perf)
+      double a = only && *only == 'n' ? 0 : contended<Compact>(*cl, f, per);
+      double b = only && *only == 'c' ? 0 : contended<Native>(*cl, f, per);
+      std::printf("%-28s %12.1f %12.1f\n", name, a, b);
     }
   }
   std::printf("%-28s %12.1f %12.1f\n", "hand-off (1 proc)", handoff<Compact>(one, 200'000 * scale),

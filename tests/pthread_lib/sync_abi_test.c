@@ -9,6 +9,7 @@
 // (PROCESS_SHARED, robust) goes to stderr.
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -729,6 +730,46 @@ static void test_sem(void) {
   sem_destroy(&sig_sem);
 }
 
+// ---- a named semaphore: glibc's sem_open lays it out, the library's
+// sem_* use it (a process-shared futex protocol, as glibc's)
+static sem_t* named;
+static void* named_poster(void* arg) {
+  (void)arg;
+  usleep(20000);
+  sem_post(named);
+  return NULL;
+}
+static void test_named_sem(void) {
+  char name[64];
+  snprintf(name, sizeof name, "/loom-sync-abi-%d", (int)getpid());
+  named = sem_open(name, O_CREAT | O_EXCL, 0600, 1);
+  if (named == SEM_FAILED) {
+    printf("named sem: sem_open failed\n");
+    return;
+  }
+  sem_unlink(name);
+  int v0, v1;
+  sem_getvalue(named, &v0);
+  int w = sem_wait(named);
+  int t = sem_trywait(named);
+  int te = ERRNO;
+  pthread_t p;
+  pthread_create(&p, NULL, named_poster, NULL);
+  int w2;
+  while ((w2 = sem_wait(named)) != 0 && ERRNO == EINTR) {
+  }
+  pthread_join(p, NULL);
+  struct timespec abs = in_ms(CLOCK_REALTIME, 20);
+  int tw = sem_timedwait(named, &abs);
+  int twe = ERRNO;
+  sem_post(named);
+  sem_post(named);
+  sem_getvalue(named, &v1);
+  printf("named sem: value %d wait %d trywait %d/%s wait-for-post %d timedwait %d/%s value %d\n", v0, w, t,
+         strerror(te), w2, tw, strerror(twe), v1);
+  sem_close(named);
+}
+
 // ---- once under contention, on a fresh once ---------------------------------------------------
 static pthread_once_t once2 = PTHREAD_ONCE_INIT;
 static atomic_int once2_runs, once2_seen_done;
@@ -772,6 +813,7 @@ int main(void) {
   printf("once: runs %d, all saw it done %s\n", atomic_load(&once2_runs),
          atomic_load(&once2_seen_done) == THREADS ? "yes" : "no");
   test_sem();
+  test_named_sem();
   printf("failures: %d\n", failures);
   return failures != 0;
 }
