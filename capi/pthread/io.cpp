@@ -166,6 +166,28 @@ __attribute__((constructor)) void register_fork_handler() {
 }
 bool keep_table() { return hooks_on() && !in_child.load(std::memory_order_relaxed); }
 
+// dup2/dup3 in a fork child, the way a program hands a pipe or socket to
+// the program it is about to exec as its standard input or output: if loom
+// made `from` non-blocking underneath (the program sees it blocking), the
+// copy is made blocking again — the exec'd program knows nothing of loom,
+// and would fail with EAGAIN on a full pipe. (O_NONBLOCK belongs to the open
+// file, so a copy the parent still uses would then block its processor;
+// parents close their copy of the child's end.) Not reached by
+// posix_spawn's file actions, which glibc makes inside the library.
+int for_exec(int from, int to) {
+  if (to >= 0 && in_child.load(std::memory_order_relaxed) && hooks_on()) {
+    rt::FdEntry* e = rt::FdTable::instance().get(from);
+    if (e && e->kind.load(std::memory_order_acquire) == rt::kFdPollable &&
+        !e->user_nonblock.load(std::memory_order_relaxed)) {
+      int saved = errno;
+      int fl = k::fcntl(to, F_GETFL, 0);
+      if (fl >= 0 && (fl & O_NONBLOCK)) k::fcntl(to, F_SETFL, fl & ~O_NONBLOCK);
+      errno = saved;
+    }
+  }
+  return to;
+}
+
 // The caller is a fibre, and the hooks are on.
 bool fibre() {
   rt::Processor* p = rt::this_processor_at_entry();
@@ -378,9 +400,13 @@ int pipe(int fds[2]) noexcept { return pipe2(fds, 0); }
 // waiters fail with EBADF, its state is dropped, the copy shares the view.
 int close(int fd) { return keep_table() ? loom_close(fd) : k::close(fd); }
 int dup(int fd) noexcept { return hooks_on() ? loom_dup(fd) : k::dup(fd); }
-int dup2(int fd, int newfd) noexcept { return keep_table() ? loom_dup2(fd, newfd) : k::dup2(fd, newfd); }
+int dup2(int fd, int newfd) noexcept {
+  if (keep_table()) return loom_dup2(fd, newfd);
+  return for_exec(fd, k::dup2(fd, newfd));
+}
 int dup3(int fd, int newfd, int flags) noexcept {
-  return keep_table() ? loom_dup3(fd, newfd, flags) : k::dup3(fd, newfd, flags);
+  if (keep_table()) return loom_dup3(fd, newfd, flags);
+  return for_exec(fd, k::dup3(fd, newfd, flags));
 }
 
 int fcntl(int fd, int cmd, ...) {
