@@ -586,6 +586,17 @@ void start_waker() {
     while (g_waker_state.load(std::memory_order_acquire) != 2) rt::sys::sched_yield();
     return;
   }
+  // A fork child has no waker: the next fibre to wait there starts one.
+  // (A semaphore queued for the parent's waker at the fork stays queued.)
+  static bool atfork_done = false;
+  if (!atfork_done) {
+    atfork_done = true;
+    pthread_atfork(nullptr, nullptr, [] {
+      g_deferred.store(nullptr, std::memory_order_relaxed);
+      g_deferred_word.store(0, std::memory_order_relaxed);
+      g_waker_state.store(0, std::memory_order_relaxed);
+    });
+  }
   pthread_t t;
   const auto& sys = rt::sys::pthread();
   if (sys.create(&t, nullptr, &waker_main, nullptr) == 0) {
