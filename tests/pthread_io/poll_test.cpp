@@ -60,7 +60,8 @@ struct Pairs {
 };
 
 // A fibre that counts while the others wait: proof that the processor is
-// not blocked.
+// not blocked (on a one-processor cluster a blocked processor gives 0 ticks;
+// a loaded machine may give few, hence the low bounds below).
 class Ticker {
  public:
   explicit Ticker(loom::Cluster& c) {
@@ -128,7 +129,7 @@ TEST_P(PollTest, ManyDescriptorsOneWakesThePollerWhileTheProcessorRuns) {
       int r = io::poll(pfd.data(), pfd.size(), -1);
       ASSERT_EQ(r, 1) << err();
       EXPECT_GE(ms_since(t0), 25);
-      EXPECT_GT(ticker.ticks() - before, 5) << "the processor was blocked";
+      EXPECT_GE(ticker.ticks() - before, 2) << "the processor was blocked";
       for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(pfd[i].revents, i == which ? POLLIN : 0) << i;
       writer.join();
       char ch;
@@ -276,7 +277,7 @@ TEST_P(PollTest, TimeoutsAreNeverEarly) {
     EXPECT_EQ(io::epoll_wait(ep, &ev, 1, 0), 0);
     EXPECT_LT(Clock::now() - t0, 5ms);
     io::close(ep);  // loom knows the set now: close it through loom
-    EXPECT_GT(ticker.ticks(), 30);
+    EXPECT_GE(ticker.ticks(), 10);
   });
 }
 
@@ -302,7 +303,7 @@ TEST_P(PollTest, SelectUpToFdSetsize) {
     for (int f : hi) FD_SET(f, &r);
     long before = ticker.ticks();
     ASSERT_EQ(io::select(FD_SETSIZE, &r, nullptr, nullptr, nullptr), 1);
-    EXPECT_GT(ticker.ticks() - before, 5);
+    EXPECT_GE(ticker.ticks() - before, 2) << "the processor was blocked";
     EXPECT_FALSE(FD_ISSET(hi[0], &r));
     EXPECT_TRUE(FD_ISSET(hi[1], &r));
     EXPECT_FALSE(FD_ISSET(hi[2], &r));
@@ -355,7 +356,7 @@ TEST_P(PollTest, EpollWaitOnTheProgramsOwnSet) {
       epoll_event got[8];
       long before = ticker.ticks();
       ASSERT_EQ(io::epoll_wait(ep, got, 8, -1), 1) << err();
-      EXPECT_GT(ticker.ticks() - before, 5);
+      EXPECT_GE(ticker.ticks() - before, 2) << "the processor was blocked";
       EXPECT_EQ(int(got[0].data.u32), which);
       EXPECT_EQ(got[0].events, unsigned(EPOLLIN));
       // Level-triggered: still there until read.
