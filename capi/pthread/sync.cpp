@@ -112,8 +112,12 @@ Deadline deadline(clockid_t c, const timespec* abs) { return abs ? deadline_of(c
 
 constexpr std::uint32_t kLocked = 1, kParked = 2;
 constexpr rt::ParkToken kHandoff = 1;
-enum { kNormal = PTHREAD_MUTEX_TIMED_NP, kRecursive = PTHREAD_MUTEX_RECURSIVE_NP,
-       kErrorcheck = PTHREAD_MUTEX_ERRORCHECK_NP, kAdaptive = PTHREAD_MUTEX_ADAPTIVE_NP };
+enum {
+  kNormal = PTHREAD_MUTEX_TIMED_NP,
+  kRecursive = PTHREAD_MUTEX_RECURSIVE_NP,
+  kErrorcheck = PTHREAD_MUTEX_ERRORCHECK_NP,
+  kAdaptive = PTHREAD_MUTEX_ADAPTIVE_NP
+};
 constexpr int kSpinTries = 200;  // as loom::Mutex's spin policy
 
 std::atomic<std::uint32_t>& mstate(pthread_mutex_t* m) { return at<std::uint32_t>(m, 0); }
@@ -134,9 +138,12 @@ MutexPolicy policy() {
 
 bool hand_over(std::int64_t since) {
   switch (policy()) {
-    case MutexPolicy::baton: return true;
-    case MutexPolicy::hybrid: return rt::now_ns() - since >= 100'000;
-    default: return false;
+    case MutexPolicy::baton:
+      return true;
+    case MutexPolicy::hybrid:
+      return rt::now_ns() - since >= 100'000;
+    default:
+      return false;
   }
 }
 
@@ -180,15 +187,18 @@ void release(std::atomic<std::uint32_t>& st) {
   std::uint32_t expected = kLocked;
   if (st.compare_exchange_strong(expected, 0, std::memory_order_release)) return;
   // PARKED: wake one, under the bucket lock, and decide the word there.
-  pl::unpark_one(&st, [](void* c, rt::UnparkResult r) -> rt::ParkToken {
-    auto& s = *static_cast<std::atomic<std::uint32_t>*>(c);
-    if (r.unparked && hand_over(r.since)) {
-      s.store(kLocked | (r.more ? kParked : 0), std::memory_order_relaxed);
-      return kHandoff;  // still LOCKED: ownership passes to the waiter
-    }
-    s.store(r.more ? kParked : 0, std::memory_order_release);
-    return 0;
-  }, &st);
+  pl::unpark_one(
+      &st,
+      [](void* c, rt::UnparkResult r) -> rt::ParkToken {
+        auto& s = *static_cast<std::atomic<std::uint32_t>*>(c);
+        if (r.unparked && hand_over(r.since)) {
+          s.store(kLocked | (r.more ? kParked : 0), std::memory_order_relaxed);
+          return kHandoff;  // still LOCKED: ownership passes to the waiter
+        }
+        s.store(r.more ? kParked : 0, std::memory_order_release);
+        return 0;
+      },
+      &st);
 }
 
 int valid_kind(pthread_mutex_t* m) {
@@ -289,7 +299,8 @@ int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const time
   std::uint32_t count = mcount(m);
   if (self) mowner(m).store(nullptr, std::memory_order_relaxed);
   release(mstate(m));
-  rt::Parked r = pl::park_if(&seq, [&seq, s] { return seq.load(std::memory_order_relaxed) == s; }, d);
+  rt::Parked r = pl::park_if(
+      &seq, [&seq, s] { return seq.load(std::memory_order_relaxed) == s; }, d);
   cwaiters(c).fetch_sub(1, std::memory_order_release);  // last touch of c
   auto& st = mstate(m);
   std::uint32_t z = 0;
@@ -330,10 +341,14 @@ unsigned wake_readers(pthread_rwlock_t* rw) {
 }
 
 bool wake_writer(pthread_rwlock_t* rw) {
-  return pl::unpark_one(writers_key(rw), [](void* c, rt::UnparkResult r) -> rt::ParkToken {
-           if (!r.more) rwstate(static_cast<pthread_rwlock_t*>(c)).fetch_and(~kWritersParked);
-           return 0;
-         }, rw).unparked;
+  return pl::unpark_one(
+             writers_key(rw),
+             [](void* c, rt::UnparkResult r) -> rt::ParkToken {
+               if (!r.more) rwstate(static_cast<pthread_rwlock_t*>(c)).fetch_and(~kWritersParked);
+               return 0;
+             },
+             rw)
+      .unparked;
 }
 
 // After a writer left (unlocked, or timed out while waiting): who goes next.
@@ -379,8 +394,7 @@ int rdlock(pthread_rwlock_t* rw, Deadline d) {
       e = EDEADLK;
       break;
     }
-    if (!(s & kReadersParked) && !st.compare_exchange_weak(s, s | kReadersParked, std::memory_order_relaxed))
-      continue;
+    if (!(s & kReadersParked) && !st.compare_exchange_weak(s, s | kReadersParked, std::memory_order_relaxed)) continue;
     if (!keep) keep.emplace();
     RwPark ctx{rw, pw};
     pl::ParkOps ops;
@@ -425,8 +439,7 @@ int wrlock(pthread_rwlock_t* rw, Deadline d) {
       e = EDEADLK;
       break;
     }
-    if (!(s & kWritersParked) && !st.compare_exchange_weak(s, s | kWritersParked, std::memory_order_seq_cst))
-      continue;
+    if (!(s & kWritersParked) && !st.compare_exchange_weak(s, s | kWritersParked, std::memory_order_seq_cst)) continue;
     if (!keep) keep.emplace();
     pl::ParkOps ops;
     ops.ctx = rw;
@@ -629,7 +642,8 @@ int sem_wait_fibre(sem_t* s, clockid_t clock, const timespec* abs) {
       if (data.compare_exchange_weak(d, d - 1, std::memory_order_acquire)) break;
       continue;
     }
-    rt::Parked r = pl::park_if(s, [&data] { return std::uint32_t(data.load(std::memory_order_seq_cst)) == 0; }, dl);
+    rt::Parked r = pl::park_if(
+        s, [&data] { return std::uint32_t(data.load(std::memory_order_seq_cst)) == 0; }, dl);
     if (r.result == ParkResult::TimedOut) {
       if (abs && !reached(clock, *abs)) {
         dl = deadline(clock, abs);
@@ -768,7 +782,8 @@ int pthread_mutexattr_getrobust(const pthread_mutexattr_t* a, int* r) noexcept {
 // call them by these symbols.
 int loom_mutexattr_setrobust_np(pthread_mutexattr_t* a, int r) noexcept __asm__("pthread_mutexattr_setrobust_np");
 int loom_mutexattr_setrobust_np(pthread_mutexattr_t* a, int r) noexcept { return pthread_mutexattr_setrobust(a, r); }
-int loom_mutexattr_getrobust_np(const pthread_mutexattr_t* a, int* r) noexcept __asm__("pthread_mutexattr_getrobust_np");
+int loom_mutexattr_getrobust_np(const pthread_mutexattr_t* a, int* r) noexcept
+    __asm__("pthread_mutexattr_getrobust_np");
 int loom_mutexattr_getrobust_np(const pthread_mutexattr_t* a, int* r) noexcept {
   return pthread_mutexattr_getrobust(a, r);
 }
@@ -812,9 +827,7 @@ int pthread_cond_broadcast(pthread_cond_t* c) noexcept {
   if (cwaiters(c).load(std::memory_order_seq_cst) != 0) pl::unpark_all(&cseq(c));
   return 0;
 }
-int pthread_cond_wait(pthread_cond_t* c, pthread_mutex_t* m) {
-  return cond_wait(c, m, CLOCK_REALTIME, nullptr);
-}
+int pthread_cond_wait(pthread_cond_t* c, pthread_mutex_t* m) { return cond_wait(c, m, CLOCK_REALTIME, nullptr); }
 int pthread_cond_timedwait(pthread_cond_t* c, pthread_mutex_t* m, const timespec* abs) {
   return cond_wait(c, m, cclock(c).load(std::memory_order_relaxed), abs);
 }
@@ -943,7 +956,8 @@ int pthread_barrier_wait(pthread_barrier_t* b) noexcept {
   const std::uint64_t gen = v >> 32;
   ErrnoKeeper keep;
   while (word.load(std::memory_order_acquire) >> 32 == gen)
-    pl::park_if(&word, [&word, gen] { return word.load(std::memory_order_acquire) >> 32 == gen; }, kForever);
+    pl::park_if(
+        &word, [&word, gen] { return word.load(std::memory_order_acquire) >> 32 == gen; }, kForever);
   keep.done();
   binside(b).fetch_sub(1, std::memory_order_release);
   return 0;
@@ -1021,7 +1035,8 @@ int pthread_once(pthread_once_t* once, void (*init)(void)) {
     }
     if (!(s & kOnceParked) && !st.compare_exchange_weak(s, s | kOnceParked, std::memory_order_relaxed)) continue;
     ErrnoKeeper keep;
-    pl::park_if(&st, [&st] { return st.load(std::memory_order_relaxed) == (kOnceRunning | kOnceParked); }, kForever);
+    pl::park_if(
+        &st, [&st] { return st.load(std::memory_order_relaxed) == (kOnceRunning | kOnceParked); }, kForever);
     keep.done();
   }
 }

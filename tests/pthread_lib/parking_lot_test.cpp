@@ -3,15 +3,16 @@
 // matters — wake exactly once — with thousands of waiters whose deadlines
 // equal the moment they are unparked, on fibres across processor counts and
 // on kernel threads that are not processors.
+#include "sync/parking_lot.hpp"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <thread>
 #include <vector>
 
-#include "loom/loom.hpp"
 #include "base/futex.hpp"
-#include "sync/parking_lot.hpp"
+#include "loom/loom.hpp"
 #include "sync_test_util.hpp"
 #include "test_util.hpp"
 
@@ -27,9 +28,11 @@ using loom::test::Watchdog;
 
 TEST(ParkingLot, ValidateFalseDoesNotPark) {
   int word = 0;
-  auto r = pl::park_if(&word, [] { return false; }, loom::kForever);
+  auto r = pl::park_if(
+      &word, [] { return false; }, loom::kForever);
   EXPECT_EQ(r.result, ParkResult::Invalid);
-  r = pl::park_if(&word, [] { return true; }, loom::deadline_after(std::chrono::milliseconds(2)));
+  r = pl::park_if(
+      &word, [] { return true; }, loom::deadline_after(std::chrono::milliseconds(2)));
   EXPECT_EQ(r.result, ParkResult::TimedOut);
   EXPECT_EQ(pl::queued_now(), 0u);
 }
@@ -43,7 +46,8 @@ TEST(ParkingLot, FifoPerKeyWithMoreAndTokens) {
   std::vector<Fibre> fs;
   for (int i = 0; i < 3; ++i)
     fs.emplace_back(on(c), [&, i] {
-      auto r = pl::park_if(i == 1 ? static_cast<void*>(&other_key) : &key, [] { return true; }, loom::kForever);
+      auto r = pl::park_if(
+          i == 1 ? static_cast<void*>(&other_key) : &key, [] { return true; }, loom::kForever);
       EXPECT_EQ(r.result, ParkResult::Unparked);
       tokens[i] = r.token;
       order.push_back(i);
@@ -110,7 +114,8 @@ void exactly_once(unsigned processors, int fibres, int threads) {
   const auto deadline = loom::deadline_after(std::chrono::milliseconds(30));
   auto body = [&] {
     started.fetch_add(1);
-    auto r = pl::park_if(&key, [] { return true; }, deadline);
+    auto r = pl::park_if(
+        &key, [] { return true; }, deadline);
     (r.result == ParkResult::Unparked ? unparked_seen : timed_out_seen).fetch_add(1);
   };
   std::vector<Fibre> fs;

@@ -9,8 +9,8 @@
 // (PROCESS_SHARED, robust) goes to stderr.
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <fcntl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -36,13 +36,13 @@ static int* (*volatile errno_loc)(void) = __errno_location;
 #define ERRNO (*errno_loc())
 static int failures;
 
-#define CHECK(cond)                                                              \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
-      printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                   \
-      fflush(stdout);                                                            \
-      failures++;                                                                \
-    }                                                                            \
+#define CHECK(cond)                                          \
+  do {                                                       \
+    if (!(cond)) {                                           \
+      printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+      fflush(stdout);                                        \
+      failures++;                                            \
+    }                                                        \
   } while (0)
 #define EQ(a, b) CHECK((a) == (b))
 
@@ -75,11 +75,12 @@ static int reached(clockid_t c, const struct timespec* abs) {
 
 // ---- sizes -----------------------------------------------------------------
 static void test_sizes(void) {
-  printf("sizes: mutex %zu cond %zu rwlock %zu barrier %zu sem %zu mutexattr %zu condattr %zu rwlockattr %zu "
-         "barrierattr %zu once %zu spin %zu\n",
-         sizeof(pthread_mutex_t), sizeof(pthread_cond_t), sizeof(pthread_rwlock_t), sizeof(pthread_barrier_t),
-         sizeof(sem_t), sizeof(pthread_mutexattr_t), sizeof(pthread_condattr_t), sizeof(pthread_rwlockattr_t),
-         sizeof(pthread_barrierattr_t), sizeof(pthread_once_t), sizeof(pthread_spinlock_t));
+  printf(
+      "sizes: mutex %zu cond %zu rwlock %zu barrier %zu sem %zu mutexattr %zu condattr %zu rwlockattr %zu "
+      "barrierattr %zu once %zu spin %zu\n",
+      sizeof(pthread_mutex_t), sizeof(pthread_cond_t), sizeof(pthread_rwlock_t), sizeof(pthread_barrier_t),
+      sizeof(sem_t), sizeof(pthread_mutexattr_t), sizeof(pthread_condattr_t), sizeof(pthread_rwlockattr_t),
+      sizeof(pthread_barrierattr_t), sizeof(pthread_once_t), sizeof(pthread_spinlock_t));
 }
 
 // ---- static initialisers under concurrent first use -----------------------------
@@ -280,7 +281,8 @@ static void test_mutex_kinds(void) {
   int robust;
   EQ(pthread_mutexattr_getrobust(&a, &robust), 0);
   EQ(robust, PTHREAD_MUTEX_STALLED);
-  fprintf(stderr, "note: mutexattr_setpshared(SHARED) = %d\n", pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED));
+  fprintf(stderr, "note: mutexattr_setpshared(SHARED) = %d\n",
+          pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED));
   pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_PRIVATE);
 
   int kinds[] = {PTHREAD_MUTEX_NORMAL, PTHREAD_MUTEX_RECURSIVE, PTHREAD_MUTEX_ERRORCHECK, PTHREAD_MUTEX_DEFAULT};
@@ -295,16 +297,19 @@ static void test_mutex_kinds(void) {
     int relock_try = pthread_mutex_trylock(&m);
     if (relock_try == 0) pthread_mutex_unlock(&m);
     struct timespec abs = in_ms(CLOCK_REALTIME, 30);
-    int timed = kinds[k] == PTHREAD_MUTEX_NORMAL || kinds[k] == PTHREAD_MUTEX_DEFAULT ? -1 : pthread_mutex_timedlock(&m, &abs);
+    int timed =
+        kinds[k] == PTHREAD_MUTEX_NORMAL || kinds[k] == PTHREAD_MUTEX_DEFAULT ? -1 : pthread_mutex_timedlock(&m, &abs);
     if (timed == 0) pthread_mutex_unlock(&m);
     other_unlocks = kinds[k] == PTHREAD_MUTEX_RECURSIVE || kinds[k] == PTHREAD_MUTEX_ERRORCHECK;
     int o = other(&m);
     int destroy_locked = pthread_mutex_destroy(&m);
     EQ(pthread_mutex_unlock(&m), 0);
-    int unlock_unlocked = kinds[k] == PTHREAD_MUTEX_NORMAL || kinds[k] == PTHREAD_MUTEX_DEFAULT ? -1 : pthread_mutex_unlock(&m);
-    printf("mutex %s: trylock-self %d timedlock-self %d other-trylock %d other-unlock %d destroy-locked %d "
-           "unlock-unlocked %d\n",
-           names[k], relock_try, timed, o / 1000, o % 1000, destroy_locked, unlock_unlocked);
+    int unlock_unlocked =
+        kinds[k] == PTHREAD_MUTEX_NORMAL || kinds[k] == PTHREAD_MUTEX_DEFAULT ? -1 : pthread_mutex_unlock(&m);
+    printf(
+        "mutex %s: trylock-self %d timedlock-self %d other-trylock %d other-unlock %d destroy-locked %d "
+        "unlock-unlocked %d\n",
+        names[k], relock_try, timed, o / 1000, o % 1000, destroy_locked, unlock_unlocked);
     EQ(pthread_mutex_destroy(&m), 0);
   }
   // Recursion depth, trylock recursion.
@@ -341,8 +346,8 @@ static void test_mutex_kinds(void) {
     int cearly = !reached(CLOCK_MONOTONIC, &mabs);
     int badclock = pthread_mutex_clocklock(&h, CLOCK_PROCESS_CPUTIME_ID, &mabs);
     int badtime = pthread_mutex_timedlock(&h, &bad);
-    printf("timedlock: %d early %d clocklock %d early %d bad-clock %d bad-time %d\n", tr, early, cr, cearly,
-           badclock, badtime);
+    printf("timedlock: %d early %d clocklock %d early %d bad-clock %d bad-time %d\n", tr, early, cr, cearly, badclock,
+           badtime);
     pthread_mutex_unlock(&h);
   }
   pthread_mutexattr_destroy(&a);
@@ -375,9 +380,7 @@ static void* cond_producer(void* arg) {
   }
   return NULL;
 }
-static void* cond_both(void* arg) {
-  return ((intptr_t)arg & 1) ? cond_producer(arg) : cond_consumer(arg);
-}
+static void* cond_both(void* arg) { return ((intptr_t)arg & 1) ? cond_producer(arg) : cond_consumer(arg); }
 static atomic_int both_id;
 static void* cond_both_id(void* arg) {
   (void)arg;
@@ -553,9 +556,10 @@ static void test_rwlock(void) {
   int cw = pthread_rwlock_clockwrlock(&viaattr, CLOCK_MONOTONIC, &mabs);
   early += !reached(CLOCK_MONOTONIC, &mabs);
   EQ(pthread_rwlock_unlock(&viaattr), 0);
-  printf("rwlockattr: default kind %d bad kind %d via attr try %d; wrlock-self %d rdlock-self %d trywr %d tryrd %d "
-         "timedwr %d clockwr %d early %d\n",
-         kind, badkind, wa / 1000, wr, rd, trw, trr, tw, cw, early);
+  printf(
+      "rwlockattr: default kind %d bad kind %d via attr try %d; wrlock-self %d rdlock-self %d trywr %d tryrd %d "
+      "timedwr %d clockwr %d early %d\n",
+      kind, badkind, wa / 1000, wr, rd, trw, trr, tw, cw, early);
   pthread_rwlock_destroy(&viaattr);
   pthread_rwlockattr_destroy(&a);
 }
@@ -697,9 +701,10 @@ static void test_sem(void) {
   int ok_bad = sem_timedwait(&s, &bad);  // value 1: glibc looks at the time first
   int okbe = ERRNO;
   int after = sem_trywait(&s);
-  printf("sem: after %d trywait %d/%s timedwait %d/%s clockwait %d/%s early %d bad-time %d/%s bad-time-available %d/%s\n", after, tw,
-         strerror(te), r, strerror(re), cr, strerror(ce), early, br, strerror(be), ok_bad,
-         okbe == 1234 ? "errno kept" : strerror(okbe));
+  printf(
+      "sem: after %d trywait %d/%s timedwait %d/%s clockwait %d/%s early %d bad-time %d/%s bad-time-available %d/%s\n",
+      after, tw, strerror(te), r, strerror(re), cr, strerror(ce), early, br, strerror(be), ok_bad,
+      okbe == 1234 ? "errno kept" : strerror(okbe));
   sem_destroy(&s);
   ERRNO = 0;
   int ir = sem_init(&s, 0, (unsigned)SEM_VALUE_MAX + 1u);
