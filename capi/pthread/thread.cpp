@@ -191,10 +191,12 @@ const Glibc& glibc() {
 
 std::atomic<bool> forked_child{false};
 
-// Runs in the child, first of the child handlers (registered by this
-// library's constructor, before the program could register any): the only
-// kernel thread left stops being a processor, so every loom call on it takes
-// the path of a kernel thread that is not loom's — glibc's behaviour.
+// Runs in the child, before the program's own child handlers (registered by
+// this library's constructor, which runs before the program's; a library
+// initialised earlier may have registered one before it): the only kernel
+// thread left stops being a processor, so every loom call on it takes the
+// path of a kernel thread that is not loom's — glibc's behaviour. Its fibre
+// keeps running on it, on the fibre's stack, until it execs or exits.
 void after_fork_in_child() {
   forked_child.store(true, std::memory_order_relaxed);
   rt::tls_processor = nullptr;
