@@ -231,7 +231,12 @@ void trampoline(void* p) {
   } catch (const ExitUnwind&) {
     // loom_exit: retval is set and the cleanup handlers have run.
   }
-  finish(t, rt::this_fibre_or_null());
+  rt::Fibre* now = rt::this_fibre_or_null();
+  // No processor under a fibre of loom_create: this is the child of a fork
+  // (libloom-pthread makes its one kernel thread a plain one), where this
+  // thread is the last: the process ends with status 0, as POSIX says.
+  if (!now) std::exit(0);
+  finish(t, now);
 }
 
 [[noreturn]] void exit_main() {

@@ -479,6 +479,9 @@ pthread_t pthread_self(void) { return loom_self(); }
 int pthread_equal(pthread_t a, pthread_t b) { return a == b; }
 
 void pthread_exit(void* retval) {
+  // The child of a fork: its one thread is the last (cleanup handlers pushed
+  // before the fork are not run there).
+  if (forked_child.load(std::memory_order_relaxed)) std::exit(0);
   if (GlibcCleanup* g = glibc_cleanup()) {
     g->retval = retval;
     run_next_handler(g);

@@ -9,7 +9,9 @@
  *    thread that is not one of its processors: a mutex, a sleep and a write
  *    work as glibc's, but pthread_create fails with EAGAIN (no processor
  *    would run the thread; loom says so on stderr). On glibc it would give
- *    0: this line is why glibc's output is not the reference. */
+ *    0: this line is why glibc's output is not the reference;
+ *  - a fork child that returns from its thread, or calls pthread_exit, ends
+ *    with status 0 (the last thread ended). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -109,6 +111,23 @@ static void* bare_fork(void* arg) {
   return NULL;
 }
 
+/* The child of a fork made by a thread returns from the thread's start
+ * routine, or calls pthread_exit: it was the last thread, so the child
+ * ends with status 0. */
+static void* fork_and_leave(void* how) {
+  pid_t pid = fork();
+  if (pid < 0) die("fork");
+  if (pid == 0) {
+    if (how) pthread_exit(NULL);
+    return NULL;
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) die("waitpid");
+  printf("a fork child that %s: exit %d\n", how ? "calls pthread_exit" : "returns from the thread",
+         WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  return NULL;
+}
+
 int main(void) {
   if (pthread_atfork(prepare1, parent1, child1) != 0 || pthread_atfork(prepare2, parent2, child2) != 0)
     die("pthread_atfork");
@@ -125,5 +144,10 @@ int main(void) {
 
   if (pthread_create(&t, NULL, bare_fork, NULL) != 0) die("pthread_create");
   pthread_join(t, NULL);
+  for (long how = 0; how < 2; ++how) {
+    fflush(stdout); /* the child exits through exit(): nothing buffered twice */
+    if (pthread_create(&t, NULL, fork_and_leave, (void*)how) != 0) die("pthread_create");
+    pthread_join(t, NULL);
+  }
   return 0;
 }
