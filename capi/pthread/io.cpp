@@ -210,9 +210,9 @@ bool by_loom(int fd) { return fibre() || loom_nonblocked(fd); }
 // knew of a former descriptor under that number is dropped.
 int fresh(int fd) {
   if (fd >= 0 && keep_table()) {
-    int e = errno;
+    int e = *errno_slot();
     loom::io::forget(fd);
-    errno = e;
+    *errno_slot() = e;
   }
   return fd;
 }
@@ -267,9 +267,9 @@ ssize_t fibre_sendfile(int out, int in, off_t* off, size_t n) {
   rt::FdEntry* e = rt::FdTable::instance().get(out);
   if (!e) return k::sendfile(out, in, off, n);
   if (e->kind.load(std::memory_order_acquire) == rt::kFdUnknown) {
-    int saved = errno;
+    int saved = *errno_slot();  // the readv may switch fibres: errno afresh (capi.hpp)
     loom_readv(out, nullptr, 0);
-    errno = saved;
+    *errno_slot() = saved;
   }
   ErrnoKeeper keep;
   ssize_t r;

@@ -159,7 +159,12 @@ void describe_pollable(FdEntry& e, bool shared) {
   e.kind.store(kFdPollable, std::memory_order_release);
 }
 
+// errno through calls the compiler can neither inline nor fold: this file's
+// functions switch fibres, and a fibre may resume on another kernel thread
+// (loom/io.hpp), so an errno address kept from before a switch would be
+// another thread's.
 __attribute__((noinline)) int errno_now() { return errno; }
+__attribute__((noinline)) void set_errno(int e) { errno = e; }
 
 // ---- the temporary set -------------------------------------------------------------
 
@@ -192,9 +197,9 @@ class WatchSet {
     // nobody waits on) and closes; close(2) takes the set out of the
     // cluster's set.
     if (ep_ >= 0) {
-      int e = errno;
+      int e = errno_now();
       io::close(ep_);
-      errno = e;
+      set_errno(e);
     }
   }
 
@@ -205,14 +210,15 @@ class WatchSet {
     if (ep_ < 0 && (failed_ || !open())) return true;
     epoll_event ev = event(fd, events);
     if (k_epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev) == 0) return true;
-    if (errno == EEXIST) return false;
-    refused(errno);
+    int e = errno_now();
+    if (e == EEXIST) return false;
+    refused(e);
     return true;
   }
   void watch_again(int fd, std::uint32_t events) {
     if (ep_ < 0) return;
     epoll_event ev = event(fd, events);
-    if (k_epoll_ctl(ep_, EPOLL_CTL_MOD, fd, &ev) != 0) refused(errno);
+    if (k_epoll_ctl(ep_, EPOLL_CTL_MOD, fd, &ev) != 0) refused(errno_now());
   }
 
   // Waits for the set to become readable, or until d: 0, or ETIMEDOUT.
