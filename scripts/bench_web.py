@@ -14,7 +14,11 @@ in the same run:
   events   the same binary, --runtime=events: the same HTTP code as colored
            events, one color per connection (issue 12; compared with loom,
            the fibre server, in its own table: events / loom)
-  pthread  the same binary, --runtime=pthread: a kernel thread per connection
+  pthread  apps/webserver's webserver-pthread (--runtime=pthread): the same
+           server built with nothing of loom in it, a kernel thread per
+           connection on glibc
+  preload  that very binary, unmodified, under LD_PRELOAD=libloom-pthread.so
+           (issue 11): its threads are fibres, its blocking calls loom's
   epoll    apps/baselines/epoll-web: an edge-triggered epoll loop per thread
   nginx    Debian's nginx with a generated minimal config (return 200,
            access log off, keepalive_requests high, 127.0.0.1 only)
@@ -61,8 +65,11 @@ from bench_common import label, proc_rss_kib, raise_nofile
 
 # ---- settings ----------------------------------------------------------------
 
-SYSTEMS = ["loom", "events", "pthread", "epoll", "nginx", "go"]
-BINARIES = ["webserver", "epoll-web"]
+SYSTEMS = ["loom", "events", "pthread", "preload", "epoll", "nginx", "go"]
+BINARIES = ["webserver", "webserver-pthread", "epoll-web"]
+PRELOAD_LIB = "libloom-pthread.so"
+PRELOAD_CPU_GOAL = 1.10  # preload / loom, server CPU per request (issue 11)
+PRELOAD_EFFICIENCY_GOAL = 1.5  # preload / the same binary on glibc, requests per server CPU s
 GO_BINARY = "go-web"
 GO_SOURCE = os.path.join("apps", "baselines", "go-web")
 PLACEMENT = {1: ("1", "0"), 2: ("0,1", "0,1")}  # processors -> (server CPUs, wrk CPUs)
@@ -171,12 +178,18 @@ class Server:
         # loom's own variables would change what "loom" means here.
         for k in [k for k in env if k.startswith("LOOM_")]:
             env.pop(k)
-        if system in ("loom", "pthread", "events"):
+        if system in ("pthread", "preload"):
+            path = runner.binary("webserver-pthread")
+            cmd = [path, "--runtime", "pthread", "--port", "0"] + variant_args
+            if system == "preload":
+                lib = runner.library(PRELOAD_LIB)
+                if not lib:
+                    self.error = f"preload: no {PRELOAD_LIB} (build)"
+                    return
+                env["LD_PRELOAD"] = lib
+        elif system in ("loom", "events"):
             path = runner.binary("webserver")
-            cmd = [path, "--runtime", system, "--port", "0"]
-            if system != "pthread":
-                cmd += ["--processors", str(processors)]
-            cmd += variant_args
+            cmd = [path, "--runtime", system, "--port", "0", "--processors", str(processors)] + variant_args
         elif system == "epoll":
             path = runner.binary("epoll-web")
             cmd = [path, "--threads", str(processors), "--port", "0"] + variant_args
@@ -450,6 +463,7 @@ def median_row(rows):
 # first read succeeds and, with lazy registration, a short connection never
 # touches epoll. Short connections only, 1 processor, full runs only.
 DEFER_ARGS = {"loom": ["--defer-accept"], "events": ["--defer-accept"], "pthread": ["--defer-accept"],
+              "preload": ["--defer-accept"],
               "epoll": ["--defer-accept"], "nginx": ["deferred"], "go": ["-defer-accept"]}
 
 
@@ -642,6 +656,11 @@ def print_goals(by):
         for c in CONNECTIONS:
             goal(f"{mtitle} c={c}: CPU/request events / loom (fibres)",
                  div(get(mode, "events", c, cpu), get(mode, "loom", c, cpu)), EVENTS_CPU_GOAL, False)
+    for c in (1000, 10000):
+        goal(f"keep-alive c={c}: CPU/request preload / loom (the pthread binary on libloom-pthread)",
+             div(get("keepalive", "preload", c, cpu), get("keepalive", "loom", c, cpu)), PRELOAD_CPU_GOAL, False)
+        goal(f"keep-alive c={c}: efficiency preload / pthread (same binary, requests per server CPU s)",
+             div(get("keepalive", "pthread", c, cpu), get("keepalive", "preload", c, cpu)), PRELOAD_EFFICIENCY_GOAL, True)
     goal("keep-alive c=10000: loom RSS per connection (KiB)", get("keepalive", "loom", 10000, "rss_kib_per_conn"),
          RSS_GOAL_KIB, False)
     for c in CONNECTIONS:
