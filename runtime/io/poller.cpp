@@ -230,6 +230,7 @@ IoState& io_state(Cluster& c) {
   s->yield_before_read = cfg.yield_before_read;
   s->epfd = epoll_create1(EPOLL_CLOEXEC);
   if (s->epfd < 0) die("epoll_create1");
+  s->owner_pid = ::getpid();
   start_poller(*s);
   c.io.store(s, std::memory_order_release);
   c.add_extension(s);
@@ -249,7 +250,11 @@ bool io_register(IoState& s, int fd, FdEntry& e) {
 }
 
 void io_deregister(int fd, FdEntry& e) {
-  if (IoState* s = e.registered.exchange(nullptr, std::memory_order_acq_rel)) epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, nullptr);
+  // A fork child shares its parent's epoll sets: deregistering there would
+  // take the descriptor out of the parent's set too (its waiting fibre
+  // would never wake). Only the process that made the set changes it.
+  if (IoState* s = e.registered.exchange(nullptr, std::memory_order_acq_rel))
+    if (s->owner_pid == ::getpid()) epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, nullptr);
 }
 
 void io_processor_idle(IoState& s) {

@@ -34,6 +34,7 @@
 #include <pthread.h>
 
 #include <sys/epoll.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <cstdint>
@@ -68,6 +69,7 @@ struct IoState final : Extension {
   Cluster* cluster = nullptr;
   PollerKind kind = PollerKind::fibre;
   int epfd = -1;
+  pid_t owner_pid = 0;  // the process that made epfd (a fork child shares it)
   int stop_fd = -1;  // eventfd: stops a poller thread blocked in epoll_wait
   int wake_fd = -1;  // eventfd: wakes the processor sleeping in epoll_wait
   std::atomic<Processor*> sleeper{nullptr};  // idle poller: who sleeps in epoll_wait
