@@ -9,6 +9,9 @@ One echo server written three ways (apps/bench/io_common.hpp):
            one variant per LOOM_* setting under test (below);
   pthread  apps/bench/io_pthread.cpp: a kernel thread per connection,
            blocking system calls;
+  preload  that very binary (no loom in it), unmodified, under
+           LD_PRELOAD=libloom-pthread.so (issue 11): its threads are fibres
+           and its blocking calls loom's;
   epoll    apps/baselines/epoll-echo/epoll_echo.cpp: one thread, one
            edge-triggered epoll loop, non-blocking sockets.
 Each run starts one server pinned to CPU 1 (taskset -c 1; loom's default
@@ -77,6 +80,7 @@ CONFIGS = (
        ("loom", "io_loom", {"LOOM_LAZY_REGISTER": "off"}, ("short",)),
        ("loom", "io_loom", {"LOOM_LAZY_REGISTER": "on"}, ("short",)),
        ("pthread", "io_pthread", {}, PERSISTENT + ("short",)),
+       ("preload", "io_pthread", {"LD_PRELOAD": "@libloom-pthread.so"}, PERSISTENT + ("short",)),
        ("epoll", "epoll_echo", {}, PERSISTENT + ("short",))]
 )
 SERVERS = ["io_loom", "io_pthread", "epoll_echo"]
@@ -90,6 +94,8 @@ QUICK = dict(rounds=1, warmup=0.3, duration=1.0, retries=4,
 GOAL_CONNECTIONS = 1000
 CPU_GOAL = 1.10   # loom default / epoll, server CPU per request, pingpong at 1000 connections: at most
 LAZY_GOAL = 1.3   # lazy / eager registration, requests/s on short connections: at least
+PRELOAD_CPU_GOAL = 1.10  # preload / loom, server CPU per request, pingpong at 1000: at most (issue 11)
+PRELOAD_EFFICIENCY_GOAL = 1.5  # pthread / preload (same binary), server CPU per request: at least
 DISTURBED = 0.25  # others_cpus above which a run is repeated
 MAX_ATTEMPTS = 3
 
@@ -140,7 +146,15 @@ class Server:
         env = dict(os.environ)
         for k in IO_VARS:
             env.pop(k, None)
-        env.update(env_over)
+        for k, v in env_over.items():
+            # "@name": a library of the build (the private copy's), e.g. the preload.
+            if v.startswith("@"):
+                lib = runner.library(v[1:])
+                if not lib:
+                    self.error = f"{binary}: no {v[1:]} to {k} (build)"
+                    return
+                v = lib
+            env[k] = v
         if runner.snapshot:
             env["LD_LIBRARY_PATH"] = runner.snapshot + (":" + env["LD_LIBRARY_PATH"]
                                                         if env.get("LD_LIBRARY_PATH") else "")
@@ -238,7 +252,9 @@ def one_run(runner, drv, cfg, bench, conns, s):
         return None
     if rc not in (0, None):
         runner.failures.append(f"{binary} ended with {rc} after the run: {srv.shown}{err}")
-    out = {"bench": bench, "system": srv.info.get("system", system), "variant": srv.info.get("variant", ""),
+    # A preloaded binary reports what it was built as (pthread): the row is the preload's.
+    out = {"bench": bench, "system": system if "LD_PRELOAD" in env_over else srv.info.get("system", system),
+           "variant": srv.info.get("variant", ""),
            "connections": conns}
     out.update({k: v for k, v in row.items() if k not in ("mode",)})
     out["server_rss_idle_kib"] = rss_idle
@@ -437,6 +453,16 @@ def run(runner, drv):
         lo.setdefault("goals", {})["server_cpu_per_req_vs_epoll"] = CPU_GOAL
     goal_lines.append(("loom / epoll, server CPU per request, pingpong N=%d" % GOAL_CONNECTIONS, cpu_ratio,
                        f"<= {CPU_GOAL}", cpu_ratio is not None and cpu_ratio <= CPU_GOAL))
+    pre, pt = get("pingpong", "preload", "", GOAL_CONNECTIONS), get("pingpong", "pthread", "", GOAL_CONNECTIONS)
+    for name, a, b, target, higher in (
+            ("preload / loom, server CPU per request, pingpong N=%d" % GOAL_CONNECTIONS, pre, lo, PRELOAD_CPU_GOAL, False),
+            ("pthread / preload (same binary), server CPU per request, pingpong N=%d" % GOAL_CONNECTIONS, pt, pre,
+             PRELOAD_EFFICIENCY_GOAL, True)):
+        r = None
+        if a and b and a.get("server_cpu_us_per_req") and b.get("server_cpu_us_per_req"):
+            r = a["server_cpu_us_per_req"] / b["server_cpu_us_per_req"]
+        goal_lines.append((name, r, f"{'>=' if higher else '<='} {target}",
+                           r is not None and (r >= target if higher else r <= target)))
     short_n = max(s["connections"]["short"])
     lazy = get("short", "loom", "", short_n)
     eager = next((get("short", "loom", v, short_n) for _, v in configs if "lazy_register=off" in v), None)
