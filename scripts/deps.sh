@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages loom needs, only those missing.
 #   scripts/deps.sh build   compiler, Boost.Context, hwloc
-#   scripts/deps.sh test    build + GoogleTest, valgrind, curl, python3, wrk
+#   scripts/deps.sh test    build + GoogleTest, valgrind, curl, python3, wrk, zstd and xz
+#                           (real threaded programs run on libloom-pthread)
 #   scripts/deps.sh bench   test + Boost.Fiber, wrk, nginx, Go, memcached, gnuplot,
 #                           clang with libFuzzer (make fuzz)
 # Idempotent: a second run installs nothing and does not touch the network.
@@ -9,7 +10,7 @@ set -euo pipefail
 
 group=${1:-test}
 build=(g++ make cmake pkg-config libboost-context-dev libhwloc-dev)
-test=("${build[@]}" libgtest-dev googletest valgrind curl python3 libboost-fiber-dev wrk)
+test=("${build[@]}" libgtest-dev googletest valgrind curl python3 libboost-fiber-dev wrk zstd xz-utils)
 bench=("${test[@]}" wrk nginx-light golang-go memcached libmemcached-tools gnuplot-nox clang libclang-rt-14-dev)
 
 case "$group" in
