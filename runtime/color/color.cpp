@@ -139,7 +139,7 @@ void add_reap(ColorCore& o, ColorQueue* q) noexcept {
   q->reaping = true;
   q->reap_next = o.reap;
   o.reap = q;
-  ++o.reap_count;
+  o.reap_count.store(o.reap_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 void runner_main(void* arg) {
@@ -190,10 +190,9 @@ ColorLayer::ColorLayer(Cluster& c, const ColorConfig& config) : cluster_(&c), ba
 ColorCore* ColorLayer::core(unsigned index) {
   ColorCore* c = cores_[index].load(std::memory_order_acquire);
   if (__builtin_expect(c != nullptr, 1)) return c;
-  static SpinLock create_lock;  // once per processor of each cluster (not std::mutex: base/sys.hpp)
-  SpinGuard g(create_lock);
+  SpinGuard g(create_lock_);  // once per processor (not std::mutex: base/sys.hpp)
   c = cores_[index].load(std::memory_order_acquire);
-  if (c) return c;
+  if (c || closing_) return c;  // a cluster being destroyed gets no new runner
   c = new ColorCore;  // type-stable: never freed
   c->proc = cluster_->processor(index);
   c->layer = this;
@@ -217,9 +216,15 @@ ColorCore* ColorLayer::core(unsigned index) {
 
 ColorCore* ColorLayer::place(Color c) {
   std::size_t n = cluster_->size();
+  unsigned index = unsigned((c * 0x9E3779B1u) % n);
   if (local_placement_.load(std::memory_order_relaxed))
-    if (Processor* p = this_processor(); p && &p->cluster() == cluster_) return core(p->index());
-  return core(unsigned((c * 0x9E3779B1u) % n));
+    if (Processor* p = this_processor(); p && &p->cluster() == cluster_) index = p->index();
+  ColorCore* core_here = core(index);
+  if (!core_here) {
+    std::fprintf(stderr, "loom: color %u posted to cluster %u while it is being destroyed\n", c, cluster_->id());
+    std::abort();
+  }
+  return core_here;
 }
 
 void ColorLayer::enqueue(Color c, ColorItem* it) {
@@ -363,7 +368,7 @@ void ColorLayer::run(ColorCore& me) {
       if (wake) schedule(o->runner);
       break;
     }
-    if (me.reap_count >= kReapAt) reap(me);
+    if (me.reap_count.load(std::memory_order_relaxed) >= kReapAt) reap(me);  // a hint: written under the lock
     // Fibres made ready on this processor get their turn between batches.
     Processor* p = this_processor();
     if (p->ready_queue().maybe_nonempty()) p->yield();
@@ -374,7 +379,7 @@ void ColorLayer::reap(ColorCore& me) {
   me.lock.lock();
   ColorQueue* list = me.reap;
   me.reap = nullptr;
-  me.reap_count = 0;
+  me.reap_count.store(0, std::memory_order_relaxed);
   me.lock.unlock();
   while (ColorQueue* q = list) {
     list = q->reap_next;
@@ -465,6 +470,7 @@ Fibre* ColorLayer::find_work(Processor& p, bool last_look) {
         if (ColorCore* c = core_if_made(unsigned(i))) any = c->items.load(std::memory_order_relaxed) > 0;
       if (!any) return nullptr;
       me = core(p.index());
+      if (!me) return nullptr;  // the cluster is being destroyed
     }
     if (!steal(p, *me, last_look)) return nullptr;
   }
@@ -479,6 +485,10 @@ Fibre* ColorLayer::find_work(Processor& p, bool last_look) {
 }
 
 void ColorLayer::shutdown() {
+  {
+    SpinGuard g(create_lock_);
+    closing_ = true;
+  }
   for (std::size_t i = 0, n = cluster_->size(); i < n; ++i) {
     ColorCore* c = core_if_made(unsigned(i));
     if (!c) continue;

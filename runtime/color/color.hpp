@@ -119,7 +119,7 @@ struct alignas(64) ColorCore {
   bool parked = true;          // the runner waits for work (or never ran)
   bool stopping = false;
   ColorQueue* reap = nullptr;  // empty queues to free
-  unsigned reap_count = 0;
+  std::atomic<unsigned> reap_count{0};  // written under lock, read as a hint
 
   Processor* proc = nullptr;
   Fibre* runner = nullptr;
@@ -191,6 +191,8 @@ class ColorLayer final : public Extension {
 
   Cluster* cluster_;
   std::atomic<ColorCore*> cores_[256] = {};
+  SpinLock create_lock_;  // makes cores; closing_ under it
+  bool closing_ = false;  // shutdown began: no new cores (nor runners)
   Shard shards_[kShards];
   std::atomic<ColorStealPolicy*> policy_{nullptr};
   SpinLock policy_lock_;
