@@ -32,4 +32,22 @@ FdEntry* FdTable::grow(unsigned c) {
   return chunk;
 }
 
+void FdEntry::clear_timeouts() noexcept {
+  in.timeout_ns.store(0, std::memory_order_relaxed);
+  out.timeout_ns.store(0, std::memory_order_relaxed);
+}
+
+void FdEntry::describe(std::uint8_t k, bool user_nb, bool is_stream, bool is_shared) noexcept {
+  user_nonblock.store(user_nb, std::memory_order_relaxed);
+  stream.store(is_stream, std::memory_order_relaxed);
+  shared.store(is_shared, std::memory_order_relaxed);
+  in_drained.store(false, std::memory_order_relaxed);
+  in_full.store(false, std::memory_order_relaxed);
+  hup.store(false, std::memory_order_relaxed);
+  registered.store(nullptr, std::memory_order_relaxed);
+  in.ready.clear_token();
+  out.ready.clear_token();
+  kind.store(k, std::memory_order_release);
+}
+
 }  // namespace loom::rt

@@ -62,6 +62,12 @@ struct FdEntry {
   std::atomic<IoState*> registered{nullptr};  // whose epoll set holds it
   std::atomic<std::uint32_t> gen{0};
   FdSide in, out;
+
+  // Records what the number refers to now (a descriptor loom made, adopted
+  // or copied): fresh per-use hints, no token from a former holder of the
+  // number, no registration; the kind is published last.
+  void describe(std::uint8_t kind, bool user_nonblock, bool stream, bool shared) noexcept;
+  void clear_timeouts() noexcept;  // a new descriptor under the number
 };
 
 class FdTable {

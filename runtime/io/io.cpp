@@ -56,33 +56,13 @@ FdTable& table() {
   return t;
 }
 
-// Records what a descriptor's number refers to, with fresh per-use hints
-// and no registration; the kind is published last.
-void describe(FdEntry& e, std::uint8_t kind, bool user_nonblock, bool stream, bool shared) {
-  e.user_nonblock.store(user_nonblock, std::memory_order_relaxed);
-  e.stream.store(stream, std::memory_order_relaxed);
-  e.shared.store(shared, std::memory_order_relaxed);
-  e.in_drained.store(false, std::memory_order_relaxed);
-  e.in_full.store(false, std::memory_order_relaxed);
-  e.hup.store(false, std::memory_order_relaxed);
-  e.registered.store(nullptr, std::memory_order_relaxed);
-  e.in.ready.clear_token();
-  e.out.ready.clear_token();
-  e.kind.store(kind, std::memory_order_release);
-}
-
-void clear_timeouts(FdEntry& e) {
-  e.in.timeout_ns.store(0, std::memory_order_relaxed);
-  e.out.timeout_ns.store(0, std::memory_order_relaxed);
-}
-
 // Sets up the entry of a descriptor loom just created: non-blocking
 // underneath, `user_nonblock` as the program asked.
 void adopt(int fd, bool user_nonblock, bool eager_register, bool stream) {
   FdEntry* e = table().get(fd);
   if (!e) return;
-  clear_timeouts(*e);
-  describe(*e, kFdPollable, user_nonblock, stream, /*shared=*/false);
+  e->clear_timeouts();
+  e->describe(kFdPollable, user_nonblock, stream, /*shared=*/false);
   if (eager_register)
     if (Processor* p = this_processor()) io_register(io_state(p->cluster()), fd, *e);
 }
@@ -106,11 +86,11 @@ std::uint8_t classify(int fd, FdEntry& e) {
       socklen_t len = sizeof type;
       bool stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM;
       if (!(fl & O_NONBLOCK)) rt::sys::fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-      describe(e, kFdPollable, (fl & O_NONBLOCK) != 0, stream, /*shared=*/true);
+      e.describe(kFdPollable, (fl & O_NONBLOCK) != 0, stream, /*shared=*/true);
       return kFdPollable;
     }
   }
-  describe(e, kFdFile, false, false, /*shared=*/true);
+  e.describe(kFdFile, false, false, /*shared=*/true);
   return kFdFile;
 }
 
@@ -259,8 +239,8 @@ void copy_view(int from, int to) {
   std::uint8_t kind = a->kind.load(std::memory_order_acquire);
   if (kind == kFdUnknown) return;  // classified on first use
   a->shared.store(true, std::memory_order_relaxed);
-  clear_timeouts(*b);
-  describe(*b, kind, a->user_nonblock.load(std::memory_order_relaxed), a->stream.load(std::memory_order_relaxed),
+  b->clear_timeouts();
+  b->describe(kind, a->user_nonblock.load(std::memory_order_relaxed), a->stream.load(std::memory_order_relaxed),
            /*shared=*/true);
 }
 

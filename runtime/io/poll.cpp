@@ -141,23 +141,6 @@ Deadline deadline_of(const timespec* t) {
 // the poller runs between fibres): it may wait.
 bool on_fibre(Processor* p) { return p && p->current() != &p->idle_fibre(); }
 
-// What io.cpp's adopt() does for a descriptor loom made: a pollable
-// descriptor with a blocking view, fresh hints, no token from a former
-// holder of the number, no registration yet; the kind is published last.
-void describe_pollable(FdEntry& e, bool shared) {
-  e.in.timeout_ns.store(0, std::memory_order_relaxed);
-  e.out.timeout_ns.store(0, std::memory_order_relaxed);
-  e.user_nonblock.store(false, std::memory_order_relaxed);
-  e.stream.store(false, std::memory_order_relaxed);
-  e.shared.store(shared, std::memory_order_relaxed);
-  e.in_drained.store(false, std::memory_order_relaxed);
-  e.in_full.store(false, std::memory_order_relaxed);
-  e.hup.store(false, std::memory_order_relaxed);
-  e.registered.store(nullptr, std::memory_order_relaxed);
-  e.in.ready.clear_token();
-  e.out.ready.clear_token();
-  e.kind.store(kFdPollable, std::memory_order_release);
-}
 
 // errno through calls the compiler can neither inline nor fold: this file's
 // functions switch fibres, and a fibre may resume on another kernel thread
@@ -186,7 +169,9 @@ class WatchSet {
       failed_ = true;
       return false;
     }
-    describe_pollable(*e, /*shared=*/false);  // nobody else knows the number until close
+    // Nobody else knows the number until close.
+    e->clear_timeouts();
+    e->describe(kFdPollable, false, false, /*shared=*/false);
     ep_ = ep;
     entry_ = e;
     return true;
@@ -425,7 +410,8 @@ long epoll_impl(int ep, epoll_event* ev, int max, int timeout_ms, const sigset_t
   if (kind == kFdUnknown) {
     // Shared: the program made it, and may close it otherwise than
     // through loom (loom::io::forget then), so a close deregisters it.
-    describe_pollable(*e, /*shared=*/true);
+    e->clear_timeouts();
+    e->describe(kFdPollable, false, false, /*shared=*/true);
     kind = kFdPollable;
   }
   if (kind == kFdPollable) {
