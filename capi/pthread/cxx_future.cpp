@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "base/sys.hpp"
 #include "capi.hpp"
 #include "sched/processor.hpp"
 #include "sync/parking_lot.hpp"
@@ -46,32 +47,19 @@ struct Libstdcxx {
   NotifyFn notify_all;
 };
 
-void* find(void* h, const char* name) {
-  void* p = dlsym(h, name);
-  if (!p) {
-    std::fprintf(stderr, "loom: libloom-pthread: libstdc++.so.6 has no %s\n", name);
-    std::abort();
-  }
-  return p;
-}
-
 const Libstdcxx& libstdcxx() {
   static const Libstdcxx l = [] {
-    void* h = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_NOLOAD);
-    if (!h) {
-      std::fprintf(stderr, "loom: libloom-pthread: libstdc++.so.6 is not in the process\n");
-      std::abort();
-    }
     Libstdcxx r{};
-    r.wait_until =
-        find(h,
-             "_ZNSt28__atomic_futex_unsigned_base19_M_futex_wait_untilEPjjbNSt6chrono8durationIlSt5ratioILl1ELl1EE"
-             "EENS2_IlS3_ILl1ELl1000000000EEEE");
-    r.wait_until_steady = find(
-        h,
+    r.wait_until = rt::sys::library_symbol(
+        "libstdc++.so.6",
+        "_ZNSt28__atomic_futex_unsigned_base19_M_futex_wait_untilEPjjbNSt6chrono8durationIlSt5ratioILl1ELl1EE"
+        "EENS2_IlS3_ILl1ELl1000000000EEEE");
+    r.wait_until_steady = rt::sys::library_symbol(
+        "libstdc++.so.6",
         "_ZNSt28__atomic_futex_unsigned_base26_M_futex_wait_until_steadyEPjjbNSt6chrono8durationIlSt5ratioILl1ELl1E"
         "EEENS2_IlS3_ILl1ELl1000000000EEEE");
-    r.notify_all = reinterpret_cast<NotifyFn>(find(h, "_ZNSt28__atomic_futex_unsigned_base19_M_futex_notify_allEPj"));
+    r.notify_all = reinterpret_cast<NotifyFn>(
+        rt::sys::library_symbol("libstdc++.so.6", "_ZNSt28__atomic_futex_unsigned_base19_M_futex_notify_allEPj"));
     return r;
   }();
   return l;

@@ -156,32 +156,18 @@ struct Glibc {
   [[noreturn]] void (*exit)(void*);
 };
 
-template <class F>
-void find(void* h, F& slot, const char* name) {
-  slot = reinterpret_cast<F>(dlsym(h, name));
-  if (!slot) {
-    std::fprintf(stderr, "loom: libloom-pthread: libc.so.6 has no %s\n", name);
-    std::abort();
-  }
-}
-
 // Looked up in libc.so.6 itself, as base/sys.cpp does (not RTLD_NEXT: what
 // comes "next" depends on how the program was linked).
 const Glibc& glibc() {
   static const Glibc g = [] {
-    void* h = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-    if (!h) {
-      std::fprintf(stderr, "loom: libloom-pthread: cannot find libc.so.6 in the process\n");
-      std::abort();
-    }
     Glibc r{};
-    find(h, r.register_cancel, "__pthread_register_cancel");
-    find(h, r.unregister_cancel, "__pthread_unregister_cancel");
-    find(h, r.register_cancel_defer, "__pthread_register_cancel_defer");
-    find(h, r.unregister_cancel_restore, "__pthread_unregister_cancel_restore");
-    find(h, r.unwind_next, "__pthread_unwind_next");
-    find(h, r.sigmask, "pthread_sigmask");
-    find(h, r.exit, "pthread_exit");
+    rt::sys::find_symbol(r.register_cancel, "libc.so.6", "__pthread_register_cancel");
+    rt::sys::find_symbol(r.unregister_cancel, "libc.so.6", "__pthread_unregister_cancel");
+    rt::sys::find_symbol(r.register_cancel_defer, "libc.so.6", "__pthread_register_cancel_defer");
+    rt::sys::find_symbol(r.unregister_cancel_restore, "libc.so.6", "__pthread_unregister_cancel_restore");
+    rt::sys::find_symbol(r.unwind_next, "libc.so.6", "__pthread_unwind_next");
+    rt::sys::find_symbol(r.sigmask, "libc.so.6", "pthread_sigmask");
+    rt::sys::find_symbol(r.exit, "libc.so.6", "pthread_exit");
     return r;
   }();
   return g;

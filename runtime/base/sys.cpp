@@ -9,57 +9,58 @@ namespace loom::rt::sys {
 
 namespace {
 
-[[maybe_unused]] void* libc() {
-  void* h = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-  if (!h) {
-    std::fprintf(stderr, "loom: cannot find libc.so.6 in the process: %s\n", dlerror());
-    std::abort();
-  }
-  return h;
-}
-
 template <class F>
-[[maybe_unused]] void find(void* h, F& slot, const char* name) {
-  slot = reinterpret_cast<F>(dlsym(h, name));
-  if (!slot) {
-    std::fprintf(stderr, "loom: libc.so.6 has no %s\n", name);
-    std::abort();
-  }
+[[maybe_unused]] void find(F& slot, const char* name) {
+  find_symbol(slot, "libc.so.6", name);
 }
 
 #if defined(LOOM_ASAN) || defined(LOOM_TSAN)
 // The sanitizers intercept these names: their runtime must see every thread
 // start (see sys.hpp).
 Pthread load() {
-  return Pthread{&::pthread_create, &::pthread_join, &::pthread_detach, &::pthread_self, &::pthread_setname_np,
-                 &::pthread_setaffinity_np, &::pthread_getaffinity_np, &::pthread_getattr_np, &::pthread_attr_getstack,
-                 &::pthread_attr_destroy, &::pthread_sigmask, &::pthread_once, &::pthread_mutex_lock, &::pthread_mutex_unlock,
-                 &::pthread_exit};
+  return Pthread{&::pthread_create,         &::pthread_join,         &::pthread_detach,
+                 &::pthread_self,           &::pthread_setname_np,   &::pthread_setaffinity_np,
+                 &::pthread_getaffinity_np, &::pthread_getattr_np,   &::pthread_attr_getstack,
+                 &::pthread_attr_destroy,   &::pthread_sigmask,      &::pthread_once,
+                 &::pthread_mutex_lock,     &::pthread_mutex_unlock, &::pthread_exit};
 }
 #else
 Pthread load() {
-  void* h = libc();
   Pthread p{};
-  find(h, p.create, "pthread_create");
-  find(h, p.join, "pthread_join");
-  find(h, p.detach, "pthread_detach");
-  find(h, p.self, "pthread_self");
-  find(h, p.setname_np, "pthread_setname_np");
-  find(h, p.setaffinity_np, "pthread_setaffinity_np");
-  find(h, p.getaffinity_np, "pthread_getaffinity_np");
-  find(h, p.getattr_np, "pthread_getattr_np");
-  find(h, p.attr_getstack, "pthread_attr_getstack");
-  find(h, p.attr_destroy, "pthread_attr_destroy");
-  find(h, p.sigmask, "pthread_sigmask");
-  find(h, p.once, "pthread_once");
-  find(h, p.mutex_lock, "pthread_mutex_lock");
-  find(h, p.mutex_unlock, "pthread_mutex_unlock");
-  find(h, p.exit, "pthread_exit");
+  find(p.create, "pthread_create");
+  find(p.join, "pthread_join");
+  find(p.detach, "pthread_detach");
+  find(p.self, "pthread_self");
+  find(p.setname_np, "pthread_setname_np");
+  find(p.setaffinity_np, "pthread_setaffinity_np");
+  find(p.getaffinity_np, "pthread_getaffinity_np");
+  find(p.getattr_np, "pthread_getattr_np");
+  find(p.attr_getstack, "pthread_attr_getstack");
+  find(p.attr_destroy, "pthread_attr_destroy");
+  find(p.sigmask, "pthread_sigmask");
+  find(p.once, "pthread_once");
+  find(p.mutex_lock, "pthread_mutex_lock");
+  find(p.mutex_unlock, "pthread_mutex_unlock");
+  find(p.exit, "pthread_exit");
   return p;
 }
 #endif
 
 }  // namespace
+
+void* library_symbol(const char* lib, const char* name) noexcept {
+  void* h = dlopen(lib, RTLD_LAZY | RTLD_NOLOAD);
+  if (!h) {
+    std::fprintf(stderr, "loom: %s is not loaded in the process: %s\n", lib, dlerror());
+    std::abort();
+  }
+  void* p = dlsym(h, name);
+  if (!p) {
+    std::fprintf(stderr, "loom: %s has no %s\n", lib, name);
+    std::abort();
+  }
+  return p;
+}
 
 const Pthread& pthread() noexcept {
   // A function-local static: thread-safe initialisation through the C++ ABI

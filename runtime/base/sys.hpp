@@ -41,9 +41,13 @@ inline ssize_t readv(int fd, const iovec* v, int n) { return ::readv(fd, v, n); 
 inline ssize_t writev(int fd, const iovec* v, int n) { return ::writev(fd, v, n); }
 inline ssize_t pread(int fd, void* b, std::size_t n, off_t o) { return ::pread(fd, b, n, o); }
 inline ssize_t pwrite(int fd, const void* b, std::size_t n, off_t o) { return ::pwrite(fd, b, n, o); }
-inline ssize_t recvfrom(int fd, void* b, std::size_t n, int f, sockaddr* a, socklen_t* l) { return ::recvfrom(fd, b, n, f, a, l); }
+inline ssize_t recvfrom(int fd, void* b, std::size_t n, int f, sockaddr* a, socklen_t* l) {
+  return ::recvfrom(fd, b, n, f, a, l);
+}
 inline ssize_t recv(int fd, void* b, std::size_t n, int f) { return ::recv(fd, b, n, f); }
-inline ssize_t sendto(int fd, const void* b, std::size_t n, int f, const sockaddr* a, socklen_t l) { return ::sendto(fd, b, n, f, a, l); }
+inline ssize_t sendto(int fd, const void* b, std::size_t n, int f, const sockaddr* a, socklen_t l) {
+  return ::sendto(fd, b, n, f, a, l);
+}
 inline ssize_t send(int fd, const void* b, std::size_t n, int f) { return ::send(fd, b, n, f); }
 inline ssize_t recvmsg(int fd, msghdr* m, int f) { return ::recvmsg(fd, m, f); }
 inline ssize_t sendmsg(int fd, const msghdr* m, int f) { return ::sendmsg(fd, m, f); }
@@ -132,5 +136,13 @@ struct Pthread {
 };
 // Looked up on first use (from the library's constructor at the latest).
 const Pthread& pthread() noexcept;
+
+// `name` as defined by the already loaded library `lib` ("libc.so.6") itself,
+// never an interposer's; a missing library or symbol is reported and aborts.
+void* library_symbol(const char* lib, const char* name) noexcept;
+template <class F>
+void find_symbol(F& slot, const char* lib, const char* name) noexcept {
+  slot = reinterpret_cast<F>(library_symbol(lib, name));
+}
 
 }  // namespace loom::rt::sys
