@@ -21,9 +21,10 @@
 // Colors are per cluster: color 42 of one cluster and color 42 of another are
 // different domains. A post goes to the calling fibre's cluster (kernel
 // threads that are not processors: the default cluster), or to the cluster
-// given. A new color is placed on the posting processor (on a processor
-// chosen by hashing the color when posted from outside the cluster); after
-// that it stays where it is until an idle processor steals it.
+// given. A new color is placed on a processor chosen by hashing the color
+// (ColorConfig::placement "hash", the default, as libasync-smp dispatches)
+// or on the posting processor ("local"); after that it stays where it is
+// until an idle processor steals it.
 //
 // Stealing, per cluster, chosen at run time (ColorConfig, LOOM_COLOR_STEAL,
 // set_color_policy):

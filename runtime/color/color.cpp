@@ -441,7 +441,12 @@ bool ColorLayer::steal(Processor& p, ColorCore& me, bool wait) {
     me.items.fetch_add(count, std::memory_order_relaxed);
     if (!q->linked && q->dispatchable()) me.link(q);
     me.lock.unlock();
-    smooth(steal_cost_, cycles() - t0);
+    // A sample may include waiting for a busy victim's lock or being
+    // preempted: clamped to 4x the estimate, so that one slow steal cannot
+    // lift the estimate above every color's work (time-left would then
+    // refuse every steal and never sample again).
+    std::uint64_t spent = cycles() - t0, cap = 4 * steal_cost_.load(std::memory_order_relaxed);
+    smooth(steal_cost_, spent < cap ? spent : cap);
     smooth(stolen_work_, work);
     me.colors_stolen.store(me.colors_stolen.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     me.events_stolen.store(me.events_stolen.load(std::memory_order_relaxed) + count, std::memory_order_relaxed);

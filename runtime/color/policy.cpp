@@ -21,9 +21,11 @@
 //     penalty     a color's work counts divided by its handlers' penalties
 //                 (each item's share was divided when it was queued).
 //   mely          all three.
-// A victim's list is looked at from its head, at most kScan queues: the
-// time a thief holds a victim's lock must stay small (Mely's lesson about
-// libasync-smp scanning whole event queues under the lock).
+// A victim's list is looked at, at most kScan queues, from its head by the
+// base rule (libasync-smp's order) and from its tail by the heuristics (the
+// colors that would wait longest there): the time a thief holds a victim's
+// lock must stay small (Mely's lesson about libasync-smp scanning whole
+// event queues under the lock).
 #include <algorithm>
 #include <sstream>
 
@@ -111,10 +113,12 @@ class ColorPolicy final : public ColorStealPolicy {
         if (q->shared ? q->count > 0 : 2 * q->count < total) return q;
       return nullptr;
     }
+    // From the tail: the colors that would wait longest on the victim (and
+    // the one whose post woke this thief) are the ones worth taking.
     ColorQueue* best = nullptr;
     std::uint64_t best_work = 0;
     unsigned seen = 0;
-    for (ColorQueue* q = victim.head; q && seen < kScan; q = q->next, ++seen) {
+    for (ColorQueue* q = victim.tail; q && seen < kScan; q = q->prev, ++seen) {
       std::uint64_t w = h_.penalty ? q->apparent : q->work;
       if (h_.time_left && w <= steal_cost) continue;
       if (!best || w > best_work) best = q, best_work = w;
