@@ -266,6 +266,14 @@ int mutex_timed(pthread_mutex_t* m, clockid_t c, const timespec* abs) {
 constexpr int kAttrType = 3, kAttrRobust = 16, kAttrProtoShift = 8;
 int& attr_int(const void* a) { return *reinterpret_cast<int*>(const_cast<void*>(a)); }
 
+// Every attribute's pshared: loom's waiters are fibres of this process, so
+// PTHREAD_PROCESS_SHARED is refused (ENOTSUP) and PRIVATE is what is set.
+int set_pshared(int v) { return v == PTHREAD_PROCESS_PRIVATE ? 0 : v == PTHREAD_PROCESS_SHARED ? ENOTSUP : EINVAL; }
+int get_pshared(int* v) {
+  *v = PTHREAD_PROCESS_PRIVATE;
+  return 0;
+}
+
 // ---- condition variable ----------------------------------------------------------
 
 std::atomic<std::uint32_t>& cseq(pthread_cond_t* c) { return at<std::uint32_t>(c, 0); }
@@ -761,14 +769,8 @@ int pthread_mutexattr_gettype(const pthread_mutexattr_t* a, int* type) noexcept 
   *type = attr_int(a) & kAttrType;
   return 0;
 }
-int pthread_mutexattr_setpshared(pthread_mutexattr_t*, int v) noexcept {
-  if (v == PTHREAD_PROCESS_PRIVATE) return 0;
-  return v == PTHREAD_PROCESS_SHARED ? ENOTSUP : EINVAL;
-}
-int pthread_mutexattr_getpshared(const pthread_mutexattr_t*, int* v) noexcept {
-  *v = PTHREAD_PROCESS_PRIVATE;
-  return 0;
-}
+int pthread_mutexattr_setpshared(pthread_mutexattr_t*, int v) noexcept { return set_pshared(v); }
+int pthread_mutexattr_getpshared(const pthread_mutexattr_t*, int* v) noexcept { return get_pshared(v); }
 int pthread_mutexattr_setrobust(pthread_mutexattr_t* a, int r) noexcept {
   if (r != PTHREAD_MUTEX_STALLED && r != PTHREAD_MUTEX_ROBUST) return EINVAL;
   attr_int(a) = (attr_int(a) & ~kAttrRobust) | (r == PTHREAD_MUTEX_ROBUST ? kAttrRobust : 0);
@@ -851,14 +853,8 @@ int pthread_condattr_getclock(const pthread_condattr_t* a, clockid_t* c) noexcep
   *c = attr_int(a) >> 1;
   return 0;
 }
-int pthread_condattr_setpshared(pthread_condattr_t*, int v) noexcept {
-  if (v == PTHREAD_PROCESS_PRIVATE) return 0;
-  return v == PTHREAD_PROCESS_SHARED ? ENOTSUP : EINVAL;
-}
-int pthread_condattr_getpshared(const pthread_condattr_t*, int* v) noexcept {
-  *v = PTHREAD_PROCESS_PRIVATE;
-  return 0;
-}
+int pthread_condattr_setpshared(pthread_condattr_t*, int v) noexcept { return set_pshared(v); }
+int pthread_condattr_getpshared(const pthread_condattr_t*, int* v) noexcept { return get_pshared(v); }
 
 // ---- rwlocks ----------------------------------------------------------------------------
 
@@ -905,14 +901,8 @@ int pthread_rwlockattr_getkind_np(const pthread_rwlockattr_t* a, int* k) noexcep
   *k = attr_int(a);
   return 0;
 }
-int pthread_rwlockattr_setpshared(pthread_rwlockattr_t*, int v) noexcept {
-  if (v == PTHREAD_PROCESS_PRIVATE) return 0;
-  return v == PTHREAD_PROCESS_SHARED ? ENOTSUP : EINVAL;
-}
-int pthread_rwlockattr_getpshared(const pthread_rwlockattr_t*, int* v) noexcept {
-  *v = PTHREAD_PROCESS_PRIVATE;
-  return 0;
-}
+int pthread_rwlockattr_setpshared(pthread_rwlockattr_t*, int v) noexcept { return set_pshared(v); }
+int pthread_rwlockattr_getpshared(const pthread_rwlockattr_t*, int* v) noexcept { return get_pshared(v); }
 
 // ---- barriers -------------------------------------------------------------------------------
 
@@ -967,14 +957,8 @@ int pthread_barrierattr_init(pthread_barrierattr_t* a) noexcept {
   return 0;
 }
 int pthread_barrierattr_destroy(pthread_barrierattr_t*) noexcept { return 0; }
-int pthread_barrierattr_setpshared(pthread_barrierattr_t*, int v) noexcept {
-  if (v == PTHREAD_PROCESS_PRIVATE) return 0;
-  return v == PTHREAD_PROCESS_SHARED ? ENOTSUP : EINVAL;
-}
-int pthread_barrierattr_getpshared(const pthread_barrierattr_t*, int* v) noexcept {
-  *v = PTHREAD_PROCESS_PRIVATE;
-  return 0;
-}
+int pthread_barrierattr_setpshared(pthread_barrierattr_t*, int v) noexcept { return set_pshared(v); }
+int pthread_barrierattr_getpshared(const pthread_barrierattr_t*, int* v) noexcept { return get_pshared(v); }
 
 // ---- spin locks ------------------------------------------------------------------------------
 //
