@@ -38,6 +38,19 @@ bool inside(const Stage& s) {
   return c >= s.first_color() && c - s.first_color() < s.partitions();
 }
 
+// A stage post from C: EINVAL for a null stage or function, ENOMEM when the
+// operation cannot be queued.
+template <class Post>
+int stage_post(loom_stage_t* s, void (*fn)(void*), Post&& post) {
+  if (!s || !fn) return EINVAL;
+  try {
+    post();
+  } catch (const std::bad_alloc&) {
+    return ENOMEM;
+  }
+  return 0;
+}
+
 int post(loom_cluster_t* cluster, std::uint32_t color, int shared, void (*fn)(void*), void* arg) {
   if (!fn || !is_flag(shared)) return EINVAL;
   detail::post_event(cluster ? reinterpret_cast<Cluster*>(cluster) : nullptr, color, shared != 0, fn, arg, nullptr);
@@ -170,33 +183,15 @@ int loom_stage_create(const char* name, int policy, unsigned partitions, loom_st
 }
 
 int loom_stage_post(loom_stage_t* s, void (*fn)(void*), void* arg) {
-  if (!s || !fn) return EINVAL;
-  try {
-    of(s)->post(fn, arg);
-  } catch (const std::bad_alloc&) {
-    return ENOMEM;
-  }
-  return 0;
+  return stage_post(s, fn, [&] { of(s)->post(fn, arg); });
 }
 
 int loom_stage_post_key(loom_stage_t* s, uint64_t key, void (*fn)(void*), void* arg) {
-  if (!s || !fn) return EINVAL;
-  try {
-    of(s)->post(key, fn, arg);
-  } catch (const std::bad_alloc&) {
-    return ENOMEM;
-  }
-  return 0;
+  return stage_post(s, fn, [&] { of(s)->post(key, fn, arg); });
 }
 
 int loom_stage_post_exclusive(loom_stage_t* s, void (*fn)(void*), void* arg) {
-  if (!s || !fn) return EINVAL;
-  try {
-    of(s)->post_exclusive(fn, arg);
-  } catch (const std::bad_alloc&) {
-    return ENOMEM;
-  }
-  return 0;
+  return stage_post(s, fn, [&] { of(s)->post_exclusive(fn, arg); });
 }
 
 int loom_stage_drain(loom_stage_t* s) {
