@@ -10,7 +10,6 @@
 // scheduler from under them.
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <stdexcept>
 
 #include "base/options.hpp"

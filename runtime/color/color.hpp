@@ -32,7 +32,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -185,7 +184,6 @@ class ColorLayer final : public Extension {
   bool steal(Processor& p, ColorCore& me, bool wait);
   void reap(ColorCore& me);
   void wake_thief();
-  void dispatch_hold(ColorQueue* q, ColorItem* it);
   void release_queue(ColorQueue* q, bool shared, ColorCore* mine);
   bool requeue(ColorCore* o, ColorQueue* q, ColorCore* mine);
 

@@ -4,7 +4,6 @@
 
 #include <sys/resource.h>
 
-#include <mutex>
 
 namespace loom::rt {
 

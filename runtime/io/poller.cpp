@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 
 #include "io/fd_table.hpp"
 #include "loom/fibre.hpp"

@@ -6,7 +6,6 @@
 // threads that are not fibres get a thread_local table, cleaned at thread
 // exit. The key registry is process-wide (keys are process-wide in POSIX).
 #include <cerrno>
-#include <mutex>
 
 #include "sched/processor.hpp"
 #include "base/spinlock.hpp"
