@@ -28,6 +28,18 @@ inline void smooth(std::atomic<std::uint64_t>& mean, std::uint64_t sample) noexc
   mean.store(m == 0 ? (sample ? sample : 1) : m - m / 8 + sample / 8, std::memory_order_relaxed);
 }
 
+// The same for a time measured in cycles: a sample may include the kernel
+// thread being preempted (or waiting for a busy lock), so it counts for at
+// most 4x the mean. One preempted cheap handler then cannot make its colors
+// look worth a steal for the next hundred runs, nor one slow steal lift the
+// steal cost above every color's work (time-left would then refuse every
+// steal and never sample again); a real change of cost still shows within
+// a few samples.
+inline void smooth_time(std::atomic<std::uint64_t>& mean, std::uint64_t sample) noexcept {
+  std::uint64_t cap = 4 * mean.load(std::memory_order_relaxed);
+  smooth(mean, cap && sample > cap ? cap : sample);
+}
+
 constexpr std::uint64_t kDefaultEstimate = 1000;  // cycles, before a handler's first run
 constexpr std::size_t kStackRunner = 256 * 1024;   // events run on it (mapped lazily)
 constexpr unsigned kReapAt = 64;                    // empty queues kept before freeing them
@@ -54,7 +66,7 @@ double HandlerStats::penalty() const noexcept {
   return double(c) / double(w);
 }
 
-void HandlerStats::record(std::uint64_t dt, bool cold_run) noexcept { smooth(cold_run ? cold : warm, dt); }
+void HandlerStats::record(std::uint64_t dt, bool cold_run) noexcept { smooth_time(cold_run ? cold : warm, dt); }
 
 HandlerStats* handler_stats(HandlerKey key) noexcept {
   std::size_t h = (reinterpret_cast<std::uintptr_t>(key) >> 4) * 0x9E3779B97F4A7C15ull >> 52;  // 12 bits
@@ -440,12 +452,7 @@ bool ColorLayer::steal(Processor& p, ColorCore& me, bool wait) {
     me.items.fetch_add(count, std::memory_order_relaxed);
     if (!q->linked && q->dispatchable()) me.link(q);
     me.lock.unlock();
-    // A sample may include waiting for a busy victim's lock or being
-    // preempted: clamped to 4x the estimate, so that one slow steal cannot
-    // lift the estimate above every color's work (time-left would then
-    // refuse every steal and never sample again).
-    std::uint64_t spent = cycles() - t0, cap = 4 * steal_cost_.load(std::memory_order_relaxed);
-    smooth(steal_cost_, spent < cap ? spent : cap);
+    smooth_time(steal_cost_, cycles() - t0);
     smooth(stolen_work_, work);
     me.colors_stolen.store(me.colors_stolen.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     me.events_stolen.store(me.events_stolen.load(std::memory_order_relaxed) + count, std::memory_order_relaxed);
