@@ -10,7 +10,8 @@ with the server's counters (validated: true, exit 0). The checks must be able
 to fail, so the test also shows that they do: two mcloads sharing the server
 see each other's requests in its counters and fail the validation (exit 1);
 a server that answers a get with garbage makes mcload exit 1 naming the bad
-reply; bad flags exit 2 with a message.
+reply, and so does memcached refusing connections over its -c limit; bad
+flags exit 2 with a message.
 """
 
 import json
@@ -143,6 +144,22 @@ def main():
         failed = [(rc, err) for rc, err in ((a.returncode, err_a), (rc_b, err_b)) if rc == 1 and "validation failed" in err]
         check(len(failed) >= 1, f"a shared server fails the validation (exit {a.returncode} and {rc_b}; "
                                 f"{(err_a + err_b).strip()[:300]})")
+    finally:
+        srv.terminate()
+        srv.wait(10)
+
+    # Over the server's -c limit: memcached's own refusal reaches the user.
+    port = free_port()
+    cmd = [MEMCACHED, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-t", "1", "-c", "20"]
+    if os.geteuid() == 0:
+        cmd += ["-u", "nobody"]
+    srv = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        check(wait_port(port), f"memcached -c 20 listens on {port}")
+        rc, out, err = mcload(["--server", f"127.0.0.1:{port}", "--connections", "40", "--warmup", "0",
+                               "--duration", "0.3"])
+        check(rc == 1 and "Too many open connections" in err,
+              f"40 connections to memcached -c 20: exit 1 with its refusal (got {rc}; {err.strip()[:300]})")
     finally:
         srv.terminate()
         srv.wait(10)

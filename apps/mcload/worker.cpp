@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -167,7 +168,8 @@ void Worker::on_readable(Conn& c, int phase, uint64_t now) {
       d.gets = 1;
       d.get_keys = r.nkeys;
       d.hits = c.st.hits;
-      d.misses = r.nkeys - c.st.hits;
+      // An error reply answers no key: the server counted neither hit nor miss.
+      d.misses = c.st.error.empty() ? r.nkeys - c.st.hits : 0;
       c.keys.erase(c.keys.begin(), c.keys.begin() + r.nkeys);
     }
     if (!c.st.error.empty()) {
@@ -188,6 +190,15 @@ void Worker::on_readable(Conn& c, int phase, uint64_t now) {
       else
         issue(c, now);
     }
+  }
+  if (c.pending.empty() && c.in_off < c.in.size()) {
+    // Bytes nobody asked for: memcached's "ERROR Too many open connections"
+    // on a connection over its -c limit, or a confused server.
+    size_t e = c.in.find('\n', c.in_off);
+    std::string what = c.in.substr(c.in_off, std::min<size_t>(e == std::string::npos ? 80 : e - c.in_off, 80));
+    while (!what.empty() && (what.back() == '\r' || what.back() == '\n')) what.pop_back();
+    kill(c, "the server sent '" + what + "' with no request outstanding");
+    return;
   }
   if (c.in_off == c.in.size()) {
     c.in.clear();
