@@ -1,8 +1,8 @@
 // apps/mcload/dist.hpp — the request mix: key and value sizes, inter-arrival
 // gaps. Fixed sizes by default; --dist etc draws them from the Facebook ETC
 // pool's fitted distributions (Atikoglu, Xu, Frachtenberg, Jiang, Paleczny,
-// "Workload Analysis of a Large-Scale Key-Value Store", SIGMETRICS 2012,
-// Table 5, the ETC row):
+// "Workload Analysis of a Large-Scale Key-Value Store", SIGMETRICS 2012:
+// the fits for the ETC pool):
 //   key size    generalized extreme value, location 30.7984, scale 8.20449,
 //               shape 0.078688 (bytes)
 //   value size  generalized Pareto, location 0, scale 214.476,
