@@ -30,7 +30,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from differential import REFERENCE, Server, read_exact_reply, resolve_binary  # noqa: E402
+from differential import (REFERENCE, Server, add_bin_dir_option, read_exact_reply,  # noqa: E402
+                          resolve_binary, use_bin_dir_option)
 
 FLAGS = ["-U", "0", "-m", "512", "-c", "4096", "-t", "2"]
 
@@ -362,7 +363,9 @@ def main():
     ap.add_argument("--ops", type=int, default=50, help="incr per connection")
     ap.add_argument("--bursts", type=int, default=4)
     ap.add_argument("--burst-size", type=int, default=500)
+    add_bin_dir_option(ap)
     a = ap.parse_args()
+    use_bin_dir_option(a)
     binary = resolve_binary(a.binary)
     if not os.access(binary, os.X_OK):
         print("SKIP: %s not built" % binary)
