@@ -75,7 +75,7 @@ class Control {
     while (off < s.size()) {
       ssize_t n = send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) fail(std::string("send to the server: ") + std::strerror(errno));
+      if (n <= 0) fail("send to the server while " + doing_ + ": " + std::strerror(errno));
       off += size_t(n);
     }
   }
@@ -84,12 +84,13 @@ class Control {
     ssize_t n;
     do n = recv(fd_, buf, sizeof buf, 0);
     while (n < 0 && errno == EINTR);
-    if (n == 0) fail("the server closed the connection");
-    if (n < 0) fail(std::string("no reply from the server: ") + std::strerror(errno));
+    if (n == 0) fail("the server closed the connection while " + doing_);
+    if (n < 0) fail("no reply from the server while " + doing_ + ": " + std::strerror(errno));
     in_.append(buf, size_t(n));
   }
 
-  std::map<std::string, std::string> stats() {
+  std::map<std::string, std::string> stats(const char* when) {
+    doing_ = std::string("reading its stats ") + when;
     send_all("stats\r\n");
     std::map<std::string, std::string> m;
     for (;;) {
@@ -110,6 +111,7 @@ class Control {
 
   // Stores keys [0, keys), pipelined 500 at a time; returns the sets sent.
   uint64_t preload(Rng& rng) {
+    doing_ = "storing the key space";
     const uint64_t batch = 500;
     for (uint64_t k0 = 0; k0 < o_.keys; k0 += batch) {
       uint64_t k1 = std::min<uint64_t>(o_.keys, k0 + batch);
@@ -138,6 +140,7 @@ class Control {
   const Options& o_;
   int fd_;
   std::string in_;
+  std::string doing_ = "connecting";
 };
 
 uint64_t stat_u64(const std::map<std::string, std::string>& m, const char* name) {
@@ -174,7 +177,7 @@ int main(int argc, char** argv) {
   raise_nofile();
   sockaddr_in addr = resolve(o);
   Control ctl(addr, o);
-  auto before = ctl.stats();
+  auto before = ctl.stats("before the run");
   Rng rng(o.seed);
   uint64_t preload_sets = ctl.preload(rng);
 
@@ -211,7 +214,7 @@ int main(int argc, char** argv) {
   stopper.join();
   rusage ru1;
   getrusage(RUSAGE_SELF, &ru1);
-  auto after = ctl.stats();
+  auto after = ctl.stats("after the run");
 
   Counts total, measured;
   uint64_t get_keys_sent = 0, sets_sent = preload_sets, unanswered = 0, broken = 0, late = 0;
