@@ -494,7 +494,7 @@ def _run(runner, drv, s, rounds, paths, missing, mc_dir, have_memaslap, t_start)
     print_tables(by, cfgs, sweep_cfgs, s, rounds)
     print_goals(by, skipped)
     if rounds == 1:
-        print("  one round: single runs of the same binary differed by up to 3x at depth 1 here (an A/A run with\n"
+        print("  one round: single runs of the same binary differed by up to 2.9x at depth 1 here (an A/A run with\n"
               "  /usr/bin/memcached as every system, 2026-11-25), where mcload's one thread on CPU 0 is the limit;\n"
               "  judge the goals from a full run (3 rounds, medians)")
     oth = [r["others_cpus"] or 0 for rs in results.values() for r in rs if "others_cpus" in r]
