@@ -373,6 +373,19 @@ def flush(ctl):
         raise RuntimeError("flush_all on the control connection failed")
 
 
+def print_pair(what, seed, i, kind, mode, steps, ra, rb, na, nb, bname):
+    print("%s seed=%d sequence=%d kind=%s mode=%s" % (what, seed, i, kind, mode))
+    for d, k in steps:
+        print("  send %-6s %s" % (k if isinstance(k, str) else "short", show(d({"cas": 0}) if callable(d) else d)))
+    for si in range(max(len(ra), len(rb))):
+        a = ra[si] if si < len(ra) else (b"", "absent")
+        b = rb[si] if si < len(rb) else (b"", "absent")
+        mark = "" if si < len(na) and si < len(nb) and na[si] == nb[si] else "  <-- differs"
+        print("  segment %d%s" % (si, mark))
+        print("    reference (%s): %s" % (a[1], show(a[0])))
+        print("    %s (%s): %s" % (bname, b[1], show(b[0])))
+
+
 def differential(ref, ref2, test, seed, count, verbose):
     """ref and ref2 are two instances of the reference: where they disagree
     the sequence's outcome depends on timing inside memcached (the LRU
@@ -405,7 +418,8 @@ def differential(ref, ref2, test, seed, count, verbose):
         if na != na2:
             unstable.append(i)
             if verbose:
-                print("unstable: sequence %d (the two references disagree)" % i)
+                print_pair("UNSTABLE on the reference", seed, i, kind, mode, steps, ra, ra2, na, na2,
+                           "reference 2")
             continue
         idles += sum(h == "idle" for _, h in ra)
         if verbose and any(h == "idle" for _, h in ra):
@@ -414,16 +428,7 @@ def differential(ref, ref2, test, seed, count, verbose):
         if na != nb:
             mismatches += 1
             if mismatches <= 10:
-                print("MISMATCH seed=%d sequence=%d kind=%s mode=%s" % (seed, i, kind, mode))
-                for d, k in steps:
-                    print("  send %-6s %s" % (k if isinstance(k, str) else "short", show(d({"cas": 0}) if callable(d) else d)))
-                for si in range(max(len(ra), len(rb))):
-                    a = ra[si] if si < len(ra) else (b"", "absent")
-                    b = rb[si] if si < len(rb) else (b"", "absent")
-                    mark = "" if si < len(na) and si < len(nb) and na[si] == nb[si] else "  <-- differs"
-                    print("  segment %d%s" % (si, mark))
-                    print("    reference (%s): %s" % (a[1], show(a[0])))
-                    print("    under test (%s): %s" % (b[1], show(b[0])))
+                print_pair("MISMATCH", seed, i, kind, mode, steps, ra, rb, na, nb, "under test")
         if not test.alive():
             print("FAIL: the server under test died at sequence %d (seed %d)" % (i, seed))
             return mismatches + 1, idles, modes, unstable
