@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# memcached-port/build.sh BUILD_DIR LOOM_INCLUDE LOOM_LIB_DIR
+# memcached-port/build.sh BUILD_DIR LOOM_INCLUDE LIBLOOM_A
 # Builds the three servers from Debian's memcached 1.6.18 (fetch.sh), each
 # configured as debian/rules does (--enable-sasl --enable-tls, the
 # hardening=+all build flags of dpkg-buildflags), out of tree:
@@ -10,9 +10,9 @@
 # pristine one with patches/series applied and src/ linked in.
 set -euo pipefail
 
-build=${1:?usage: build.sh BUILD_DIR LOOM_INCLUDE LOOM_LIB_DIR}
-loom_inc=${2:?}
-loom_lib=${3:?}
+build=${1:?usage: build.sh BUILD_DIR LOOM_INCLUDE LIBLOOM_A}
+loom_inc=$(cd "${2:?}" && pwd)
+loom_lib=$(cd "$(dirname "${3:?}")" && pwd)/$(basename "$3")
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$build/bin"
 build=$(cd "$build" && pwd)
@@ -68,11 +68,11 @@ fi
 port_build() {  # port_build DIR NAME EXTRA_CFLAGS EXTRA_LIBS
   local dir=$1 name=$2 extra_cflags=$3 extra_libs=$4 cflags libs objs=() f o
   configure "$dir" "$port"
-  cflags="$(make_var "$dir" CFLAGS) $extra_cflags"
+  cflags="$(make_var "$dir" CFLAGS) -I$here/src $extra_cflags"
   libs="$(make_var "$dir" LIBS)"
   for f in "$here"/src/*.c; do
     o=$dir/port-$(basename "${f%.c}").o
-    gcc $cflags $CPPFLAGS -DHAVE_CONFIG_H -I"$dir" -I"$port" -I"$here/src" -c "$f" -o "$o" ||
+    gcc $cflags $CPPFLAGS -DHAVE_CONFIG_H -I"$dir" -I"$port" -c "$f" -o "$o" ||
       { echo "build.sh: $f failed for $name" >&2; exit 1; }
     objs+=("$o")
   done
@@ -83,7 +83,10 @@ port_build() {  # port_build DIR NAME EXTRA_CFLAGS EXTRA_LIBS
   echo "memcached-port: $build/bin/$name"
 }
 
-loom_cflags="-I$loom_inc -include loom/pthread.h -DLOOM_PTHREAD_IO -DMC_PORT_LOOM"
-loom_libs="-L$loom_lib -Wl,-rpath,$loom_lib -lloom"
+# config.h defines _GNU_SOURCE, but after the forced header read the system
+# headers: give it on the command line too (loom/pthread.h says why).
+loom_cflags="-D_GNU_SOURCE=1 -I$loom_inc -include loom/pthread.h -DLOOM_PTHREAD_IO -DMC_PORT_LOOM"
+# libloom.a: the binary runs without LD_LIBRARY_PATH or an rpath into build/.
+loom_libs="$loom_lib -lboost_context -lhwloc -lstdc++ -lm"
 port_build "$build/loom" loom-memcached "$loom_cflags" "$loom_libs"
 port_build "$build/tpc" memcached-tpc "-DMC_PORT_KTHREADS" ""

@@ -1,0 +1,252 @@
+/* mc_port.c — memcached with one thread per connection.
+ *
+ * The same file builds loom-memcached (compiled through loom/pthread.h with
+ * LOOM_PTHREAD_IO: every pthread here is a fibre, poll and usleep block the
+ * fibre) and memcached-tpc (plain pthreads: kernel threads). The only
+ * difference is mc_port_init's processor count under loom.
+ *
+ * The rule for LIBEVENT_THREAD. A worker's LIBEVENT_THREAD holds caches used
+ * without locks (read buffers, response objects, the LRU bump buffer, its
+ * logger). In vanilla memcached one kernel thread runs all of that worker's
+ * connections, so they never run at once. Here each worker has a gate (a
+ * mutex): a connection's thread holds its worker's gate while memcached's
+ * state machine runs for it, and the worker's own thread holds it while it
+ * serves its notify pipe. So at most one state machine per worker runs at a
+ * time, as in vanilla, whatever processor or kernel thread it runs on; and a
+ * worker told to pause (pause_threads: hash expansion, slab rebalancing)
+ * blocks in memcached's register_thread_initialized holding its gate, which
+ * stops its connections as vanilla's paused worker does. Between runs a
+ * connection holds nothing and waits for its socket with poll.
+ *
+ * Listening connections have no worker; they share one accept gate, which
+ * the one-second clock tick takes too (vanilla runs both on its main
+ * thread). */
+#include "config.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "memcached.h"
+#include "mc_port.h"
+
+#ifdef MC_PORT_LOOM
+#define MC_PORT_NAME "loom-memcached"
+#else
+#define MC_PORT_NAME "memcached-tpc"
+#endif
+
+/* memcached.c (patched to drop `static`): false while accepting is paused
+ * because a descriptor limit was hit (EMFILE). */
+extern volatile bool allow_new_conns;
+
+/* Stacks of connection threads: memcached's state machine with OpenSSL's
+ * handshake and SASL under it (64 KiB, loom's default, is too tight). */
+#define MC_PORT_STACK (256 * 1024)
+
+static pthread_mutex_t *gates; /* one per worker, by index */
+static int ngates;
+static pthread_mutex_t accept_gate = PTHREAD_MUTEX_INITIALIZER;
+static pthread_key_t worker_key; /* the worker a thread serves, if it is one */
+static pthread_attr_t conn_attr;
+
+static pthread_mutex_t *gate_of(LIBEVENT_THREAD *t) {
+    if (t == NULL) return &accept_gate;
+    return &gates[t - get_worker_thread(0)];
+}
+
+void mc_port_init(int nthreads, void *storage) {
+    if (storage != NULL) {
+        fprintf(stderr, "%s: extstore (-o ext_path) is not supported by the thread-per-connection port:"
+                " its IO threads hand connections back through the worker's event loop, which the port"
+                " replaces\n", MC_PORT_NAME);
+        exit(EX_USAGE);
+    }
+#ifdef MC_PORT_LOOM
+    /* -t N: N processors run everything memcached starts from here on
+     * (fibres are made in their creator's cluster). */
+    if (loom_cluster_processors(loom_cluster_default()) != (size_t)nthreads) {
+        loom_cluster_t *cl;
+        int rc = loom_cluster_create(&cl, (size_t)nthreads);
+        if (rc == 0) rc = loom_migrate(cl);
+        if (rc != 0) {
+            fprintf(stderr, "%s: cannot make %d loom processors for -t: %s\n", MC_PORT_NAME, nthreads,
+                    strerror(rc));
+            exit(EX_OSERR);
+        }
+    }
+#endif
+    ngates = nthreads;
+    gates = calloc((size_t)nthreads, sizeof(*gates));
+    if (gates == NULL) {
+        fprintf(stderr, "%s: out of memory\n", MC_PORT_NAME);
+        exit(EX_OSERR);
+    }
+    for (int i = 0; i < nthreads; i++) pthread_mutex_init(&gates[i], NULL);
+    pthread_key_create(&worker_key, NULL);
+    pthread_attr_init(&conn_attr);
+    pthread_attr_setdetachstate(&conn_attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&conn_attr, MC_PORT_STACK);
+}
+
+int mc_port_conn_timeouts(void) { return 1; }
+
+struct conn_start {
+    conn *c;
+    LIBEVENT_THREAD *worker; /* NULL for a listening connection */
+    void (*handler)(evutil_socket_t, short, void *);
+};
+
+/* Waits for what the state machine asked for. 1: ready, 0: idle timeout,
+ * -1: the descriptor is gone. */
+static int wait_conn(conn *c, short flags, int timeout_ms) {
+    struct pollfd p = {.fd = c->sfd, .events = 0};
+    if (flags & EV_READ) p.events |= POLLIN;
+    if (flags & EV_WRITE) p.events |= POLLOUT;
+    for (;;) {
+        int n = poll(&p, 1, timeout_ms);
+        if (n > 0) return (p.revents & POLLNVAL) ? -1 : 1;
+        if (n == 0) return 0;
+        if (errno != EINTR) return -1;
+    }
+}
+
+/* A listening connection whose accepting was paused (EMFILE: memcached set
+ * its flags to 0) resumes once a connection closes, checked every 10 ms as
+ * vanilla's maxconns_handler does. */
+static void wait_accepting(conn *c) {
+    while (c->ev_flags == 0) {
+        if (allow_new_conns) {
+            pthread_mutex_lock(&accept_gate);
+            if (c->ev_flags == 0) accept_new_conns(true);
+            pthread_mutex_unlock(&accept_gate);
+        } else {
+            usleep(10000);
+        }
+    }
+}
+
+static void *conn_main(void *arg) {
+    struct conn_start s = *(struct conn_start *)arg;
+    free(arg);
+    conn *c = s.c;
+    pthread_mutex_t *gate = gate_of(s.worker);
+    if (s.worker != NULL) pthread_setspecific(logger_key, s.worker->l);
+
+    /* The starter may still be setting the connection up (the worker sets
+     * c->thread after conn_new returns): look at it under the gate. */
+    pthread_mutex_lock(gate);
+    short flags = c->ev_flags;
+    bool gone = c->state == conn_closed;
+    pthread_mutex_unlock(gate);
+
+    while (!gone) {
+        int timeout_ms = -1;
+        if (s.worker != NULL && settings.idle_timeout > 0 && !IS_UDP(c->transport)) {
+            rel_time_t idle = current_time - c->last_cmd_time;
+            int left = (int)settings.idle_timeout - (int)idle + 1;
+            timeout_ms = (left > 0 ? left : 1) * 1000;
+        }
+        if (s.worker == NULL && flags == 0) {
+            wait_accepting(c);
+            flags = c->ev_flags;
+            continue;
+        }
+        int r = wait_conn(c, flags, timeout_ms);
+        pthread_mutex_lock(gate);
+        if (r == 0) {
+            conn_close_idle(c); /* closes it if idle long enough */
+        } else {
+            short which = 0;
+            if (flags & EV_READ) which |= EV_READ;
+            if (flags & EV_WRITE) which |= EV_WRITE;
+            s.handler(c->sfd, which, c);
+        }
+        /* Closed, or handed to the logger (watch) or the crawler
+         * (metadump), which give it back through conn_worker_readd. */
+        gone = c->state == conn_closed || c->state == conn_watch || c->state == conn_io_queue;
+        flags = c->ev_flags;
+        pthread_mutex_unlock(gate);
+        if (r < 0 && !gone) {
+            /* poll failed on a live connection: close it as a failed read would. */
+            pthread_mutex_lock(gate);
+            if (c->state != conn_closed) {
+                conn_set_state(c, conn_closing);
+                s.handler(c->sfd, EV_READ, c);
+            }
+            gone = true;
+            pthread_mutex_unlock(gate);
+        }
+    }
+    return NULL;
+}
+
+int mc_port_conn_start(conn *c, void (*handler)(evutil_socket_t, short, void *)) {
+    struct conn_start *s = malloc(sizeof(*s));
+    if (s == NULL) {
+        perror("malloc");
+        return -1;
+    }
+    s->c = c;
+    s->worker = c->state == conn_listening ? NULL : pthread_getspecific(worker_key);
+    s->handler = handler;
+    pthread_t t;
+    int rc = pthread_create(&t, &conn_attr, conn_main, s);
+    if (rc != 0) {
+        fprintf(stderr, "%s: cannot start a thread for connection %d: %s\n", MC_PORT_NAME, c->sfd, strerror(rc));
+        free(s);
+        return -1;
+    }
+    return 0;
+}
+
+void mc_port_worker_loop(LIBEVENT_THREAD *me) {
+    pthread_mutex_t *gate = gate_of(me);
+    pthread_setspecific(worker_key, me);
+#ifdef HAVE_EVENTFD
+    int fd = me->notify_event_fd;
+#else
+    int fd = me->notify_receive_fd;
+#endif
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    for (;;) {
+        if (poll(&p, 1, -1) < 0) {
+            if (errno == EINTR) continue;
+            perror("mc_port: poll on a worker's notify pipe");
+            abort();
+        }
+        /* libevent runs thread_libevent_process for the pipe without
+         * waiting (the pipe is readable). A non-blocking loop goes on while
+         * callbacks were active, so it also fires the zero timer that
+         * event_base_loopexit (queue_stop) leaves, and ends with got_exit
+         * set. Only one call: the next would clear it. */
+        pthread_mutex_lock(gate);
+        event_base_loop(me->base, EVLOOP_NONBLOCK);
+        bool stop = event_base_got_exit(me->base);
+        pthread_mutex_unlock(gate);
+        if (stop) return;
+    }
+}
+
+void mc_port_main_loop(volatile int *stop, void (*tick)(evutil_socket_t, short, void *)) {
+    struct timespec next, now;
+    clock_gettime(CLOCK_MONOTONIC, &next);
+    next.tv_sec += 1;
+    while (!*stop) {
+        usleep(20000);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > next.tv_sec || (now.tv_sec == next.tv_sec && now.tv_nsec >= next.tv_nsec)) {
+            pthread_mutex_lock(&accept_gate);
+            tick(0, 0, NULL);
+            pthread_mutex_unlock(&accept_gate);
+            next = now;
+            next.tv_sec += 1;
+        }
+    }
+}
