@@ -6,6 +6,8 @@
 #   BUILD_DIR/vanilla/   the pristine tree            -> bin/memcached-vanilla
 #   BUILD_DIR/loom/      patched tree, fibres (loom)  -> bin/loom-memcached
 #   BUILD_DIR/tpc/       patched tree, kernel threads -> bin/memcached-tpc
+# and each one's memcached-debug (-DMEMCACHED_DEBUG: the debug commands and
+# options upstream's t/*.t use) as bin/<name>-debug.
 # The patched tree is BUILD_DIR/memcached-1.6.18-port: a copy of the
 # pristine one with patches/series applied and src/ linked in.
 set -euo pipefail
@@ -43,9 +45,10 @@ install_bin() {  # install_bin FILE NAME: replace only when changed
 
 # ---- memcached-vanilla ---------------------------------------------------
 configure "$build/vanilla" "$src"
-make -C "$build/vanilla" -j"$jobs" memcached >"$build/vanilla/make.log" 2>&1 ||
+make -C "$build/vanilla" -j"$jobs" memcached memcached-debug >"$build/vanilla/make.log" 2>&1 ||
   { tail -30 "$build/vanilla/make.log" >&2; echo "build.sh: memcached-vanilla failed" >&2; exit 1; }
 install_bin "$build/vanilla/memcached" memcached-vanilla
+install_bin "$build/vanilla/memcached-debug" memcached-vanilla-debug
 echo "memcached-port: $build/bin/memcached-vanilla"
 [ "${MC_PORT_VANILLA_ONLY:-}" = 1 ] && exit 0
 
@@ -76,10 +79,11 @@ port_build() {  # port_build DIR NAME EXTRA_CFLAGS EXTRA_LIBS
       { echo "build.sh: $f failed for $name" >&2; exit 1; }
     objs+=("$o")
   done
-  rm -f "$dir/memcached"
-  make -C "$dir" -j"$jobs" memcached CFLAGS="$cflags" LIBS="${objs[*]} $libs $extra_libs" >"$dir/make.log" 2>&1 ||
+  rm -f "$dir/memcached" "$dir/memcached-debug"
+  make -C "$dir" -j"$jobs" memcached memcached-debug CFLAGS="$cflags" LIBS="${objs[*]} $libs $extra_libs" >"$dir/make.log" 2>&1 ||
     { tail -30 "$dir/make.log" >&2; echo "build.sh: $name failed" >&2; exit 1; }
   install_bin "$dir/memcached" "$name"
+  install_bin "$dir/memcached-debug" "$name-debug"
   echo "memcached-port: $build/bin/$name"
 }
 
