@@ -79,3 +79,18 @@ int loom_migrate(loom_cluster_t* to) {
 int loom_processor_index(void) { return this_fibre::processor_index(); }
 
 }  // extern "C"
+
+int loom_stats_get(const loom_cluster_t* c, int processor, loom_stats_t* out) {
+  if (!out) return EINVAL;
+  const Cluster& cl = c ? *of(c) : Cluster::current();
+  if (processor < -1 || (processor >= 0 && std::size_t(processor) >= cl.processors())) return EINVAL;
+  ClusterStats s = processor < 0 ? cl.stats() : cl.processor_stats(std::size_t(processor));
+#define LOOM_STATS_COPY(field, description) out->field = s.field;
+  LOOM_STATS_FIELDS(LOOM_STATS_COPY)
+#undef LOOM_STATS_COPY
+  out->stack_bytes = s.stack_bytes;
+  return 0;
+}
+
+void loom_stats_print(FILE* out) { print_stats(out ? out : stderr); }
+void loom_dump_fibres(FILE* out) { dump_fibres(out ? out : stderr); }

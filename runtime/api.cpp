@@ -32,6 +32,7 @@ Cluster* default_facade = nullptr;
 void rt::boot_runtime() {
   rt::install_overflow_handler();
   rt::io_boot();
+  rt::stats_boot();
   loom::SchedConfig config = loom::SchedConfig::from_env();
   std::size_t n = rt::env_size("LOOM_PROCESSORS", rt::usable_cpus(), 1, rt::Cluster::kMaxProcessors);
   auto* c = new rt::Cluster(config, cluster_ids.fetch_add(1));
@@ -100,6 +101,7 @@ std::size_t Cluster::processors() const { return impl_->size(); }
 unsigned Cluster::id() const { return impl_->id(); }
 const SchedConfig& Cluster::config() const { return impl_->config(); }
 ClusterStats Cluster::stats() const { return impl_->stats(); }
+ClusterStats Cluster::processor_stats(std::size_t i) const { return impl_->processor_stats(i); }
 
 // ---- Fibre ---------------------------------------------------------------------
 

@@ -11,6 +11,11 @@ trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 pc=$(find "$tmp/prefix" -name loom.pc)
 [ -n "$pc" ] || { echo "install_test: no loom.pc installed"; exit 1; }
+gdbpy=$(find "$tmp/prefix" -path "*/gdb/auto-load/*" -name "libloom.so.*-gdb.py")
+case "$gdbpy" in
+  *"$tmp/prefix/"*"/gdb/auto-load$tmp/prefix/"*) ;;
+  *) echo "install_test: no auto-loadable gdb script beside the library's full path (found: '$gdbpy')"; exit 1 ;;
+esac
 export PKG_CONFIG_PATH=$(dirname "$pc")
 
 for h in "$src"/include/loom/*.hpp; do

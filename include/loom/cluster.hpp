@@ -8,9 +8,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdio>
 #include <cstdint>
 
 #include "loom/config.hpp"
+#include "loom/detail/stats_fields.h"
 
 namespace loom {
 
@@ -19,13 +21,19 @@ class Cluster;
 void boot_runtime();
 }
 
-// Counters a cluster keeps; cheap enough to be always on. Read with
-// Cluster::stats(); values are sums over the cluster's processors.
+// Counters a cluster keeps, always on and cheap: each processor counts on
+// a cache line of its own (the list, with what each counts, is
+// loom/detail/stats_fields.h). Read with Cluster::stats() (sums over the
+// cluster's processors, and what was counted off them) or
+// Cluster::processor_stats(i); loom::print_stats (loom/loom.hpp) prints the
+// tables, and so do LOOM_STATS=1 at exit and LOOM_STATS_SIGNAL=SIGUSR2 on
+// that signal. Values are read without stopping anyone: a table taken while
+// the program runs is a moment's approximation.
 struct ClusterStats {
-  std::uint64_t steals = 0;        // fibres taken from another processor
-  std::uint64_t sticky_steals = 0; // ... whose affinity moved to the thief
-  std::uint64_t sleeps = 0;        // times a processor slept on its semaphore
-  std::uint64_t wakes = 0;         // times a processor was woken
+#define LOOM_STATS_MEMBER(field, description) std::uint64_t field = 0;
+  LOOM_STATS_FIELDS(LOOM_STATS_MEMBER)
+#undef LOOM_STATS_MEMBER
+  std::uint64_t stack_bytes = 0;  // bytes of fibre stacks mapped now, process-wide
 };
 
 class Cluster {
@@ -53,6 +61,8 @@ class Cluster {
   unsigned id() const;
   const SchedConfig& config() const;
   ClusterStats stats() const;
+  // Processor i's own counters (i < processors()).
+  ClusterStats processor_stats(std::size_t i) const;
 
   rt::Cluster& impl() { return *impl_; }
 
@@ -62,5 +72,18 @@ class Cluster {
   rt::Cluster* impl_;
   bool owned_;
 };
+
+// The calling fibre's cluster's counters (the default cluster's on a kernel
+// thread that is not a processor).
+ClusterStats stats();
+// Every live cluster's table to `out`: each counter's total and its value
+// per processor (the first 16), with what it counts.
+void print_stats(std::FILE* out = stderr);
+// Every live fibre, one line each: id, name, state (running, ready, or
+// blocked on what: mutex, condvar, semaphore, rwlock, barrier, join, fd and
+// direction, sleep...), cluster, processor, stack size, stack in use (a
+// fibre not running), and its deepest use with LOOM_STACK_WATERMARK=1.
+// LOOM_DUMP_SIGNAL=SIGUSR1 prints it on that signal.
+void dump_fibres(std::FILE* out = stderr);
 
 }  // namespace loom

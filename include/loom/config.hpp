@@ -84,6 +84,10 @@ struct SchedConfig {
   // Pin each processor's kernel thread to its PU (Processor::pu(), handed out
   // round robin over the machine's PUs in processor creation order).
   bool pin = false;
+  // Stall detector (LOOM_STALL_MS): report a fibre that holds a processor
+  // longer than this many milliseconds without a scheduling point, with its
+  // backtrace, or that sits in a plain blocking system call. 0 = off.
+  unsigned stall_ms = 0;
 
   // The defaults above, overridden by LOOM_* variables that are set.
   static SchedConfig from_env();

@@ -78,6 +78,8 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include "loom/detail/stats_fields.h"
+
 #ifdef __cplusplus
 extern "C" {
 #define LOOM_RESTRICT __restrict
@@ -570,6 +572,29 @@ int loom_migrate(loom_cluster_t* to);
 /* The index of the calling fibre's processor within its cluster, or -1 on a
  * kernel thread that is not a processor. */
 int loom_processor_index(void);
+
+/* ---- statistics ----------------------------------------------------------------------
+ * The runtime's counters, always on (loom/cluster.hpp says how they are kept;
+ * loom/detail/stats_fields.h lists what each counts). LOOM_STATS=1 prints
+ * every cluster's table at exit, LOOM_STATS_SIGNAL=SIGUSR2 (any catchable
+ * signal, by name or number) whenever that signal arrives. */
+typedef struct loom_stats {
+#define LOOM_STATS_C_MEMBER(field, description) uint64_t field;
+  LOOM_STATS_FIELDS(LOOM_STATS_C_MEMBER)
+#undef LOOM_STATS_C_MEMBER
+  uint64_t stack_bytes; /* bytes of fibre stacks mapped now, process-wide */
+} loom_stats_t;
+
+/* `cluster`'s counters (null: the caller's cluster): summed over its
+ * processors when `processor` is -1, else that processor's own. EINVAL:
+ * stats null, or processor neither -1 nor below the processor count. */
+int loom_stats_get(const loom_cluster_t* cluster, int processor, loom_stats_t* stats);
+/* Every live cluster's table to `out` (null: stderr). */
+void loom_stats_print(FILE* out);
+/* Every live fibre to `out` (null: stderr): id, name, state (running, ready,
+ * blocked on what), cluster, processor, stack size and use (loom::dump_fibres;
+ * LOOM_DUMP_SIGNAL=SIGUSR1 prints it on that signal). */
+void loom_dump_fibres(FILE* out);
 
 /* ---- colors --------------------------------------------------------------------------
  * loom/color.hpp as C. A color is a 32-bit mutual-exclusion domain of a

@@ -334,6 +334,7 @@ void ColorLayer::run(ColorCore& me) {
       me.lock.unlock();
       if (stop) return;
       if (reap_now) reap(me);
+      note_wait(WaitKind::runtime, nullptr);
       this_processor()->suspend(&post_park, &me);
       continue;
     }

@@ -8,6 +8,12 @@
 
 namespace loom::rt {
 
+namespace {
+std::atomic<std::size_t> mapped_bytes{0};
+}  // namespace
+
+std::size_t stack_bytes_mapped() noexcept { return mapped_bytes.load(std::memory_order_relaxed); }
+
 Stack stack_allocate(std::size_t size) {
   size = (size + kGuardSize - 1) & ~(kGuardSize - 1);
   void* p = mmap(nullptr, size + kGuardSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
@@ -20,6 +26,7 @@ Stack stack_allocate(std::size_t size) {
   s.base = static_cast<char*>(p);
   s.size = size;
   s.valgrind_id = tools_register_stack(s.lo(), s.hi());
+  mapped_bytes.fetch_add(size, std::memory_order_relaxed);
   return s;
 }
 
@@ -30,6 +37,7 @@ void stack_release(Stack& s) noexcept {
   // next mmap may return the same range to another fibre.
   sanitizer_unpoison(s.lo(), s.size);
   munmap(s.base, s.size + kGuardSize);
+  mapped_bytes.fetch_sub(s.size, std::memory_order_relaxed);
   s = Stack{};
 }
 
@@ -58,9 +66,11 @@ Stack StackCache::get(std::size_t size) {
       slots_.pop_back();
       // The previous fibre's frames left ASan poison behind.
       sanitizer_unpoison(s.lo(), s.size);
+      hits_.store(hits_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       return s;
     }
   }
+  misses_.store(misses_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   return stack_allocate(size);
 }
 

@@ -14,7 +14,9 @@
 // memory returns to its baseline once a burst of fibres is over.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace loom::rt {
@@ -39,6 +41,9 @@ struct Stack {
 // refuses the mapping (out of memory or vm.max_map_count reached).
 Stack stack_allocate(std::size_t size);
 void stack_release(Stack& s) noexcept;
+// Bytes of stacks mapped now (usable sizes, guard pages not counted),
+// process-wide: kept beside the mmap and munmap calls, off the cached path.
+std::size_t stack_bytes_mapped() noexcept;
 
 class StackCache {
  public:
@@ -52,9 +57,14 @@ class StackCache {
   void trim(std::size_t keep) noexcept;  // releases all but `keep`
   void clear() noexcept;                 // releases everything, slots too
   std::size_t cached() const { return slots_.size(); }
+  // get()s served from the cache and by a new mapping (statistics).
+  std::uint64_t hits() const { return hits_.load(std::memory_order_relaxed); }
+  std::uint64_t misses() const { return misses_.load(std::memory_order_relaxed); }
 
  private:
   std::vector<Stack> slots_;  // reserved to kCapacity on first use
+  // Written by the owning processor only, read by anyone.
+  std::atomic<std::uint64_t> hits_{0}, misses_{0};
 };
 
 }  // namespace loom::rt

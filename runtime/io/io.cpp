@@ -150,8 +150,8 @@ long wait_and_retry(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeo
     r = -errno;
   } else {
     for (;;) {
-      Processor* here = this_processor();  // the owner: a plain increment
-      here->io_blocks.store(here->io_blocks.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      this_processor()->counters.add(Stat::io_blocks);
+      note_wait(side == kIn ? WaitKind::fd_in : WaitKind::fd_out, reinterpret_cast<const void*>(std::intptr_t(fd)));
       int rc = s.ready.wait(d);
       if (e.gen.load(std::memory_order_acquire) != gen) {
         r = -EBADF;
@@ -163,6 +163,7 @@ long wait_and_retry(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeo
       }
       r = syscall_op(op);
       if (r != -EAGAIN) break;
+      this_processor()->counters.add(Stat::spurious);
     }
   }
   s.turn.unlock();
@@ -552,10 +553,11 @@ Stats stats() {
   rt::Cluster& c = p->cluster();
   rt::IoState* io = c.io.load(std::memory_order_acquire);
   if (!io) return s;
-  s.registrations = io->registrations.load(std::memory_order_relaxed);
-  for (std::size_t i = 0, n = c.size(); i < n; ++i) s.blocks += c.processor(i)->io_blocks.load(std::memory_order_relaxed);
-  s.polls = io->polls.load(std::memory_order_relaxed);
-  s.events = io->events.load(std::memory_order_relaxed);
+  loom::ClusterStats all = c.stats();
+  s.registrations = all.registrations;
+  s.blocks = all.io_blocks;
+  s.polls = all.poller_wakeups;
+  s.events = all.poller_events;
   return s;
 }
 

@@ -37,6 +37,7 @@ void* offload_enter() {
   Cluster* home = p->current()->cluster;
   loom::Cluster& off = offload_cluster();
   if (home == &off.impl()) return nullptr;
+  p->counters.add(Stat::offloads);
   this_fibre::migrate(off);
   return home;
 }

@@ -215,8 +215,8 @@ class WatchSet {
       Deadline s = now_ns() + kSliceNs;
       if (w == kForever || s < w) w = s;
     }
-    Processor* here = this_processor();  // the owner: a plain increment
-    here->io_blocks.store(here->io_blocks.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    this_processor()->counters.add(Stat::io_blocks);
+    note_wait(WaitKind::poll, nullptr);
     if (sliced_ && !entry_->registered.load(std::memory_order_acquire)) {
       loom::this_fibre::sleep_until(Clock::time_point(std::chrono::nanoseconds(w)));
       return ETIMEDOUT;

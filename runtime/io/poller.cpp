@@ -55,8 +55,10 @@ void deliver(IoState& s, const epoll_event* ev, int n) {
     if (m & (EPOLLOUT | EPOLLHUP | EPOLLERR)) e->out.ready.post();
     ++delivered;
   }
-  s.polls.fetch_add(1, std::memory_order_relaxed);
-  s.events.fetch_add(delivered, std::memory_order_relaxed);
+  if (delivered) {  // (a return for the wake-up eventfd alone is not counted)
+    count(*s.cluster, Stat::poller_wakeups);
+    count(*s.cluster, Stat::poller_events, unsigned(delivered));
+  }
 }
 
 // ---- poller threads ------------------------------------------------------------
@@ -168,7 +170,10 @@ void poller_fibre_main(void* arg) {
       continue;
     }
     if (n < 0 && errno != EINTR) die("epoll_wait (poller fibre)");
-    if (n == 0) this_processor()->suspend(&post_park, &s);
+    if (n == 0) {
+      note_wait(WaitKind::runtime, nullptr);
+      this_processor()->suspend(&post_park, &s);
+    }
   }
 }
 
@@ -244,7 +249,7 @@ bool io_register(IoState& s, int fd, FdEntry& e) {
   if (epoll_ctl(s.epfd, EPOLL_CTL_ADD, fd, &ev) != 0 && errno != EEXIST) return false;
   IoState* none = nullptr;
   if (e.registered.compare_exchange_strong(none, &s, std::memory_order_acq_rel))
-    s.registrations.fetch_add(1, std::memory_order_relaxed);
+    count(*s.cluster, Stat::registrations);
   return true;
 }
 

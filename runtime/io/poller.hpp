@@ -83,10 +83,6 @@ struct IoState final : Extension {
   WakeFlag idle_signal;  // opportunistic: a processor went idle
   std::atomic<Fibre*> parked{nullptr};  // fibre poller: parked, awaiting the master
   loom::Fibre* poller_handle = nullptr;  // fibre poller: joined at shutdown
-
-  // Written by whoever registers or polls: a cache line of their own, apart
-  // from the fields every I/O call reads. (Blocks are counted per processor.)
-  alignas(64) std::atomic<unsigned long long> registrations{0}, polls{0}, events{0};
 };
 
 // The cluster's I/O state, created with its poller on first use.

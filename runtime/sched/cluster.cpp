@@ -5,14 +5,29 @@
 
 namespace loom::rt {
 
+// Every cluster ever made, newest first (they are type-stable). Named, not in
+// an anonymous namespace: the gdb extension (scripts/gdb/loom.py) starts
+// here.
+std::atomic<Cluster*> every_cluster{nullptr};
+
+namespace {
+Counters off_processors;  // counted on kernel threads that are not processors, no cluster named
+}  // namespace
+
+Cluster* Cluster::first() { return every_cluster.load(std::memory_order_acquire); }
+
 Cluster::Cluster(const SchedConfig& config, unsigned id)
     : config_(config), id_(id), staging_(QueueKind::nemesis), background_(QueueKind::nemesis), shared_(QueueKind::locked) {
+  Cluster* head = every_cluster.load(std::memory_order_relaxed);
+  do next_made_ = head;
+  while (!every_cluster.compare_exchange_weak(head, this, std::memory_order_release, std::memory_order_relaxed));
   policy_ = make_steal_policy(config_.steal_policy);
   if (!policy_) {
     std::fprintf(stderr, "loom: cluster %u: unknown steal policy '%s'; using longest-busy\n", id, config_.steal_policy.c_str());
     config_.steal_policy = "longest-busy";
     policy_ = make_steal_policy(config_.steal_policy);
   }
+  if (config_.stall_ms) stall_watch();
 }
 
 namespace {
@@ -94,6 +109,7 @@ Fibre* Cluster::steal(Processor& thief, bool wait) {
   }
   if (n == 0) return nullptr;
   n = policy_->order(thief, victims, n);
+  thief.counters.add(Stat::steal_tries);
   for (std::size_t i = 0; i < n; ++i) {
     std::size_t length = 0;
     Fibre* got[kStealBatch];
@@ -107,12 +123,13 @@ Fibre* Cluster::steal(Processor& thief, bool wait) {
       else
         got[kept++] = got[j];
     if (!(k = kept)) continue;
-    thief.steals.store(thief.steals.load(std::memory_order_relaxed) + k, std::memory_order_relaxed);
+    thief.counters.add(Stat::steal_hits);
+    thief.counters.add(Stat::steals, k);
     // Transient by default: the fibres keep their affinity and go home when
     // they next block. Past the threshold the victim is overloaded: stay.
     if (config_.sticky_threshold && length >= config_.sticky_threshold) {
       for (std::size_t j = 0; j < k; ++j) got[j]->affinity = &thief;
-      thief.sticky_steals.store(thief.sticky_steals.load(std::memory_order_relaxed) + k, std::memory_order_relaxed);
+      thief.counters.add(Stat::sticky_steals, k);
     }
     for (std::size_t j = 1; j < k; ++j) thief.push_local(got[j]);
     return got[0];
@@ -241,7 +258,7 @@ void Cluster::add_timer(TimerNode* n) {
 }
 
 void Cluster::fire_timers() {
-  if (timers.pending()) timers.fire(now_ns());
+  if (timers.pending()) timers.fire(now_ns(), *this);
 }
 
 bool Cluster::claim_keeper(Processor& p) {
@@ -254,17 +271,52 @@ void Cluster::release_keeper(Processor& p) {
   keeper_.compare_exchange_strong(me, nullptr, std::memory_order_seq_cst);
 }
 
+namespace {
+
+void add_up(ClusterStats& s, const Counters& c) {
+#define LOOM_STATS_ADD(field, description) s.field += c.get(Stat::field);
+  LOOM_STATS_FIELDS(LOOM_STATS_ADD)
+#undef LOOM_STATS_ADD
+}
+
+void add_processor(ClusterStats& s, const Processor& p) {
+  add_up(s, p.counters);
+  s.wakes += p.wakes.load(std::memory_order_relaxed);
+  s.stack_hits += p.stack_cache_hits();
+  s.stack_misses += p.stack_cache_misses();
+}
+
+}  // namespace
+
 ClusterStats Cluster::stats() const {
   ClusterStats s;
-  std::size_t n = size();
-  for (std::size_t i = 0; i < n; ++i) {
-    Processor* p = processor(i);
-    s.steals += p->steals.load(std::memory_order_relaxed);
-    s.sticky_steals += p->sticky_steals.load(std::memory_order_relaxed);
-    s.sleeps += p->sleeps.load(std::memory_order_relaxed);
-    s.wakes += p->wakes.load(std::memory_order_relaxed);
-  }
+  add_up(s, shared_counters);
+  if (id_ == 0) add_up(s, off_processors);  // the default cluster's
+  for (std::size_t i = 0, n = size(); i < n; ++i) add_processor(s, *processor(i));
+  s.stack_bytes = stack_bytes_mapped();
   return s;
+}
+
+ClusterStats Cluster::processor_stats(std::size_t i) const {
+  ClusterStats s;
+  if (i < size()) add_processor(s, *processor(i));
+  s.stack_bytes = stack_bytes_mapped();
+  return s;
+}
+
+void count(Cluster& c, Stat s, std::uint64_t n) noexcept {
+  Processor* p = this_processor();
+  if (p && &p->cluster() == &c)
+    p->counters.add(s, n);
+  else
+    c.shared_counters.add_shared(s, n);
+}
+
+void count(Stat s, std::uint64_t n) noexcept {
+  if (Processor* p = this_processor())
+    p->counters.add(s, n);
+  else
+    off_processors.add_shared(s, n);
 }
 
 }  // namespace loom::rt

@@ -98,9 +98,19 @@ class Cluster {
   std::atomic<ColorLayer*> color{nullptr};              // color queues and runners
   alignas(64) std::atomic<long> fibres{0};  // live fibres that belong to this cluster
   loom::Cluster* facade = nullptr;  // the public object for this cluster
+  // Counted off the cluster's processors (sched/stats.hpp).
+  alignas(64) Counters shared_counters;
+  LiveFibres live_foreign;  // fibres started off its processors
+  // Sums over the processors and the shared block; one processor's own.
   ClusterStats stats() const;
+  ClusterStats processor_stats(std::size_t i) const;
+  // Every cluster ever made, newest first (a destroyed one stays, with no
+  // facade): for the statistics tables.
+  static Cluster* first();
+  Cluster* next_made() const { return next_made_; }
 
  private:
+  Cluster* next_made_ = nullptr;
   void list_remove(Processor& p);
   void list_append(Processor& p, ListState s);
 

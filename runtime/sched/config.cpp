@@ -44,6 +44,7 @@ SchedConfig SchedConfig::from_env() {
   c.lazy_register = env_bool("LOOM_LAZY_REGISTER", c.lazy_register);
   c.yield_before_read = env_bool("LOOM_YIELD_BEFORE_READ", c.yield_before_read);
   c.pin = env_bool("LOOM_PIN", c.pin);
+  c.stall_ms = unsigned(env_size("LOOM_STALL_MS", c.stall_ms, 0, 3'600'000));
   return c;
 }
 
@@ -56,7 +57,7 @@ std::string SchedConfig::describe() const {
               : std::string()) +
          " lazy=" + (lazy_register ? "on" : "off") + " ybr=" + (yield_before_read ? "on" : "off") +
          // Only when on: the default summary stays what scripts and process_test compare against.
-         (pin ? " pin=on" : "");
+         (pin ? " pin=on" : "") + (stall_ms ? " stall=" + std::to_string(stall_ms) + "ms" : std::string());
 }
 
 }  // namespace loom

@@ -49,6 +49,7 @@ Fibre* create_fibre(const FibreAttr& attr, std::size_t payload, std::size_t alig
   if (payload > size / 2) throw std::length_error("loom: fibre function object larger than half its stack");
 
   Processor* p = this_processor();
+  if (!p) count(*c, Stat::stack_misses);
   Stack s = p ? p->stacks().get(size) : stack_allocate(size);
   auto* f = new (align_down(s.hi() - sizeof(Fibre), 64)) Fibre;
   char* below = reinterpret_cast<char*>(f);
@@ -71,6 +72,10 @@ void start_fibre(Fibre* f, void (*fn)(void*), void* arg) {
   f->fn = fn;
   f->arg = arg;
   f->cluster->fibres.fetch_add(1, std::memory_order_relaxed);
+  count(*f->cluster, Stat::fibres_created);
+  if (stack_watermark) stack_paint(*f);
+  live_add(f);  // before it can run (and exit)
+  if (f->held) f->wait_kind.store(WaitKind::color, std::memory_order_relaxed);  // until the layer starts it
   if (f->held && fibre_held_start_hook)
     fibre_held_start_hook(f);
   else
@@ -89,6 +94,7 @@ void release_fibre(Fibre* f) noexcept {
 void join_fibre(Fibre* f) {
   if (f->join.load(std::memory_order_acquire) != kJoinDone) {
     if (Processor* p = this_processor()) {
+      note_wait(WaitKind::join, reinterpret_cast<const void*>(std::uintptr_t(f->id)));
       p->suspend(&post_register_joiner, f);
     } else {
       // A kernel thread that is not a processor blocks on the futex.

@@ -26,6 +26,28 @@ namespace loom::rt {
 
 class Processor;
 class Cluster;
+struct LiveFibres;
+
+// What a blocked fibre waits for, for the fibre listing (loom::dump_fibres):
+// noted by the fibre just before it suspends, cleared when it runs again.
+enum class WaitKind : unsigned char {
+  none,
+  mutex,
+  condvar,
+  semaphore,
+  rwlock_read,
+  rwlock_write,
+  barrier,
+  sleep,
+  join,      // object: the fibre it joins
+  fd_in,     // object: the descriptor, as an integer
+  fd_out,
+  poll,      // poll/select/epoll_wait on the program's descriptors
+  pthread,   // a pthread object of libloom-pthread (object: its address)
+  color,     // a colored fibre waiting for its color
+  runtime,   // the runtime's own fibres (event runner, poller) between jobs
+};
+const char* to_string(WaitKind k) noexcept;
 
 inline constexpr std::uintptr_t kJoinRunning = 0;
 inline constexpr std::uintptr_t kJoinDone = 1;
@@ -53,7 +75,19 @@ class Fibre {
   // places it instead of the cluster; at exit fibre_held_exit_hook runs.
   void* held = nullptr;
   bool pinned = false;  // never stolen: stays on its affinity processor
+
+  // Diagnostics: what it waits for (WaitKind) and the live-fibre list it is
+  // on (sched/stats.hpp), from start to exit.
+  std::atomic<WaitKind> wait_kind{WaitKind::none};
+  std::atomic<const void*> wait_object{nullptr};
+  Fibre* live_prev = nullptr;
+  Fibre* live_next = nullptr;
+  LiveFibres* live_in = nullptr;
 };
+
+// The calling fibre is about to suspend waiting for `kind` (no-op on a kernel
+// thread that is not a processor).
+void note_wait(WaitKind kind, const void* object) noexcept;
 
 // Called at a fibre's exit, on the fibre, when it has key values.
 extern void (*fibre_exit_hook)(Fibre*);

@@ -1,6 +1,9 @@
 #include "sched/processor.hpp"
 #include "base/sys.hpp"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -56,6 +59,14 @@ __attribute__((noinline)) Processor* this_processor() noexcept {
   return p;
 }
 
+void note_wait(WaitKind kind, const void* object) noexcept {
+  Processor* p = tls_processor;
+  if (!p) return;
+  Fibre* f = p->current();
+  f->wait_object.store(object, std::memory_order_relaxed);
+  f->wait_kind.store(kind, std::memory_order_relaxed);
+}
+
 __attribute__((noinline)) Fibre* this_fibre_or_null() noexcept {
   Processor* p = tls_processor;
   return p ? p->current() : nullptr;
@@ -93,6 +104,7 @@ void post_exit_to_joiner(Processor&, Fibre* prev, void*) {
 
 void fibre_entry(transfer_t t) {
   Fibre* self = this_processor()->current();
+  self->wait_kind.store(WaitKind::none, std::memory_order_relaxed);
   context_arrived(self->ctx);
   after_switch(t);
   try {
@@ -104,12 +116,15 @@ void fibre_entry(transfer_t t) {
   }
   if (self->specific && fibre_exit_hook) fibre_exit_hook(self);
   if (self->held && fibre_held_exit_hook) fibre_held_exit_hook(self);
+  if (stack_watermark) report_high_water(*self);
+  live_remove(self);
   fibre_exit();
 }
 
 [[noreturn]] void fibre_exit() {
   Processor* p = this_processor();
   Fibre* self = p->current();
+  p->counters.add(Stat::fibres_finished);
   std::uintptr_t w = self->join.load(std::memory_order_acquire);
   auto* joiner = reinterpret_cast<Fibre*>(w);
   if (w > kJoinForeign && joiner->cluster == &p->cluster() && !joiner->background) {
@@ -154,6 +169,9 @@ Processor::Processor(Cluster& cluster, unsigned index, bool adopt)
     main_.id = next_fibre_id();
     cluster.fibres.fetch_add(1, std::memory_order_relaxed);
     current_ = &main_;
+    running_id.store(main_.id, std::memory_order_relaxed);
+    running_name.store(main_.name, std::memory_order_relaxed);
+    live_add(&main_);
     idle_stack_ = stack_allocate(kStackDefault);
     context_make(idle_.ctx, idle_stack_.lo(), idle_stack_.size, &processor_idle_entry);
     cluster.go_busy(*this);
@@ -177,6 +195,7 @@ void Processor::retire() {
 
 void Processor::enter_thread() {
   tls_processor = this;
+  tid = pid_t(::syscall(SYS_gettid));
   altstack_ = enter_signal_stack();
   if (cluster_->config().pin) topo::pin_current_thread(pu_);
 }
@@ -206,8 +225,12 @@ void Processor::switch_to(Fibre* next, PostFn post, void* arg, bool dying) {
   Fibre* self = current_;
   SwitchNote note{self, post, arg, this};
   current_ = next;
+  counters.add(Stat::switches);
+  running_id.store(next->id, std::memory_order_relaxed);
+  running_name.store(next->name, std::memory_order_relaxed);
   transfer_t t = context_jump(self->ctx, next->ctx, &note, dying);
   // Resumed, perhaps on another kernel thread: `this` is stale from here.
+  self->wait_kind.store(WaitKind::none, std::memory_order_relaxed);
   context_arrived(self->ctx);
   after_switch(t);
 }
@@ -241,6 +264,7 @@ void post_leave_queue(Processor& here, Fibre*, void*) { here.ready_queue().consu
 
 void Processor::yield() {
   Fibre* self = current_;
+  counters.add(Stat::yields);
   // Fast path, for a plain fibre on its own Nemesis queue: queue self and
   // take the next in one consumer section that stays open across the switch
   // (the next fibre's post action closes it). No thief can take self before
@@ -322,7 +346,7 @@ void Processor::idle_loop() {
       cluster_->go_idle(*this);
       f = find_work(/*last_look=*/true);  // after announcing idle
       if (!f && !stop_.load(std::memory_order_acquire)) {
-        sleeps.store(sleeps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        counters.add(Stat::sleeps);
         // One idle processor (the keeper) sleeps only until the earliest
         // timer; the others sleep until woken.
         unsigned n_ext = cluster_->extension_count();

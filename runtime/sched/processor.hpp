@@ -37,8 +37,11 @@
 #include "context/stack.hpp"
 #include "sched/fibre.hpp"
 #include "sched/ready_queue.hpp"
+#include "sched/stats.hpp"
 
 namespace loom::rt {
+
+struct StallProbe;
 
 class Cluster;
 class Extension;
@@ -77,19 +80,28 @@ class Processor {
   ReadyQueue& ready_queue() { return *rq_; }
 
   StackCache& stacks() { return stacks_; }
+  std::uint64_t stack_cache_hits() const { return stacks_.hits(); }
+  std::uint64_t stack_cache_misses() const { return stacks_.misses(); }
   Fibre& idle_fibre() { return idle_; }
   void request_stop();
   void join_thread();
   void retire();  // after join_thread: frees the stacks and signal stack
 
-  // Per-processor counters: steals, sticky_steals, sleeps and io_blocks
-  // (waits for readiness) are written only by the owner; wakes by whoever
-  // wakes it. Per processor, so that counting costs no shared cache line.
-  std::atomic<std::uint64_t> steals{0}, sticky_steals{0}, sleeps{0}, io_blocks{0};
+  // The processor's counters (sched/stats.hpp), written only by its own
+  // thread, except wakes (below): per processor, so that counting costs no
+  // shared cache line.
+  alignas(64) Counters counters;
+  // The fibre running now, for the stall detector (sched/stall.cpp): its id
+  // (0 for the idle loop) and name, stored at every switch by the owner.
+  std::atomic<std::uint64_t> running_id{0};
+  std::atomic<const char*> running_name{nullptr};
+  pid_t tid = 0;  // the kernel thread's id
+  std::atomic<StallProbe*> stall_probe{nullptr};  // made by the detector
+  LiveFibres live;  // fibres this processor started (sched/stats.hpp)
 
   // What others write (wakers, and the cluster under its list lock), on
   // cache lines apart from the owner's counters above and its private state.
-  alignas(64) std::atomic<std::uint64_t> wakes{0};
+  alignas(64) std::atomic<std::uint64_t> wakes{0};  // by whoever wakes it
   ListState list_state = ListState::none;
   Processor* list_prev = nullptr;
   Processor* list_next = nullptr;

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "sched/stats.hpp"
+
 namespace loom::rt {
 
 void TimerHeap::sift_up(std::size_t i) {
@@ -61,7 +63,7 @@ bool TimerHeap::remove(TimerNode* n) {
   return true;
 }
 
-std::size_t TimerHeap::fire(std::int64_t now) {
+std::size_t TimerHeap::fire(std::int64_t now, Cluster& owner) {
   if (next() > now) return 0;
   TimerNode* winners = nullptr;
   std::size_t fired = 0;
@@ -73,14 +75,16 @@ std::size_t TimerHeap::fire(std::int64_t now) {
       if (n->expire(n)) {
         n->next_fired = winners;
         winners = n;
+        ++fired;
       }
     }
   }
+  // Counted before anyone is woken: a woken fibre may read the statistics.
+  if (fired) count(owner, Stat::timer_fires, fired);
   while (winners) {
     TimerNode* n = winners;
     winners = n->next_fired;  // read before complete(): it may free n
     n->complete(n);
-    ++fired;
   }
   return fired;
 }

@@ -30,6 +30,8 @@
 
 namespace loom::rt {
 
+class Cluster;
+
 inline constexpr std::int64_t kNoDeadline = std::numeric_limits<std::int64_t>::max();
 
 struct TimerNode {
@@ -47,8 +49,9 @@ class TimerHeap {
   bool add(TimerNode* n);
   // Returns true if n was still in the heap (and is now out of it).
   bool remove(TimerNode* n);
-  // Fires every node due at `now`; returns how many fired.
-  std::size_t fire(std::int64_t now);
+  // Fires every node due at `now` (counted as `owner`'s); returns how many
+  // fired.
+  std::size_t fire(std::int64_t now, Cluster& owner);
   std::int64_t next() const { return next_.load(std::memory_order_seq_cst); }
   bool pending() const { return next() != kNoDeadline; }
 

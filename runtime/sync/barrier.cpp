@@ -25,6 +25,7 @@ bool Barrier::arrive_and_wait() {
     return true;
   }
   rt::Waiter w;
+  rt::note_wait(rt::WaitKind::barrier, this);
   rt::wait_on(waiters_, lock_, w, kForever);
   return false;
 }
@@ -42,6 +43,7 @@ bool OnceFlag::begin() {
       return true;
     }
     rt::Waiter w;
+    rt::note_wait(rt::WaitKind::barrier, this);
     rt::wait_on(waiters_, lock_, w, kForever);  // returns with lock_ released
     lock_.lock();
   }

@@ -28,6 +28,7 @@ int CondVar::wait_errno(Mutex& m, Deadline d) {
   // finds the record that wait_on queues before lock_ is released.
   m.unlock_errno();
   rt::Waiter w;
+  rt::note_wait(rt::WaitKind::condvar, this);
   bool signalled = rt::wait_on(waiters_, lock_, w, d);
   m.lock_errno(kForever);
   m.recursion_ = depth;

@@ -107,6 +107,8 @@ int Mutex::slow_lock(Deadline d, const void* self) {
     w.ident = self;
     w.on_timeout = &mutex_on_timeout;
     w.owner_object = &waiting_;
+    rt::count(rt::Stat::mutex_blocks);
+    rt::note_wait(rt::WaitKind::mutex, this);
     if (!rt::wait_on(waiters_, lock_, w, d)) return ETIMEDOUT;
     if (w.handed_over) {
       recursion_ = 1;
@@ -153,6 +155,7 @@ int Mutex::unlock_errno() {
       waiting_.fetch_sub(1, std::memory_order_relaxed);
       w->handed_over = true;
       owner_.store(w->ident, std::memory_order_release);
+      rt::count(rt::Stat::mutex_handoffs);
     }
   }
   if (!w) {

@@ -59,6 +59,7 @@ int RWLock::lock_shared_errno(Deadline d) {
   }
   rt::Waiter w;
   w.tag = kReader;
+  rt::note_wait(rt::WaitKind::rwlock_read, this);
   return rt::wait_on(readers_q_, lock_, w, d) ? 0 : ETIMEDOUT;
 }
 
@@ -84,6 +85,7 @@ int RWLock::lock_errno(Deadline d) {
   w.ident = self;
   w.owner_object = this;
   w.on_timeout = &RWLockAccess::on_writer_timeout;
+  rt::note_wait(rt::WaitKind::rwlock_write, this);
   return rt::wait_on(writers_q_, lock_, w, d) ? 0 : ETIMEDOUT;
 }
 

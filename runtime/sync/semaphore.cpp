@@ -25,6 +25,7 @@ int Semaphore::acquire_errno(Deadline d) {
     return d == kNow ? EAGAIN : ETIMEDOUT;
   }
   rt::Waiter w;
+  rt::note_wait(rt::WaitKind::semaphore, this);
   return rt::wait_on(waiters_, lock_, w, d) ? 0 : ETIMEDOUT;
 }
 

@@ -1,0 +1,288 @@
+// sched/stall.cpp — the stall detector (SchedConfig::stall_ms, LOOM_STALL_MS).
+//
+// A fibre that runs on without a scheduling point holds its processor: the
+// other fibres queued there wait, silently. A watchdog kernel thread of the
+// runtime's looks at every processor of the clusters that ask for it, four
+// times per threshold: a processor whose switch and yield counters have not
+// moved for the threshold while a fibre (not the idle loop) runs is stalled. Once per
+// stall, it reports on stderr the fibre's id and name, the processor, how
+// long, and either
+//   - the fibre's backtrace, when the thread is on a CPU: taken on the
+//     processor itself, by a signal (SIGRTMIN+6 by default,
+//     LOOM_STALL_SIGNAL) whose handler only unwinds (backtrace(3), loaded
+//     before the first signal) into the processor's probe; or
+//   - the system call it sits in, when the thread is blocked in the kernel
+//     (/proc/self/task/TID/syscall): a plain blocking call that loom's I/O
+//     did not see. Such a thread is never signalled (the call could fail
+//     with EINTR).
+// At most 10 reports per second; the rest are counted and the count is
+// printed with the next report.
+#include <execinfo.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <unordered_map>
+
+#include "base/options.hpp"
+#include "base/sys.hpp"
+#include "sched/cluster.hpp"
+#include "sched/processor.hpp"
+
+namespace loom::rt {
+
+struct StallProbe {
+  static constexpr int kFrames = 48;
+  std::atomic<int> state{0};  // 0 nothing asked, 1 asked, 2 answered
+  std::uint64_t id = 0;       // the fibre the handler found running
+  int frames = 0;
+  void* frame[kFrames];
+};
+
+namespace {
+
+int stall_signal = 0;
+
+void on_stall_signal(int) {
+  int saved = errno;
+  Processor* p = this_processor_at_entry();
+  StallProbe* s = p ? p->stall_probe.load(std::memory_order_acquire) : nullptr;
+  if (s && s->state.load(std::memory_order_acquire) == 1) {
+    s->id = p->running_id.load(std::memory_order_relaxed);
+    s->frames = backtrace(s->frame, StallProbe::kFrames);
+    s->state.store(2, std::memory_order_release);
+  }
+  errno = saved;
+}
+
+struct Watch {
+  std::uint64_t switches = ~0ull;
+  std::uint64_t id = 0;
+  std::int64_t since = 0;
+  bool reported = false;
+};
+
+// The thread's scheduler state ('R' on a CPU, 'S'/'D' in the kernel) and,
+// when in a system call, its number (-1 when not, or unknown).
+char thread_state(pid_t tid, long* syscall_nr) {
+  char path[64], buf[512];
+  *syscall_nr = -1;
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", int(tid));
+  FILE* f = std::fopen(path, "re");
+  if (!f) return '?';
+  std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* close = std::strrchr(buf, ')');
+  char state = close && close[1] == ' ' ? close[2] : '?';
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/syscall", int(tid));
+  if ((f = std::fopen(path, "re"))) {
+    if (std::fscanf(f, "%ld", syscall_nr) != 1) *syscall_nr = -1;
+    std::fclose(f);
+  }
+  return state;
+}
+
+const char* syscall_name(long nr) {
+#if defined(__x86_64__)
+  switch (nr) {
+    case SYS_read: return "read";
+    case SYS_write: return "write";
+    case SYS_poll: return "poll";
+    case SYS_readv: return "readv";
+    case SYS_writev: return "writev";
+    case SYS_select: return "select";
+    case SYS_nanosleep: return "nanosleep";
+    case SYS_connect: return "connect";
+    case SYS_accept: return "accept";
+    case SYS_sendto: return "sendto";
+    case SYS_recvfrom: return "recvfrom";
+    case SYS_sendmsg: return "sendmsg";
+    case SYS_recvmsg: return "recvmsg";
+    case SYS_wait4: return "wait4";
+    case SYS_flock: return "flock";
+    case SYS_fsync: return "fsync";
+    case SYS_futex: return "futex (a kernel-level lock or condition variable)";
+    case SYS_epoll_wait: return "epoll_wait";
+    case SYS_clock_nanosleep: return "clock_nanosleep";
+    case SYS_pselect6: return "pselect6";
+    case SYS_ppoll: return "ppoll";
+    case SYS_epoll_pwait: return "epoll_pwait";
+    case SYS_accept4: return "accept4";
+    case SYS_pread64: return "pread64";
+    case SYS_pwrite64: return "pwrite64";
+    default: break;
+  }
+#endif
+  (void)nr;
+  return nullptr;
+}
+
+class Watchdog {
+ public:
+  void run() {
+    void* warm[2];
+    backtrace(warm, 2);  // loads the unwinder now, not in the handler
+    for (;;) {
+      unsigned period_ms = 0;
+      std::int64_t now = now_ns();
+      for (Cluster* c = Cluster::first(); c; c = c->next_made()) {
+        unsigned ms = c->facade ? c->config().stall_ms : 0;
+        if (!ms) continue;
+        if (!period_ms || ms / 4 < period_ms) period_ms = ms / 4 ? ms / 4 : 1;
+        for (std::size_t i = 0, n = c->size(); i < n; ++i) look(*c, *c->processor(i), ms, now);
+      }
+      if (!period_ms) period_ms = 100;  // every asking cluster is gone: idle
+      timespec ts{time_t(period_ms / 1000), long(period_ms % 1000) * 1000000L};
+      sys::nanosleep(&ts, nullptr);
+    }
+  }
+
+ private:
+  void look(Cluster& c, Processor& p, unsigned ms, std::int64_t now) {
+    Watch& w = watch_[&p];
+    // Scheduling points: switches, and yields (one that finds nobody else
+    // ready returns without a switch).
+    std::uint64_t sw = p.counters.get(Stat::switches) + p.counters.get(Stat::yields);
+    std::uint64_t id = p.running_id.load(std::memory_order_relaxed);
+    if (sw != w.switches || id != w.id || id == 0) {
+      w = Watch{sw, id, now, false};
+      return;
+    }
+    std::int64_t held_ms = (now - w.since) / 1000000;
+    if (w.reported || held_ms < std::int64_t(ms)) return;
+    w.reported = true;
+    if (!allow(now)) return;
+    report(c, p, id, held_ms);
+  }
+
+  // At most 10 reports in any second.
+  bool allow(std::int64_t now) {
+    if (now - window_start_ >= 1000000000) {
+      window_start_ = now;
+      in_window_ = 0;
+    }
+    if (in_window_ >= 10) {
+      ++suppressed_;
+      return false;
+    }
+    ++in_window_;
+    return true;
+  }
+
+  void report(Cluster& c, Processor& p, std::uint64_t id, std::int64_t held_ms) {
+    const char* name = p.running_name.load(std::memory_order_relaxed);
+    long nr;
+    char state = thread_state(p.tid, &nr);
+    bool others = p.ready_queue().maybe_nonempty();
+    char who[160];
+    std::snprintf(who, sizeof who, "fibre %llu%s%s%s", (unsigned long long)id, name ? " \"" : "", name ? name : "",
+                  name ? "\"" : "");
+    if (suppressed_) {
+      std::fprintf(stderr, "loom: stall: (%llu more reports were suppressed)\n", (unsigned long long)suppressed_);
+      suppressed_ = 0;
+    }
+    if (state != 'R' && nr >= 0) {
+      const char* call = syscall_name(nr);
+      char number[32];
+      if (!call) std::snprintf(number, sizeof number, "system call %ld", nr), call = number;
+      std::fprintf(stderr,
+                   "loom: stall: %s has blocked processor %u of cluster %u in the kernel for %lld ms: %s, a call "
+                   "loom's I/O did not see%s\n",
+                   who, p.index(), c.id(), (long long)held_ms, call,
+                   others ? "; other fibres are ready on that processor" : "");
+      return;
+    }
+    StallProbe* s = probe(p);
+    s->state.store(1, std::memory_order_release);
+    bool answered = false;
+    if (::syscall(SYS_tgkill, getpid(), p.tid, stall_signal) == 0) {
+      for (int i = 0; i < 500 && !answered; ++i) {
+        answered = s->state.load(std::memory_order_acquire) == 2;
+        if (!answered) {
+          timespec ts{0, 1000000};
+          sys::nanosleep(&ts, nullptr);
+        }
+      }
+    }
+    s->state.store(0, std::memory_order_release);
+    if (answered && s->id != id) return;  // it moved on meanwhile
+    std::fprintf(stderr,
+                 "loom: stall: %s has held processor %u of cluster %u for %lld ms without a scheduling point%s%s\n",
+                 who, p.index(), c.id(), (long long)held_ms, others ? "; other fibres are ready on that processor" : "",
+                 answered ? "; its stack:" : " (no backtrace: the processor did not answer the signal)");
+    std::fflush(stderr);
+    if (answered) backtrace_symbols_fd(s->frame, s->frames, STDERR_FILENO);
+  }
+
+  StallProbe* probe(Processor& p) {
+    StallProbe* s = p.stall_probe.load(std::memory_order_acquire);
+    if (!s) {
+      s = new StallProbe;  // one per processor, for the process's life
+      p.stall_probe.store(s, std::memory_order_release);
+    }
+    return s;
+  }
+
+  std::unordered_map<Processor*, Watch> watch_;
+  std::int64_t window_start_ = 0;
+  unsigned in_window_ = 0;
+  std::uint64_t suppressed_ = 0;
+};
+
+void* watchdog_main(void*) {
+  sigset_t all;
+  sigfillset(&all);
+  (sys::pthread().sigmask)(SIG_BLOCK, &all, nullptr);
+  Watchdog().run();
+  return nullptr;
+}
+
+// "SIGRTMIN+6" style names, a plain number, or a classic name.
+int parse_stall_signal(const char* s) {
+  if (std::strncmp(s, "SIGRTMIN+", 9) == 0) {
+    int k = std::atoi(s + 9);
+    return k >= 0 && SIGRTMIN + k <= SIGRTMAX ? SIGRTMIN + k : 0;
+  }
+  char* end = nullptr;
+  long n = std::strtol(s, &end, 10);
+  if (*s && end && *end == '\0') return n > 0 && n < NSIG ? int(n) : 0;
+  if (std::strncmp(s, "SIG", 3) == 0) s += 3;
+  for (int i = 1; i < NSIG; ++i)
+    if (const char* a = sigabbrev_np(i); a && std::strcmp(a, s) == 0) return i;
+  return 0;
+}
+
+}  // namespace
+
+void stall_watch() {
+  static std::atomic<bool> started{false};
+  if (started.exchange(true)) return;
+  stall_signal = SIGRTMIN + 6;
+  if (const char* name = std::getenv("LOOM_STALL_SIGNAL"); name && *name) {
+    int sig = parse_stall_signal(name);
+    if (sig == 0 || sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV)
+      std::fprintf(stderr, "loom: LOOM_STALL_SIGNAL=%s: not a signal loom can catch; using SIGRTMIN+6\n", name);
+    else
+      stall_signal = sig;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = &on_stall_signal;
+  sa.sa_flags = SA_RESTART | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(stall_signal, &sa, nullptr);
+  pthread_t t;
+  if (sys::pthread().create(&t, nullptr, &watchdog_main, nullptr) != 0) {
+    std::fprintf(stderr, "loom: stall detector: cannot start its thread; off\n");
+    return;
+  }
+  sys::pthread().setname_np(t, "loom-stall");
+  sys::pthread().detach(t);
+}
+
+}  // namespace loom::rt

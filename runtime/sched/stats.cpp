@@ -1,0 +1,300 @@
+// sched/stats.cpp — the statistics tables, at exit and on a signal.
+//
+// LOOM_STATS=1 prints every live cluster's table when the process exits.
+// LOOM_STATS_SIGNAL=SIGUSR2 (a name, with or without SIG, or a number)
+// prints them whenever that signal arrives: the handler only writes a byte
+// to a pipe (async-signal-safe); a reporter kernel thread of the runtime's,
+// blocked on the pipe, prints. Counters are read while everyone runs: a
+// table is a moment's approximation, every counter only ever grows.
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "base/options.hpp"
+#include "base/sys.hpp"
+#include "loom/cluster.hpp"
+#include "sched/cluster.hpp"
+#include "sched/stats.hpp"
+
+namespace loom {
+
+namespace {
+
+struct Row {
+  const char* field;
+  const char* description;
+  std::uint64_t ClusterStats::*member;
+};
+
+constexpr Row kRows[] = {
+#define LOOM_STATS_ROW(field, description) {#field, description, &ClusterStats::field},
+    LOOM_STATS_FIELDS(LOOM_STATS_ROW)
+#undef LOOM_STATS_ROW
+};
+
+// Processor columns printed at most; the total covers them all.
+constexpr std::size_t kMaxColumns = 16;
+
+void print_cluster(std::FILE* out, const rt::Cluster& c) {
+  std::size_t n = c.size(), shown = n < kMaxColumns ? n : kMaxColumns;
+  ClusterStats total = c.stats();
+  ClusterStats per[kMaxColumns];
+  for (std::size_t i = 0; i < shown; ++i) per[i] = c.processor_stats(i);
+  std::fprintf(out, "loom: cluster %u, %zu processor%s, %ld live fibre%s\n", c.id(), n, n == 1 ? "" : "s",
+               c.fibres.load(std::memory_order_relaxed), c.fibres.load(std::memory_order_relaxed) == 1 ? "" : "s");
+  std::fprintf(out, "  %-16s %14s", "counter", "total");
+  for (std::size_t i = 0; i < shown; ++i) {
+    char label[16];
+    std::snprintf(label, sizeof label, "p%zu", i);
+    std::fprintf(out, " %14s", label);
+  }
+  std::fprintf(out, "%s\n", shown < n ? "  (first 16 processors)" : "");
+  for (const Row& r : kRows) {
+    std::fprintf(out, "  %-16s %14llu", r.field, (unsigned long long)(total.*r.member));
+    for (std::size_t i = 0; i < shown; ++i) std::fprintf(out, " %14llu", (unsigned long long)(per[i].*r.member));
+    std::fprintf(out, "   %s\n", r.description);
+  }
+  double per_wake = total.poller_wakeups ? double(total.poller_events) / double(total.poller_wakeups) : 0.0;
+  std::fprintf(out, "  events per poller wake-up %.2f; stack bytes mapped now %llu KiB (process)\n", per_wake,
+               (unsigned long long)(total.stack_bytes / 1024));
+}
+
+}  // namespace
+
+// One line per live fibre, every list walked under its lock (a fibre
+// cannot exit while it is described).
+void describe_fibres(std::FILE* out, rt::LiveFibres& list, std::size_t& count) {
+  rt::SpinGuard g(list.lock);
+  for (rt::Fibre* f = list.head; f; f = f->live_next) {
+    ++count;
+    rt::Cluster* c = f->cluster;
+    // Running: some processor of its cluster runs it now.
+    int running_on = -1;
+    for (std::size_t i = 0, n = c->size(); i < n && running_on < 0; ++i)
+      if (c->processor(i)->running_id.load(std::memory_order_relaxed) == f->id) running_on = int(i);
+    char state[96];
+    rt::WaitKind k = f->wait_kind.load(std::memory_order_relaxed);
+    const void* o = f->wait_object.load(std::memory_order_relaxed);
+    if (running_on >= 0) {
+      std::snprintf(state, sizeof state, "running");
+    } else if (k == rt::WaitKind::none) {
+      std::snprintf(state, sizeof state, "ready");
+    } else if (k == rt::WaitKind::fd_in || k == rt::WaitKind::fd_out) {
+      std::snprintf(state, sizeof state, "blocked: fd %ld %s", long(reinterpret_cast<std::intptr_t>(o)),
+                    k == rt::WaitKind::fd_in ? "(read)" : "(write)");
+    } else if (k == rt::WaitKind::join) {
+      std::snprintf(state, sizeof state, "blocked: join fibre %llu",
+                    (unsigned long long)reinterpret_cast<std::uintptr_t>(o));
+    } else if (o) {
+      std::snprintf(state, sizeof state, "blocked: %s %p", rt::to_string(k), o);
+    } else {
+      std::snprintf(state, sizeof state, "blocked: %s", rt::to_string(k));
+    }
+    rt::Processor* home = f->affinity;
+    int proc = running_on >= 0 ? running_on : home && &home->cluster() == c ? int(home->index()) : -1;
+    char used[32] = "-", high[32] = "-", size[32] = "-";
+    if (f->stack) {
+      std::snprintf(size, sizeof size, "%zuK", f->stack.size / 1024);
+      auto sp = reinterpret_cast<const char*>(f->ctx.fctx);
+      if (running_on < 0 && sp > f->stack.lo() && sp <= f->stack.hi())
+        std::snprintf(used, sizeof used, "%.1fK", double(f->stack.hi() - sp) / 1024);
+      if (std::size_t h = rt::stack_high_water(*f)) std::snprintf(high, sizeof high, "%.1fK", double(h) / 1024);
+    }
+    std::fprintf(out, "  %-8llu %-20.20s %-40s %7u %4d %7s %7s %7s\n", (unsigned long long)f->id,
+                 f->name ? f->name : "", state, c->id(), proc, size, used, high);
+  }
+}
+
+ClusterStats stats() { return Cluster::current().stats(); }
+
+void dump_fibres(std::FILE* out) {
+  if (!out) out = stderr;
+  std::fprintf(out, "loom: live fibres\n  %-8s %-20s %-40s %7s %4s %7s %7s %7s\n", "id", "name", "state", "cluster",
+               "proc", "stack", "used", "deepest");
+  std::size_t count = 0;
+  for (rt::Cluster* c = rt::Cluster::first(); c; c = c->next_made()) {
+    describe_fibres(out, c->live_foreign, count);
+    for (std::size_t i = 0, n = c->size(); i < n; ++i) describe_fibres(out, c->processor(i)->live, count);
+  }
+  std::fprintf(out, "loom: %zu live fibre%s%s\n", count, count == 1 ? "" : "s",
+               rt::stack_watermark ? "" : " (deepest: with LOOM_STACK_WATERMARK=1)");
+  std::fflush(out);
+}
+
+void print_stats(std::FILE* out) {
+  if (!out) out = stderr;
+  for (rt::Cluster* c = rt::Cluster::first(); c; c = c->next_made())
+    if (c->facade) print_cluster(out, *c);  // destroyed ones have no facade
+  std::fflush(out);
+}
+
+}  // namespace loom
+
+namespace loom::rt {
+
+namespace {
+
+int report_pipe[2] = {-1, -1};
+int stats_signal = 0, dump_signal = 0;
+
+void on_report_signal(int sig) {
+  int saved = errno;
+  char b = sig == stats_signal ? 's' : 'd';
+  (void)!sys::write(report_pipe[1], &b, 1);
+  errno = saved;
+}
+
+void* reporter_main(void*) {
+  sigset_t all;
+  sigfillset(&all);
+  (sys::pthread().sigmask)(SIG_BLOCK, &all, nullptr);  // signals go to the program's threads
+  for (;;) {
+    char buf[64];
+    ssize_t r = sys::read(report_pipe[0], buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return nullptr;
+    for (ssize_t i = 0; i < r; ++i) {
+      if (buf[i] == 's') print_stats(stderr);
+      if (buf[i] == 'd') dump_fibres(stderr);
+    }
+  }
+}
+
+// "SIGUSR2", "USR2" or "12"; 0 when it names no signal.
+int parse_signal(const char* s) {
+  char* end = nullptr;
+  long n = std::strtol(s, &end, 10);
+  if (*s && end && *end == '\0') return n > 0 && n < NSIG ? int(n) : 0;
+  if (std::strncmp(s, "SIG", 3) == 0) s += 3;
+  for (int i = 1; i < NSIG; ++i)
+    if (const char* abbrev = sigabbrev_np(i); abbrev && std::strcmp(abbrev, s) == 0) return i;
+  return 0;
+}
+
+void print_at_exit() { print_stats(stderr); }
+
+// Reads LOOM_<what>_SIGNAL; 0 when unset or unusable (said on stderr).
+int signal_from_env(const char* var) {
+  const char* name = std::getenv(var);
+  if (!name || !*name) return 0;
+  int sig = parse_signal(name);
+  if (sig == 0 || sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV || sig == SIGBUS) {
+    std::fprintf(stderr, "loom: %s=%s: not a signal loom can catch (e.g. SIGUSR2); ignored\n", var, name);
+    return 0;
+  }
+  return sig;
+}
+
+}  // namespace
+
+bool stack_watermark = false;
+
+void stats_boot() {
+  stack_watermark = env_bool("LOOM_STACK_WATERMARK", false);
+  if (env_bool("LOOM_STATS", false)) std::atexit(&print_at_exit);
+  stats_signal = signal_from_env("LOOM_STATS_SIGNAL");
+  dump_signal = signal_from_env("LOOM_DUMP_SIGNAL");
+  if (!stats_signal && !dump_signal) return;
+  // Blocking at both ends: the reporter drains it at once, and a handler
+  // would block only behind 64 KiB of undelivered signals.
+  if (sys::pipe2(report_pipe, O_CLOEXEC) != 0) {
+    std::fprintf(stderr, "loom: LOOM_STATS_SIGNAL/LOOM_DUMP_SIGNAL: pipe2 failed (errno %d); ignored\n", errno);
+    return;
+  }
+  pthread_t t;
+  if (sys::pthread().create(&t, nullptr, &reporter_main, nullptr) != 0) {
+    std::fprintf(stderr, "loom: LOOM_STATS_SIGNAL/LOOM_DUMP_SIGNAL: cannot start the reporter thread; ignored\n");
+    return;
+  }
+  sys::pthread().setname_np(t, "loom-report");
+  sys::pthread().detach(t);
+  struct sigaction sa {};
+  sa.sa_handler = &on_report_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (stats_signal) sigaction(stats_signal, &sa, nullptr);
+  if (dump_signal) sigaction(dump_signal, &sa, nullptr);
+}
+
+// ---- live fibres and stack watermarks ---------------------------------------------
+
+const char* to_string(WaitKind k) noexcept {
+  switch (k) {
+    case WaitKind::none: return "nothing";
+    case WaitKind::mutex: return "mutex";
+    case WaitKind::condvar: return "condvar";
+    case WaitKind::semaphore: return "semaphore";
+    case WaitKind::rwlock_read: return "rwlock (read)";
+    case WaitKind::rwlock_write: return "rwlock (write)";
+    case WaitKind::barrier: return "barrier";
+    case WaitKind::sleep: return "sleep";
+    case WaitKind::join: return "join";
+    case WaitKind::fd_in: return "fd (read)";
+    case WaitKind::fd_out: return "fd (write)";
+    case WaitKind::poll: return "poll";
+    case WaitKind::pthread: return "pthread object";
+    case WaitKind::color: return "its color";
+    case WaitKind::runtime: return "runtime work";
+  }
+  return "?";
+}
+
+void live_add(Fibre* f) noexcept {
+  Processor* p = this_processor();
+  LiveFibres* l = p ? &p->live : &f->cluster->live_foreign;
+  SpinGuard g(l->lock);
+  f->live_in = l;
+  f->live_prev = nullptr;
+  f->live_next = l->head;
+  if (l->head) l->head->live_prev = f;
+  l->head = f;
+}
+
+void live_remove(Fibre* f) noexcept {
+  LiveFibres* l = f->live_in;
+  if (!l) return;
+  SpinGuard g(l->lock);
+  if (f->live_prev)
+    f->live_prev->live_next = f->live_next;
+  else
+    l->head = f->live_next;
+  if (f->live_next) f->live_next->live_prev = f->live_prev;
+  f->live_in = nullptr;
+}
+
+namespace {
+constexpr unsigned char kPaint = 0xa5;
+}  // namespace
+
+// From the stack's low end up to the fibre's first frame (the control block
+// and payload at the top are not stack).
+void stack_paint(Fibre& f) noexcept {
+  if (!f.stack) return;
+  auto top = reinterpret_cast<char*>(f.ctx.fctx);
+  if (top <= f.stack.lo() || top > f.stack.hi()) return;
+  std::memset(f.stack.lo(), kPaint, std::size_t(top - f.stack.lo()) - 256);
+}
+
+std::size_t stack_high_water(const Fibre& f) noexcept {
+  if (!stack_watermark || !f.stack) return 0;
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(f.stack.lo());
+  const unsigned char* hi = reinterpret_cast<const unsigned char*>(f.stack.hi());
+  while (p < hi && *p == kPaint) ++p;
+  return std::size_t(hi - p);
+}
+
+void report_high_water(const Fibre& f) noexcept {
+  std::size_t h = stack_high_water(f);
+  if (!h) return;
+  std::fprintf(stderr, "loom: fibre %llu%s%s%s used %.1f KiB of its %zu KiB stack (deepest point)\n",
+               (unsigned long long)f.id, f.name ? " \"" : "", f.name ? f.name : "", f.name ? "\"" : "",
+               double(h) / 1024, f.stack.size / 1024);
+}
+
+}  // namespace loom::rt
