@@ -1,0 +1,233 @@
+# scripts/gdb/loom.py — loom's fibres in gdb, live or from a core dump.
+#
+#   (gdb) source scripts/gdb/loom.py       # or auto-loaded beside libloom.so
+#   (gdb) info fibres                      # every live fibre: id, name, state...
+#   (gdb) fibre bt 12                      # the stack of fibre 12 (not running)
+#
+# It reads the runtime's own structures through libloom's debug information
+# (the default build has it, -O2 -g): every cluster ever made
+# (loom::rt::every_cluster), each processor's and cluster's list of live
+# fibres, and a fibre's saved context — Boost.Context's x86-64 frame, where
+# the switch left the callee-saved registers and the return address. A
+# fibre that is running is on a thread: `info threads` and `thread N; bt`.
+import gdb
+from gdb.unwinder import Unwinder, register_unwinder
+
+# Boost.Context 1.74's jump_fcontext (x86-64 System V): the saved context is
+# 0x40 bytes at the stored stack pointer: fpu control words (0x00), r12
+# (0x08), r13, r14, r15, rbx, rbp (0x30), then the address the switch
+# returns to (0x38).
+CTX_PC = 0x38
+CTX_SIZE = 0x40
+
+WAIT_KINDS = {}
+
+
+def _atomic(v):
+    """The value inside a std::atomic (libstdc++ keeps it in _M_i, or in
+    _M_b._M_p for pointers)."""
+    t = v.type.strip_typedefs()
+    if t.code != gdb.TYPE_CODE_STRUCT:
+        return v
+    for path in (("_M_i",), ("_M_b", "_M_p"), ("_M_base", "_M_i")):
+        x = v
+        try:
+            for p in path:
+                x = x[p]
+            return x
+        except gdb.error:
+            continue
+    return v
+
+
+def _str(ptr):
+    try:
+        return ptr.string() if int(ptr) else ""
+    except gdb.error:
+        return "?"
+
+
+def _wait_kind_name(v):
+    s = str(v)
+    return s.split("::")[-1]
+
+
+def clusters():
+    try:
+        c = _atomic(gdb.parse_and_eval("'loom::rt::every_cluster'"))
+    except gdb.error as e:
+        raise gdb.GdbError("loom: no loom runtime with debug information here (%s)" % e)
+    while int(c):
+        yield c.dereference()
+        c = c.dereference()["next_made_"]
+
+
+def processors(cluster):
+    n = int(_atomic(cluster["nprocs_"]))
+    for i in range(n):
+        p = _atomic(cluster["procs_"][i])
+        if int(p):
+            yield i, p.dereference()
+
+
+def live_fibres():
+    """(fibre, cluster) for every live fibre."""
+    for c in clusters():
+        lists = [c["live_foreign"]] + [p["live"] for _, p in processors(c)]
+        for lst in lists:
+            f = lst["head"]
+            while int(f):
+                yield f.dereference(), c
+                f = f.dereference()["live_next"]
+
+
+def running_on(fibre, cluster):
+    fid = int(fibre["id"])
+    for i, p in processors(cluster):
+        if int(_atomic(p["running_id"])) == fid:
+            return i
+    return -1
+
+
+def describe(f, c):
+    fid = int(f["id"])
+    name = _str(f["name"])
+    proc = running_on(f, c)
+    kind = _wait_kind_name(_atomic(f["wait_kind"]))
+    obj = int(_atomic(f["wait_object"]).cast(gdb.lookup_type("unsigned long")))
+    if proc >= 0:
+        state = "running"
+    elif kind == "none":
+        state = "ready"
+    elif kind in ("fd_in", "fd_out"):
+        state = "blocked: fd %d (%s)" % (obj, "read" if kind == "fd_in" else "write")
+    elif kind == "join":
+        state = "blocked: join fibre %d" % obj
+    elif obj:
+        state = "blocked: %s 0x%x" % (kind, obj)
+    else:
+        state = "blocked: %s" % kind
+    if proc < 0:
+        aff = f["affinity"]
+        if int(aff):
+            proc = int(aff.dereference()["index_"])
+    size = int(f["stack"]["size"])
+    return fid, name, state, int(c["id_"]), proc, size
+
+
+class InfoFibres(gdb.Command):
+    """List loom's live fibres: id, name, state (running, ready, or what it is
+blocked on), cluster, processor, stack size."""
+
+    def __init__(self):
+        super().__init__("info fibres", gdb.COMMAND_STATUS)
+
+    def invoke(self, arg, from_tty):
+        rows = [describe(f, c) for f, c in live_fibres()]
+        print("%-8s %-20s %-40s %7s %4s %7s" % ("id", "name", "state", "cluster", "proc", "stack"))
+        for fid, name, state, cl, proc, size in sorted(rows):
+            print("%-8d %-20.20s %-40s %7d %4d %7s" % (fid, name, state, cl, proc, "%dK" % (size // 1024) if size else "-"))
+        print("%d live fibre%s" % (len(rows), "" if len(rows) == 1 else "s"))
+
+
+class FibreCommand(gdb.Command):
+    """Commands on loom fibres: fibre bt N."""
+
+    def __init__(self):
+        super().__init__("fibre", gdb.COMMAND_STACK, prefix=True)
+
+
+class FibreBacktrace(gdb.Command):
+    """fibre bt N — the backtrace of loom fibre N (one that is not running),
+from the context its last switch saved."""
+
+    def __init__(self):
+        super().__init__("fibre bt", gdb.COMMAND_STACK)
+
+    def invoke(self, arg, from_tty):
+        try:
+            want = int(arg.split()[0])
+        except (IndexError, ValueError):
+            raise gdb.GdbError("usage: fibre bt N (a fibre id from `info fibres`)")
+        for f, c in live_fibres():
+            if int(f["id"]) != want:
+                continue
+            if running_on(f, c) >= 0:
+                raise gdb.GdbError("fibre %d is running: find its thread with `info threads` and use `bt` there" % want)
+            sp = int(f["ctx"]["fctx"].cast(gdb.lookup_type("unsigned long")))
+            if not sp:
+                raise gdb.GdbError("fibre %d has no saved context" % want)
+            ulong = gdb.lookup_type("unsigned long").pointer()
+
+            def word(offset):
+                return int(gdb.Value(sp + offset).cast(ulong).dereference())
+
+            ctx = {"rip": word(CTX_PC), "rsp": sp + CTX_SIZE, "rbp": word(0x30), "rbx": word(0x28),
+                   "r12": word(0x08), "r13": word(0x10), "r14": word(0x18), "r15": word(0x20)}
+            print("fibre %d \"%s\" (saved stack pointer 0x%x):" % (want, _str(f["name"]), sp))
+            self.walk(ctx)
+            return
+        raise gdb.GdbError("no live fibre %d (see `info fibres`)" % want)
+
+    @staticmethod
+    def walk(ctx):
+        # gdb cannot set registers on a core dump, so the fibre's frames are
+        # reached by unwinding: for the moment of this command, an unwinder
+        # says that the current thread's innermost frame was called from the
+        # fibre's saved context; gdb's own unwinder (the binaries' call frame
+        # information) goes on from there.
+        _unwinder.target = ctx
+        gdb.invalidate_cached_frames()
+        try:
+            frame = gdb.newest_frame().older()
+            level = 0
+            while frame is not None and level < 64:
+                sal = frame.find_sal()
+                where = ""
+                if sal.symtab is not None:
+                    where = " at %s:%d" % (sal.symtab.filename, sal.line)
+                print("#%-2d 0x%016x in %s%s" % (level, frame.pc(), frame.name() or "??", where))
+                try:
+                    frame = frame.older()
+                except gdb.error:
+                    break
+                level += 1
+        finally:
+            _unwinder.target = None
+            gdb.invalidate_cached_frames()
+
+
+class _FrameId:
+    """A frame's identity for create_unwind_info (gdb 13 has no FrameId)."""
+
+    def __init__(self, sp, pc):
+        self.sp = sp
+        self.pc = pc
+
+
+class FibreUnwinder(Unwinder):
+    """Active only during `fibre bt`: the innermost frame's caller is the
+    fibre's saved context."""
+
+    def __init__(self):
+        super().__init__("loom-fibre")
+        self.target = None
+
+    def __call__(self, pending_frame):
+        if self.target is None or pending_frame.level() != 0:
+            return None
+        sp = pending_frame.read_register("rsp")
+        pc = pending_frame.read_register("rip")
+        info = pending_frame.create_unwind_info(_FrameId(sp, pc))
+        reg_type = sp.type
+        for name, value in self.target.items():
+            info.add_saved_register(name, gdb.Value(value).cast(reg_type))
+        return info
+
+
+_unwinder = FibreUnwinder()
+register_unwinder(None, _unwinder, replace=True)
+
+InfoFibres()
+FibreCommand()
+FibreBacktrace()
