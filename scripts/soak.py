@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""scripts/soak.py — a server under mixed, hostile load for a bounded time.
+
+    scripts/soak.py web --server build/apps/webserver/webserver [--runtime loom] [--seconds 120] [--out FILE]
+
+Starts the server on a free port of 127.0.0.1 (file descriptor limit 4096),
+warms it up with a few seconds of the same mix (what grows once to its
+working size — the descriptor table, the allocator's arenas, the kept
+stacks — has grown then), and records its resident memory and open
+descriptors. Then, for
+--seconds, at the same time:
+  - wrk keeps 64 keep-alive connections busy (the steady load);
+  - "quitters" open connections and leave at random points: before sending,
+    halfway through a request, after the head, while a response is on its
+    way, or with a reset (SO_LINGER 0);
+  - "vandals" send garbage: random bytes, NULs, a 64 KiB header line, bare
+    line feeds, a request line of 8 KiB;
+  - "crowds" open connections in bursts up to the descriptor limit, hold
+    them a moment and close them all.
+Afterwards, once the clients are gone and the server idled for a few
+seconds, it must answer as at the start, its resident memory must be back
+within 10 % of the warmed-up figure and no descriptor may have leaked
+(/proc/PID/fd). Prints one JSON line of figures (also to --out) and exits 1
+if a criterion failed, 2 for a bad command line. Standard library only,
+plus wrk (Debian).
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import resource
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+FD_LIMIT = 4096
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def open_fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def limit_fds():
+    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
+
+
+def raise_own_fds():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+class WebServer:
+    def __init__(self, path, runtime):
+        cmd = [path, "--runtime", runtime, "--port", "0", "--read-timeout", "2", "--processors", "2"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=limit_fds)
+        ready, _, _ = select.select([self.proc.stdout], [], [], 10)
+        line = self.proc.stdout.readline().decode() if ready else ""
+        m = re.search(r"127\.0\.0\.1:(\d+)/", line)
+        if not m:
+            self.proc.kill()
+            raise SystemExit(f"soak: the server did not start: {line!r}")
+        self.port = int(m.group(1))
+        self.pid = self.proc.pid
+
+    def check(self):
+        """One request on a fresh connection: the answer it gives at rest."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+            s.sendall(b"GET /plaintext HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            data = b""
+            while True:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        return data.startswith(b"HTTP/1.1 200") and data.endswith(b"Hello, World!")
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Clients:
+    """The hostile clients, each kind in its own thread until `stop`."""
+
+    def __init__(self, port, seed):
+        self.port = port
+        self.stop = threading.Event()
+        self.count = {"quitters": 0, "vandals": 0, "crowd_connections": 0, "crowd_bursts": 0, "refused": 0}
+        self.lock = threading.Lock()
+        self.rng = random.Random(seed)
+
+    def bump(self, key, n=1):
+        with self.lock:
+            self.count[key] += n
+
+    def connect(self):
+        s = socket.socket()
+        s.settimeout(2)
+        s.connect(("127.0.0.1", self.port))
+        return s
+
+    def quitter(self):
+        rng = random.Random(self.rng.random())
+        request = b"GET /plaintext HTTP/1.1\r\nHost: soak\r\nUser-Agent: quitter\r\n\r\n"
+        while not self.stop.is_set():
+            try:
+                s = self.connect()
+                how = rng.randrange(5)
+                if how == 1:
+                    s.sendall(request[: rng.randrange(1, len(request) - 4)])
+                elif how == 2:
+                    s.sendall(request[:-2])
+                elif how == 3:
+                    s.sendall(request * rng.randrange(1, 50))  # leaves with answers unread
+                elif how == 4:
+                    s.sendall(request[:10])
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                s.close()
+                self.bump("quitters")
+            except OSError:
+                self.bump("refused")
+                time.sleep(0.01)
+
+    def vandal(self):
+        rng = random.Random(self.rng.random())
+        garbage = [
+            lambda: bytes(rng.randrange(256) for _ in range(rng.randrange(1, 2048))),
+            lambda: b"\0" * 512 + b"\r\n\r\n",
+            lambda: b"GET / HTTP/1.1\r\nX: " + b"a" * 65536 + b"\r\n\r\n",
+            lambda: b"GET /plaintext HTTP/1.1\nHost: x\n\n",
+            lambda: b"GET /" + b"b" * 8192 + b" HTTP/1.1\r\n\r\n",
+            lambda: b"POST / HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
+        ]
+        while not self.stop.is_set():
+            try:
+                s = self.connect()
+                s.sendall(rng.choice(garbage)())
+                try:
+                    s.recv(4096)
+                except OSError:
+                    pass
+                s.close()
+                self.bump("vandals")
+            except OSError:
+                self.bump("refused")
+                time.sleep(0.01)
+
+    def crowd(self):
+        rng = random.Random(self.rng.random())
+        while not self.stop.is_set():
+            socks = []
+            want = rng.randrange(FD_LIMIT // 2, FD_LIMIT)  # up to the server's limit
+            for _ in range(want):
+                if self.stop.is_set():
+                    break
+                try:
+                    socks.append(self.connect())
+                except OSError:
+                    self.bump("refused")
+                    break
+            self.bump("crowd_connections", len(socks))
+            self.bump("crowd_bursts")
+            time.sleep(rng.uniform(0.1, 0.5))
+            for s in socks:
+                s.close()
+            time.sleep(rng.uniform(0.2, 1.0))
+
+    def run(self, seconds):
+        threads = [threading.Thread(target=f, daemon=True) for f in (self.quitter, self.quitter, self.vandal, self.crowd)]
+        for t in threads:
+            t.start()
+        self.stop.wait(seconds)
+        self.stop.set()
+        for t in threads:
+            t.join(10)
+
+
+def wrk(port, seconds, connections=64):
+    return subprocess.Popen(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s", f"http://127.0.0.1:{port}/plaintext"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def wrk_requests(out):
+    m = re.search(r"(\d+) requests in", out)
+    return int(m.group(1)) if m else 0
+
+
+def soak_web(args):
+    raise_own_fds()
+    server = WebServer(args.server, args.runtime)
+    result = {"soak": "web", "runtime": args.runtime, "seconds": args.seconds}
+    try:
+        # Warm-up: the same mix for a few seconds, so that what grows once to
+        # its working size (the descriptor table up to the limit, the
+        # allocator's arenas, the stack caches' kept stacks) has grown.
+        w = wrk(server.port, 5)
+        Clients(server.port, args.seed + 1).run(5)
+        w.communicate()
+        time.sleep(5)
+        rss0, fds0 = rss_kib(server.pid), open_fds(server.pid)
+        ok0 = server.check()
+        load = wrk(server.port, args.seconds)
+        clients = Clients(server.port, args.seed)
+        peak = [rss0]
+
+        def watch():
+            while load.poll() is None:
+                peak[0] = max(peak[0], rss_kib(server.pid))
+                time.sleep(0.5)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        clients.run(args.seconds)
+        out = load.communicate()[0].decode(errors="replace")
+        watcher.join()
+        time.sleep(5)  # closed connections drain, the stack caches trim
+        alive = server.proc.poll() is None
+        rss1 = rss_kib(server.pid) if alive else 0
+        fds1 = open_fds(server.pid) if alive else 0
+        ok1 = alive and server.check()
+        result.update(
+            rss_kib_start=rss0, rss_kib_peak=peak[0], rss_kib_end=rss1, rss_ratio=round(rss1 / rss0, 3) if rss0 else None,
+            fds_start=fds0, fds_end=fds1, wrk_requests=wrk_requests(out), **clients.count,
+            answered_at_start=ok0, answered_at_end=ok1, alive=alive)
+        failures = []
+        if not alive:
+            failures.append("the server died")
+        if not (ok0 and ok1):
+            failures.append("the server did not answer a plain request at rest")
+        if rss0 and rss1 > 1.10 * rss0:
+            failures.append(f"resident memory {rss1} KiB after, {rss0} KiB before (> +10 %)")
+        if fds1 != fds0:
+            failures.append(f"{fds1} descriptors open after, {fds0} before")
+        result["failures"] = failures
+    finally:
+        server.stop()
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("what", choices=["web"])
+    ap.add_argument("--server", required=True)
+    ap.add_argument("--runtime", default="loom", choices=["loom", "events", "pthread"])
+    ap.add_argument("--seconds", type=int, default=120)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    if args.seconds < 1:
+        ap.error("--seconds must be at least 1")
+    result = soak_web(args)
+    line = json.dumps(result)
+    print(line)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(line + "\n")
+    for f in result["failures"]:
+        print(f"soak: {f}", file=sys.stderr)
+    return 1 if result["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
