@@ -3,7 +3,7 @@
 #   scripts/deps.sh build   compiler, Boost.Context, hwloc; memcached-port's
 #                           fetch (curl, dpkg-source, xz, patch) and Debian's
 #                           memcached build-depends (libevent, SASL, OpenSSL)
-#   scripts/deps.sh test    build + GoogleTest, valgrind, curl, python3, wrk, zstd and xz
+#   scripts/deps.sh test    build + GoogleTest, valgrind, gdb, curl, python3, wrk, zstd and xz
 #                           (real threaded programs run on libloom-pthread)
 #   scripts/deps.sh bench   test + Boost.Fiber, wrk, nginx, Go, memcached, gnuplot,
 #                           clang with libFuzzer (make fuzz)
@@ -13,7 +13,7 @@ set -euo pipefail
 group=${1:-test}
 build=(g++ make cmake pkg-config libboost-context-dev libhwloc-dev
        curl ca-certificates dpkg-dev xz-utils patch libevent-dev libsasl2-dev libssl-dev)
-test=("${build[@]}" libgtest-dev googletest valgrind curl python3 libboost-fiber-dev wrk zstd xz-utils
+test=("${build[@]}" libgtest-dev googletest valgrind gdb curl python3 libboost-fiber-dev wrk zstd xz-utils
       libio-socket-ssl-perl sasl2-bin memcached libmemcached-tools)
 bench=("${test[@]}" wrk nginx-light golang-go memcached libmemcached-tools gnuplot-nox clang libclang-rt-14-dev)
 
