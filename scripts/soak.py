@@ -2,6 +2,7 @@
 """scripts/soak.py — a server under mixed, hostile load for a bounded time.
 
     scripts/soak.py web --server build/apps/webserver/webserver [--runtime loom] [--seconds 120] [--out FILE]
+    scripts/soak.py memcached --server build/memcached-port/bin/loom-memcached --mcload PATH/mcload [...]
 
 Starts the server on a free port of 127.0.0.1 (file descriptor limit 4096),
 warms it up with a few seconds of the same mix (what grows once to its
@@ -20,7 +21,10 @@ descriptors. Then, for
 Afterwards, once the clients are gone and the server idled for a few
 seconds, it must answer as at the start, its resident memory must be back
 within 10 % of the warmed-up figure and no descriptor may have leaked
-(/proc/PID/fd). Prints one JSON line of figures (also to --out) and exits 1
+(/proc/PID/fd). For memcached, the steady load is mcload (64 connections,
+10 % sets) and a "recorder" stores keys of its own all along, remembering
+every one the server acknowledged (STORED): afterwards each must read back
+with its value (-m is large enough that nothing is evicted). Prints one JSON line of figures (also to --out) and exits 1
 if a criterion failed, 2 for a bad command line. Standard library only,
 plus wrk (Debian).
 """
@@ -96,11 +100,106 @@ class WebServer:
             self.proc.wait()
 
 
+class Memcached:
+    def __init__(self, path):
+        with socket.socket() as probe:  # a free port (memcached has no "any port" option)
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        cmd = [path, "-p", str(self.port), "-U", "0", "-l", "127.0.0.1", "-t", "2", "-m", "1024", "-c", str(FD_LIMIT - 64)]
+        if os.geteuid() == 0:
+            cmd += ["-u", "root"]  # memcached refuses to run as root without it
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=limit_fds)
+        self.pid = self.proc.pid
+        for _ in range(100):
+            try:
+                if self.ask(b"version\r\n").startswith(b"VERSION"):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        self.proc.kill()
+        raise SystemExit("soak: memcached did not start")
+
+    def ask(self, line):
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+            s.sendall(line)
+            return s.recv(4096)
+
+    def check(self):
+        return self.ask(b"set soak:check 0 0 2\r\nok\r\n") == b"STORED\r\n"
+
+    def stat(self, name):
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+            s.sendall(b"stats\r\n")
+            data = b""
+            while not data.endswith(b"END\r\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        m = re.search(rb"STAT " + name + rb" (\d+)", data)
+        return int(m.group(1)) if m else 0
+
+    def stop(self):
+        WebServer.stop(self)
+
+
+class Recorder:
+    """Stores soak:<n> = <n repeated> one at a time; keeps what was STORED."""
+
+    def __init__(self, port):
+        self.port = port
+        self.stored = []
+        self.stop = threading.Event()
+
+    def run(self):
+        n = 0
+        s = None
+        while not self.stop.is_set():
+            try:
+                if s is None:
+                    s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+                value = str(n).encode() * 3
+                s.sendall(b"set soak:%d 0 0 %d\r\n%s\r\n" % (n, len(value), value))
+                reply = b""
+                while not reply.endswith(b"\r\n"):
+                    chunk = s.recv(64)
+                    if not chunk:
+                        raise OSError("closed")
+                    reply += chunk
+                if reply == b"STORED\r\n":
+                    self.stored.append(n)
+                n += 1
+            except OSError:
+                s = None  # a refused or dropped connection: nothing acknowledged, try again
+                time.sleep(0.01)
+
+    def verify(self):
+        """Keys acknowledged but not read back with their value."""
+        lost = []
+        with socket.create_connection(("127.0.0.1", self.port), timeout=30) as s:
+            f = s.makefile("rb")
+            for i in range(0, len(self.stored), 100):
+                batch = self.stored[i:i + 100]
+                s.sendall(b"get " + b" ".join(b"soak:%d" % n for n in batch) + b"\r\n")
+                got = {}
+                while True:
+                    line = f.readline()
+                    if line == b"END\r\n" or not line:
+                        break
+                    key, _, length = line.split()[1:4]
+                    got[key] = f.read(int(length) + 2)[:-2]
+                for n in batch:
+                    if got.get(b"soak:%d" % n) != str(n).encode() * 3:
+                        lost.append(n)
+        return lost
+
+
 class Clients:
     """The hostile clients, each kind in its own thread until `stop`."""
 
-    def __init__(self, port, seed):
+    def __init__(self, port, seed, memcached=False):
         self.port = port
+        self.memcached = memcached
         self.stop = threading.Event()
         self.count = {"quitters": 0, "vandals": 0, "crowd_connections": 0, "crowd_bursts": 0, "refused": 0}
         self.lock = threading.Lock()
@@ -118,7 +217,8 @@ class Clients:
 
     def quitter(self):
         rng = random.Random(self.rng.random())
-        request = b"GET /plaintext HTTP/1.1\r\nHost: soak\r\nUser-Agent: quitter\r\n\r\n"
+        request = (b"set quitter 0 0 5\r\nhello\r\nget quitter\r\n" if self.memcached
+                   else b"GET /plaintext HTTP/1.1\r\nHost: soak\r\nUser-Agent: quitter\r\n\r\n")
         while not self.stop.is_set():
             try:
                 s = self.connect()
@@ -148,6 +248,13 @@ class Clients:
             lambda: b"GET /" + b"b" * 8192 + b" HTTP/1.1\r\n\r\n",
             lambda: b"POST / HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
         ]
+        if self.memcached:
+            garbage += [
+                lambda: b"set k 0 0 5\r\n" + b"x" * 4096 + b"\r\n",      # more data than announced
+                lambda: b"get " + b"k" * 300 + b"\r\n",                      # key too long
+                lambda: b"\x80\x01\x00\x05" + bytes(rng.randrange(256) for _ in range(40)),  # binary garbage
+                lambda: b"set k 0 0 99999999999\r\n",
+            ]
         while not self.stop.is_set():
             try:
                 s = self.connect()
@@ -183,7 +290,13 @@ class Clients:
             time.sleep(rng.uniform(0.2, 1.0))
 
     def run(self, seconds):
-        threads = [threading.Thread(target=f, daemon=True) for f in (self.quitter, self.quitter, self.vandal, self.crowd)]
+        # memcached: one quitter thread. Two, with the crowd at the limit,
+        # left Debian's own memcached 1.6.18 (memcached-vanilla) holding
+        # every descriptor and answering nobody afterwards (2026-11-25): the
+        # reference itself does not survive that mix, so it is not asked of
+        # the port either.
+        kinds = (self.quitter, self.vandal, self.crowd) if self.memcached else (self.quitter, self.quitter, self.vandal, self.crowd)
+        threads = [threading.Thread(target=f, daemon=True) for f in kinds]
         for t in threads:
             t.start()
         self.stop.wait(seconds)
@@ -255,9 +368,71 @@ def soak_web(args):
     return result
 
 
+def soak_memcached(args):
+    raise_own_fds()
+    server = Memcached(args.server)
+    result = {"soak": "memcached", "server": os.path.basename(args.server), "seconds": args.seconds}
+
+    def mcload(seconds):
+        return subprocess.Popen([args.mcload, "--server", f"127.0.0.1:{server.port}", "--connections", "64",
+                                 "--write-ratio", "0.1", "--warmup", "0", "--duration", str(seconds), "--no-validate"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    try:
+        w = mcload(5)
+        Clients(server.port, args.seed + 1, memcached=True).run(5)
+        w.communicate()
+        time.sleep(5)
+        rss0, fds0 = rss_kib(server.pid), open_fds(server.pid)
+        malloced0 = server.stat(b"total_malloced")
+        ok0 = server.check()
+        load = mcload(args.seconds)
+        recorder = Recorder(server.port)
+        rec = threading.Thread(target=recorder.run, daemon=True)
+        rec.start()
+        clients = Clients(server.port, args.seed, memcached=True)
+        clients.run(args.seconds)
+        recorder.stop.set()
+        rec.join(10)
+        out = load.communicate()[0].decode(errors="replace")
+        time.sleep(5)
+        alive = server.proc.poll() is None
+        lost = recorder.verify() if alive else recorder.stored
+        rss1 = rss_kib(server.pid) if alive else 0
+        fds1 = open_fds(server.pid) if alive else 0
+        ok1 = alive and server.check()
+        malloced1 = server.stat(b"total_malloced") if alive else malloced0
+        ops = re.search(r'"ops_per_s":\s*([0-9.]+)', out)
+        result.update(
+            rss_kib_start=rss0, rss_kib_end=rss1, rss_ratio=round(rss1 / rss0, 3) if rss0 else None,
+            fds_start=fds0, fds_end=fds1, mcload_ops_per_s=float(ops.group(1)) if ops else None,
+            acknowledged=len(recorder.stored), lost=len(lost), **clients.count,
+            answered_at_start=ok0, answered_at_end=ok1, alive=alive)
+        failures = []
+        if not alive:
+            failures.append("the server died")
+        if not (ok0 and ok1):
+            failures.append("the server did not answer a plain set at rest")
+        if lost:
+            failures.append(f"{len(lost)} of {len(recorder.stored)} acknowledged sets did not read back (first: soak:{lost[0]})")
+        # The items stored meanwhile stay (memcached never gives slab pages
+        # back): growth beyond its own slab memory's is what counts.
+        slab_kib = (malloced1 - malloced0) // 1024
+        result.update(slab_growth_kib=slab_kib)
+        if rss0 and rss1 > 1.10 * rss0 + slab_kib:
+            failures.append(f"resident memory {rss1} KiB after, {rss0} KiB before + {slab_kib} KiB of slabs (> +10 %)")
+        if fds1 != fds0:
+            failures.append(f"{fds1} descriptors open after, {fds0} before")
+        result["failures"] = failures
+    finally:
+        server.stop()
+    return result
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=["web"])
+    ap.add_argument("what", choices=["web", "memcached"])
+    ap.add_argument("--mcload", help="apps/mcload's binary (memcached)")
     ap.add_argument("--server", required=True)
     ap.add_argument("--runtime", default="loom", choices=["loom", "events", "pthread"])
     ap.add_argument("--seconds", type=int, default=120)
@@ -266,7 +441,9 @@ def main():
     args = ap.parse_args()
     if args.seconds < 1:
         ap.error("--seconds must be at least 1")
-    result = soak_web(args)
+    if args.what == "memcached" and not args.mcload:
+        ap.error("memcached needs --mcload")
+    result = soak_web(args) if args.what == "web" else soak_memcached(args)
     line = json.dumps(result)
     print(line)
     if args.out:
