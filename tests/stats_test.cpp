@@ -152,21 +152,8 @@ TEST(Stats, CApi) {
   EXPECT_EQ(all.stack_bytes, loom::stats().stack_bytes);
 }
 
-struct Result {
-  int status = -1;
-  std::string out;
-};
-
-Result run(const std::string& cmd) {
-  Result r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  std::array<char, 512> buf;
-  while (std::fgets(buf.data(), int(buf.size()), p)) r.out += buf.data();
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using loom::test::Result;
+using loom::test::run;
 
 const std::string probe = LOOM_PROBE;
 

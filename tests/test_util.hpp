@@ -1,11 +1,33 @@
 // tests/test_util.hpp — helpers shared by loom's tests.
 #pragma once
 
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
 
 namespace loom::test {
+
+// A shell command's exit status (-1 if it did not exit) and its standard
+// output and error together: for process-level tests of a child program.
+struct Result {
+  int status = -1;
+  std::string out;
+};
+
+inline Result run(const std::string& cmd) {
+  Result r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  std::array<char, 512> buf;
+  while (std::fgets(buf.data(), int(buf.size()), p)) r.out += buf.data();
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
 
 // Sanitizer runs set LOOM_TEST_SCALE=10 to divide iteration counts.
 inline long scaled(long n) {
