@@ -336,6 +336,7 @@ TEST_P(WhenReady, Errors) {
 struct Conn {
   int fd[2];
   Hits h;
+  int armed_at = 0;  // h's count once armed this round (stale edges included)
 };
 
 TEST_P(WhenReady, ManyDescriptorsManyRounds) {
@@ -348,14 +349,17 @@ TEST_P(WhenReady, ManyDescriptorsManyRounds) {
       tcp_pair(cs.back()->fd);
     }
     for (int round = 1; round <= kRounds; ++round) {
-      for (auto& c : cs) ASSERT_EQ(arm_quiet(c->fd[0], POLLIN, c->h), round - 1);
+      // A stale edge may fire an arming at once (on loopback an ACK can
+      // re-raise EPOLLIN for bytes not yet drained); arm_quiet arms again,
+      // so from here on exactly one more invocation is owed.
+      for (auto& c : cs) c->armed_at = arm_quiet(c->fd[0], POLLIN, c->h);
       // Only every other connection gets data in odd rounds.
       for (int i = 0; i < kConns; ++i)
         if (round % 2 == 0 || i % 2 == 0) put(cs[i]->fd[1], "r");
       for (int i = 0; i < kConns; ++i) {
         Conn& c = *cs[i];
         if (round % 2 == 0 || i % 2 == 0) {
-          ASSERT_TRUE(reach(c.h, round)) << "connection " << i << " round " << round;
+          ASSERT_TRUE(reach(c.h, c.armed_at + 1)) << "connection " << i << " round " << round;
           EXPECT_EQ(drain(c.fd[0]), 1u);
         }
       }
@@ -364,12 +368,12 @@ TEST_P(WhenReady, ManyDescriptorsManyRounds) {
         Conn& c = *cs[i];
         if (round % 2 == 1 && i % 2 == 1) {
           // Not fired: still armed. Give it its byte so the counts match.
-          EXPECT_EQ(c.h.n.load(), round - 1) << "connection " << i << " fired without data";
+          EXPECT_EQ(c.h.n.load(), c.armed_at) << "connection " << i << " fired without data";
           put(c.fd[1], "s");
-          ASSERT_TRUE(reach(c.h, round));
+          ASSERT_TRUE(reach(c.h, c.armed_at + 1));
           EXPECT_EQ(drain(c.fd[0]), 1u);
         }
-        EXPECT_EQ(c.h.n.load(), round) << "connection " << i;
+        EXPECT_EQ(c.h.n.load(), c.armed_at + 1) << "connection " << i << " invoked twice for one arming";
       }
     }
     for (auto& c : cs) {
