@@ -236,26 +236,8 @@ class Watchdog {
 };
 
 void* watchdog_main(void*) {
-  sigset_t all;
-  sigfillset(&all);
-  (sys::pthread().sigmask)(SIG_BLOCK, &all, nullptr);
   Watchdog().run();
   return nullptr;
-}
-
-// "SIGRTMIN+6" style names, a plain number, or a classic name.
-int parse_stall_signal(const char* s) {
-  if (std::strncmp(s, "SIGRTMIN+", 9) == 0) {
-    int k = std::atoi(s + 9);
-    return k >= 0 && SIGRTMIN + k <= SIGRTMAX ? SIGRTMIN + k : 0;
-  }
-  char* end = nullptr;
-  long n = std::strtol(s, &end, 10);
-  if (*s && end && *end == '\0') return n > 0 && n < NSIG ? int(n) : 0;
-  if (std::strncmp(s, "SIG", 3) == 0) s += 3;
-  for (int i = 1; i < NSIG; ++i)
-    if (const char* a = sigabbrev_np(i); a && std::strcmp(a, s) == 0) return i;
-  return 0;
 }
 
 }  // namespace
@@ -263,26 +245,15 @@ int parse_stall_signal(const char* s) {
 void stall_watch() {
   static std::atomic<bool> started{false};
   if (started.exchange(true)) return;
-  stall_signal = SIGRTMIN + 6;
-  if (const char* name = std::getenv("LOOM_STALL_SIGNAL"); name && *name) {
-    int sig = parse_stall_signal(name);
-    if (sig == 0 || sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV)
-      std::fprintf(stderr, "loom: LOOM_STALL_SIGNAL=%s: not a signal loom can catch; using SIGRTMIN+6\n", name);
-    else
-      stall_signal = sig;
-  }
+  stall_signal = signal_from_env("LOOM_STALL_SIGNAL", "using SIGRTMIN+6");
+  if (!stall_signal) stall_signal = SIGRTMIN + 6;
   struct sigaction sa {};
   sa.sa_handler = &on_stall_signal;
   sa.sa_flags = SA_RESTART | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
   sigaction(stall_signal, &sa, nullptr);
-  pthread_t t;
-  if (sys::pthread().create(&t, nullptr, &watchdog_main, nullptr) != 0) {
+  if (!start_runtime_thread("loom-stall", &watchdog_main))
     std::fprintf(stderr, "loom: stall detector: cannot start its thread; off\n");
-    return;
-  }
-  sys::pthread().setname_np(t, "loom-stall");
-  sys::pthread().detach(t);
 }
 
 }  // namespace loom::rt

@@ -151,9 +151,6 @@ void on_report_signal(int sig) {
 }
 
 void* reporter_main(void*) {
-  sigset_t all;
-  sigfillset(&all);
-  (sys::pthread().sigmask)(SIG_BLOCK, &all, nullptr);  // signals go to the program's threads
   for (;;) {
     char buf[64];
     ssize_t r = sys::read(report_pipe[0], buf, sizeof buf);
@@ -166,8 +163,12 @@ void* reporter_main(void*) {
   }
 }
 
-// "SIGUSR2", "USR2" or "12"; 0 when it names no signal.
+// "SIGUSR2", "USR2", "12" or "SIGRTMIN+6"; 0 when it names no signal.
 int parse_signal(const char* s) {
+  if (std::strncmp(s, "SIGRTMIN+", 9) == 0) {
+    int k = std::atoi(s + 9);
+    return k >= 0 && SIGRTMIN + k <= SIGRTMAX ? SIGRTMIN + k : 0;
+  }
   char* end = nullptr;
   long n = std::strtol(s, &end, 10);
   if (*s && end && *end == '\0') return n > 0 && n < NSIG ? int(n) : 0;
@@ -179,27 +180,41 @@ int parse_signal(const char* s) {
 
 void print_at_exit() { print_stats(stderr); }
 
-// Reads LOOM_<what>_SIGNAL; 0 when unset or unusable (said on stderr).
-int signal_from_env(const char* var) {
+}  // namespace
+
+int signal_from_env(const char* var, const char* otherwise) {
   const char* name = std::getenv(var);
   if (!name || !*name) return 0;
   int sig = parse_signal(name);
   if (sig == 0 || sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV || sig == SIGBUS) {
-    std::fprintf(stderr, "loom: %s=%s: not a signal loom can catch (e.g. SIGUSR2); ignored\n", var, name);
+    std::fprintf(stderr, "loom: %s=%s: not a signal loom can catch (e.g. SIGUSR2); %s\n", var, name, otherwise);
     return 0;
   }
   return sig;
 }
 
-}  // namespace
+bool start_runtime_thread(const char* name, void* (*fn)(void*)) {
+  // Started with every signal blocked (a thread inherits its creator's
+  // mask): the program's signals go to the program's threads.
+  sigset_t all, old;
+  sigfillset(&all);
+  (sys::pthread().sigmask)(SIG_SETMASK, &all, &old);
+  pthread_t t;
+  bool ok = sys::pthread().create(&t, nullptr, fn, nullptr) == 0;
+  (sys::pthread().sigmask)(SIG_SETMASK, &old, nullptr);
+  if (!ok) return false;
+  sys::pthread().setname_np(t, name);
+  sys::pthread().detach(t);
+  return true;
+}
 
 bool stack_watermark = false;
 
 void stats_boot() {
   stack_watermark = env_bool("LOOM_STACK_WATERMARK", false);
   if (env_bool("LOOM_STATS", false)) std::atexit(&print_at_exit);
-  stats_signal = signal_from_env("LOOM_STATS_SIGNAL");
-  dump_signal = signal_from_env("LOOM_DUMP_SIGNAL");
+  stats_signal = signal_from_env("LOOM_STATS_SIGNAL", "ignored");
+  dump_signal = signal_from_env("LOOM_DUMP_SIGNAL", "ignored");
   if (!stats_signal && !dump_signal) return;
   // Blocking at both ends: the reporter drains it at once, and a handler
   // would block only behind 64 KiB of undelivered signals.
@@ -207,13 +222,10 @@ void stats_boot() {
     std::fprintf(stderr, "loom: LOOM_STATS_SIGNAL/LOOM_DUMP_SIGNAL: pipe2 failed (errno %d); ignored\n", errno);
     return;
   }
-  pthread_t t;
-  if (sys::pthread().create(&t, nullptr, &reporter_main, nullptr) != 0) {
+  if (!start_runtime_thread("loom-report", &reporter_main)) {
     std::fprintf(stderr, "loom: LOOM_STATS_SIGNAL/LOOM_DUMP_SIGNAL: cannot start the reporter thread; ignored\n");
     return;
   }
-  sys::pthread().setname_np(t, "loom-report");
-  sys::pthread().detach(t);
   struct sigaction sa {};
   sa.sa_handler = &on_report_signal;
   sa.sa_flags = SA_RESTART;
