@@ -128,14 +128,18 @@ class Memcached:
         return self.ask(b"set soak:check 0 0 2\r\nok\r\n") == b"STORED\r\n"
 
     def stat(self, name):
-        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
-            s.sendall(b"stats\r\n")
-            data = b""
-            while not data.endswith(b"END\r\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+        """A `stats` value; 0 when the server does not answer."""
+        data = b""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+                s.sendall(b"stats\r\n")
+                while not data.endswith(b"END\r\n"):
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+        except OSError:
+            return 0
         m = re.search(rb"STAT " + name + rb" (\d+)", data)
         return int(m.group(1)) if m else 0
 
@@ -215,28 +219,36 @@ class Clients:
         s.connect(("127.0.0.1", self.port))
         return s
 
+    def repeat(self, kind, act):
+        """Until stopped: a new connection, act(socket), close; counted as
+        `kind`, or as refused when the connection fails."""
+        while not self.stop.is_set():
+            try:
+                s = self.connect()
+                act(s)
+                s.close()
+                self.bump(kind)
+            except OSError:
+                self.bump("refused")
+                time.sleep(0.01)
+
     def quitter(self):
         rng = random.Random(self.rng.random())
         request = (b"set quitter 0 0 5\r\nhello\r\nget quitter\r\n" if self.memcached
                    else b"GET /plaintext HTTP/1.1\r\nHost: soak\r\nUser-Agent: quitter\r\n\r\n")
-        while not self.stop.is_set():
-            try:
-                s = self.connect()
-                how = rng.randrange(5)
-                if how == 1:
-                    s.sendall(request[: rng.randrange(1, len(request) - 4)])
-                elif how == 2:
-                    s.sendall(request[:-2])
-                elif how == 3:
-                    s.sendall(request * rng.randrange(1, 50))  # leaves with answers unread
-                elif how == 4:
-                    s.sendall(request[:10])
-                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-                s.close()
-                self.bump("quitters")
-            except OSError:
-                self.bump("refused")
-                time.sleep(0.01)
+        def leave(s):
+            how = rng.randrange(5)
+            if how == 1:
+                s.sendall(request[: rng.randrange(1, len(request) - 4)])
+            elif how == 2:
+                s.sendall(request[:-2])
+            elif how == 3:
+                s.sendall(request * rng.randrange(1, 50))  # leaves with answers unread
+            elif how == 4:
+                s.sendall(request[:10])
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+
+        self.repeat("quitters", leave)
 
     def vandal(self):
         rng = random.Random(self.rng.random())
@@ -255,19 +267,14 @@ class Clients:
                 lambda: b"\x80\x01\x00\x05" + bytes(rng.randrange(256) for _ in range(40)),  # binary garbage
                 lambda: b"set k 0 0 99999999999\r\n",
             ]
-        while not self.stop.is_set():
+        def vandalise(s):
+            s.sendall(rng.choice(garbage)())
             try:
-                s = self.connect()
-                s.sendall(rng.choice(garbage)())
-                try:
-                    s.recv(4096)
-                except OSError:
-                    pass
-                s.close()
-                self.bump("vandals")
+                s.recv(4096)
             except OSError:
-                self.bump("refused")
-                time.sleep(0.01)
+                pass
+
+        self.repeat("vandals", vandalise)
 
     def crowd(self):
         rng = random.Random(self.rng.random())
@@ -316,6 +323,40 @@ def wrk_requests(out):
     return int(m.group(1)) if m else 0
 
 
+def at_rest(server):
+    """The idle server's resident memory, open descriptors and whether it
+    answers a plain request; None when it has died."""
+    if server.proc.poll() is not None:
+        return None
+    try:
+        answered = server.check()
+    except OSError:  # refused or reset: it does not answer
+        answered = False
+    return {"rss": rss_kib(server.pid), "fds": open_fds(server.pid), "answered": answered}
+
+
+def leaks(before, after, result, allowance_kib=0):
+    """Records the before/after figures in `result`; returns the criteria
+    that failed: alive, answering, memory within 10 % (plus what the server
+    legitimately keeps, `allowance_kib`), every descriptor closed."""
+    after_or_dead = after or {"rss": 0, "fds": 0, "answered": False}
+    rss0, rss1, fds0, fds1 = before["rss"], after_or_dead["rss"], before["fds"], after_or_dead["fds"]
+    result.update(rss_kib_start=rss0, rss_kib_end=rss1, rss_ratio=round(rss1 / rss0, 3) if rss0 else None,
+                  fds_start=fds0, fds_end=fds1, answered_at_start=before["answered"],
+                  answered_at_end=after_or_dead["answered"], alive=after is not None)
+    failures = []
+    if after is None:
+        failures.append("the server died")
+    if not (before["answered"] and after_or_dead["answered"]):
+        failures.append("the server did not answer a plain request at rest")
+    if rss0 and rss1 > 1.10 * rss0 + allowance_kib:
+        kept = f" + {allowance_kib} KiB it keeps" if allowance_kib else ""
+        failures.append(f"resident memory {rss1} KiB after, {rss0} KiB before{kept} (> +10 %)")
+    if fds1 != fds0:
+        failures.append(f"{fds1} descriptors open after, {fds0} before")
+    return failures
+
+
 def soak_web(args):
     raise_own_fds()
     server = WebServer(args.server, args.runtime)
@@ -328,11 +369,10 @@ def soak_web(args):
         Clients(server.port, args.seed + 1).run(5)
         w.communicate()
         time.sleep(5)
-        rss0, fds0 = rss_kib(server.pid), open_fds(server.pid)
-        ok0 = server.check()
+        before = at_rest(server)
         load = wrk(server.port, args.seconds)
         clients = Clients(server.port, args.seed)
-        peak = [rss0]
+        peak = [before["rss"]]
 
         def watch():
             while load.poll() is None:
@@ -345,24 +385,8 @@ def soak_web(args):
         out = load.communicate()[0].decode(errors="replace")
         watcher.join()
         time.sleep(5)  # closed connections drain, the stack caches trim
-        alive = server.proc.poll() is None
-        rss1 = rss_kib(server.pid) if alive else 0
-        fds1 = open_fds(server.pid) if alive else 0
-        ok1 = alive and server.check()
-        result.update(
-            rss_kib_start=rss0, rss_kib_peak=peak[0], rss_kib_end=rss1, rss_ratio=round(rss1 / rss0, 3) if rss0 else None,
-            fds_start=fds0, fds_end=fds1, wrk_requests=wrk_requests(out), **clients.count,
-            answered_at_start=ok0, answered_at_end=ok1, alive=alive)
-        failures = []
-        if not alive:
-            failures.append("the server died")
-        if not (ok0 and ok1):
-            failures.append("the server did not answer a plain request at rest")
-        if rss0 and rss1 > 1.10 * rss0:
-            failures.append(f"resident memory {rss1} KiB after, {rss0} KiB before (> +10 %)")
-        if fds1 != fds0:
-            failures.append(f"{fds1} descriptors open after, {fds0} before")
-        result["failures"] = failures
+        result["failures"] = leaks(before, at_rest(server), result)
+        result.update(rss_kib_peak=peak[0], wrk_requests=wrk_requests(out), **clients.count)
     finally:
         server.stop()
     return result
@@ -383,9 +407,8 @@ def soak_memcached(args):
         Clients(server.port, args.seed + 1, memcached=True).run(5)
         w.communicate()
         time.sleep(5)
-        rss0, fds0 = rss_kib(server.pid), open_fds(server.pid)
         malloced0 = server.stat(b"total_malloced")
-        ok0 = server.check()
+        before = at_rest(server)
         load = mcload(args.seconds)
         recorder = Recorder(server.port)
         rec = threading.Thread(target=recorder.run, daemon=True)
@@ -396,33 +419,17 @@ def soak_memcached(args):
         rec.join(10)
         out = load.communicate()[0].decode(errors="replace")
         time.sleep(5)
-        alive = server.proc.poll() is None
-        lost = recorder.verify() if alive else recorder.stored
-        rss1 = rss_kib(server.pid) if alive else 0
-        fds1 = open_fds(server.pid) if alive else 0
-        ok1 = alive and server.check()
-        malloced1 = server.stat(b"total_malloced") if alive else malloced0
-        ops = re.search(r'"ops_per_s":\s*([0-9.]+)', out)
-        result.update(
-            rss_kib_start=rss0, rss_kib_end=rss1, rss_ratio=round(rss1 / rss0, 3) if rss0 else None,
-            fds_start=fds0, fds_end=fds1, mcload_ops_per_s=float(ops.group(1)) if ops else None,
-            acknowledged=len(recorder.stored), lost=len(lost), **clients.count,
-            answered_at_start=ok0, answered_at_end=ok1, alive=alive)
-        failures = []
-        if not alive:
-            failures.append("the server died")
-        if not (ok0 and ok1):
-            failures.append("the server did not answer a plain set at rest")
-        if lost:
-            failures.append(f"{len(lost)} of {len(recorder.stored)} acknowledged sets did not read back (first: soak:{lost[0]})")
+        after = at_rest(server)
+        lost = recorder.verify() if after else recorder.stored
         # The items stored meanwhile stay (memcached never gives slab pages
         # back): growth beyond its own slab memory's is what counts.
-        slab_kib = (malloced1 - malloced0) // 1024
-        result.update(slab_growth_kib=slab_kib)
-        if rss0 and rss1 > 1.10 * rss0 + slab_kib:
-            failures.append(f"resident memory {rss1} KiB after, {rss0} KiB before + {slab_kib} KiB of slabs (> +10 %)")
-        if fds1 != fds0:
-            failures.append(f"{fds1} descriptors open after, {fds0} before")
+        slab_kib = (server.stat(b"total_malloced") - malloced0) // 1024 if after else 0
+        failures = leaks(before, after, result, allowance_kib=slab_kib)
+        if lost:
+            failures.append(f"{len(lost)} of {len(recorder.stored)} acknowledged sets did not read back (first: soak:{lost[0]})")
+        ops = re.search(r'"ops_per_s":\s*([0-9.]+)', out)
+        result.update(slab_growth_kib=slab_kib, mcload_ops_per_s=float(ops.group(1)) if ops else None,
+                      acknowledged=len(recorder.stored), lost=len(lost), **clients.count)
         result["failures"] = failures
     finally:
         server.stop()
