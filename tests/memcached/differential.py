@@ -79,6 +79,19 @@ def resolve_binary(name):
     return os.path.join(bin_dir(), name)
 
 
+def die_with_parent():
+    """In the child: SIGKILL when the test process dies (a ctest timeout
+    must not leave servers behind)."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+
+
+def exit_on_sigterm():
+    """ctest's timeout sends SIGTERM: unwind so the servers are stopped."""
+    import signal
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -100,7 +113,8 @@ class Server:
             if os.geteuid() != 0:
                 args.remove("-u")
                 args.remove("root")
-            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=stderr)
+            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=stderr,
+                                         preexec_fn=die_with_parent)
             if self._wait_ready():
                 return
             self.stop()
@@ -543,6 +557,7 @@ def main():
     add_bin_dir_option(ap)
     a = ap.parse_args()
     use_bin_dir_option(a)
+    exit_on_sigterm()
     binary = resolve_binary(a.binary)
     if not os.access(binary, os.X_OK):
         print("SKIP: %s not built" % binary)
