@@ -217,6 +217,10 @@ int loom_poll_one(int fd, short events, int timeout_ms) {
   return io_call<int>([&] { return io::poll_one(fd, events, timeout_ms); });
 }
 
+int loom_when_ready(int fd, short events, void (*fn)(void*), void* arg) {
+  return io_call<int>([&] { return io::when_ready(fd, events, fn, arg); });
+}
+
 int loom_set_timeouts(int fd, int64_t in_ns, int64_t out_ns) {
   if (in_ns < 0 || out_ns < 0) {
     *errno_slot() = EINVAL;

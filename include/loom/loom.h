@@ -763,6 +763,15 @@ int loom_getsockopt(int fd, int level, int name, void* LOOM_RESTRICT val, sockle
 /* poll(2) on one descriptor: the ready revents (> 0), 0 at the timeout (ms;
  * -1: none), -1 on error. */
 int loom_poll_one(int fd, short events, int timeout_ms);
+/* One-shot readiness callback (loom::io::when_ready): fn(arg) runs once,
+ * when fd's direction `events` (POLLIN or POLLOUT, not both) has an edge —
+ * at once, before this returns, if one is pending. Arm it after a read or
+ * write found EAGAIN (or a short read drained a stream socket). fn runs in
+ * the poller's context: it must not block; it may create a fibre or post an
+ * event. loom_close(fd) invokes an armed fn once, after closing. 0, or -1
+ * with errno: EINVAL, EBADF, EPERM (a regular file), EBUSY (armed already,
+ * or a fibre waits on that direction). */
+int loom_when_ready(int fd, short events, void (*fn)(void*), void* arg);
 /* poll(2), ppoll(2), select(2), pselect(2), epoll_wait(2), epoll_pwait(2)
  * over any number of descriptors (the program's own included: loom never
  * changes their flags), with the system calls' results and errors; the

@@ -22,7 +22,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 
 #include "io/fd_table.hpp"
 #include "base/sys.hpp"
@@ -170,6 +172,16 @@ long wait_and_retry(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeo
   return r;
 }
 
+// Any input call that may have consumed an edge decides the hints anew: r
+// is its result, `want` the bytes a plain read asked for (0 otherwise).
+void note_input(FdEntry& e, long r, std::size_t want) {
+  bool drained = want && r > 0 && std::size_t(r) < want && e.stream.load(std::memory_order_relaxed) &&
+                 e.registered.load(std::memory_order_relaxed);
+  if (drained != e.in_drained.load(std::memory_order_relaxed)) e.in_drained.store(drained, std::memory_order_relaxed);
+  bool full = want && r > 0 && std::size_t(r) == want;
+  if (full != e.in_full.load(std::memory_order_relaxed)) e.in_full.store(full, std::memory_order_relaxed);
+}
+
 // The generic wrapper; returns the result or -errno. `want`: bytes asked of
 // a plain read (0 for other calls), for the drained-queue shortcut.
 template <typename Op>
@@ -182,7 +194,12 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
   if (__builtin_expect(kind == kFdUnknown, 0)) kind = classify(fd, *e);
   if (!p) return kind == kFdPollable ? thread_call(fd, *e, side, op, d, timeout_err) : syscall_op(op);
   if (kind != kFdPollable) return offloaded(op);
-  if (e->user_nonblock.load(std::memory_order_relaxed)) return syscall_op(op);
+  if (e->user_nonblock.load(std::memory_order_relaxed)) {
+    // The program waits itself (poll, epoll_wait): the hints are for it.
+    long r = syscall_op(op);
+    if (input) note_input(*e, r, want);
+    return r;
+  }
   long r;
   if (want && e->in_drained.load(std::memory_order_relaxed) && !e->hup.load(std::memory_order_relaxed) &&
       e->registered.load(std::memory_order_relaxed)) {
@@ -195,14 +212,7 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
     r = syscall_op(op);
     if (r == -EAGAIN) r = wait_and_retry(fd, *e, side, op, d, timeout_err, false);
   }
-  // Any input call that may have consumed an edge decides the hint anew.
-  if (input) {
-    bool drained = want && r > 0 && std::size_t(r) < want && e->stream.load(std::memory_order_relaxed) &&
-                   e->registered.load(std::memory_order_relaxed);
-    if (drained != e->in_drained.load(std::memory_order_relaxed)) e->in_drained.store(drained, std::memory_order_relaxed);
-    bool full = want && r > 0 && std::size_t(r) == want;
-    if (full != e->in_full.load(std::memory_order_relaxed)) e->in_full.store(full, std::memory_order_relaxed);
-  }
+  if (input) note_input(*e, r, want);
   return r;
 }
 
@@ -274,7 +284,87 @@ long connect_wait(int fd, const sockaddr* addr, socklen_t len, Deadline d, int t
   return wait_and_retry(fd, *e, kOut, done, d, timeout_err, /*look first=*/true);
 }
 
+// poll_one_until's wait on a drained stream (the last read came up short
+// while registered): an edge posted after the read means input arrived, so
+// when the wait parks with no token left from before and an edge wakes it,
+// the input revents need no look. -EAGAIN when that cannot be told (a token
+// was there already, another fibre has the turn, the peer hung up): the
+// caller looks and waits as for any descriptor. Rarely, a poller that took
+// the edge from epoll before the read and posts it after makes this report
+// input the read already took: a spurious readiness, which Linux's poll
+// allows too (select(2), BUGS); a read through loom then simply waits.
+long wait_fresh_input(int fd, FdEntry& e, short events, Deadline d) {
+  std::uint32_t gen = e.gen.load(std::memory_order_acquire);
+  if (e.in.ready.has_token() || !e.in.turn.try_lock()) return -EAGAIN;
+  int rc = EAGAIN;
+  if (!e.in.ready.has_token()) {
+    this_processor()->counters.add(Stat::io_blocks);
+    note_wait(WaitKind::fd_in, reinterpret_cast<const void*>(std::intptr_t(fd)));
+    rc = e.in.ready.wait(d);
+  }
+  e.in.turn.unlock();
+  if (e.gen.load(std::memory_order_acquire) != gen) return -EBADF;
+  if (rc == ETIMEDOUT) return 0;
+  if (rc != 0 || e.hup.load(std::memory_order_relaxed)) return -EAGAIN;
+  return events & (POLLIN | POLLRDNORM);
+}
+
 }  // namespace
+
+long poll_one_until(int fd, short events, Deadline d) {
+  if (!(events & (POLLIN | POLLOUT))) return -EINVAL;
+  // Ready (> 0) or error: the result; nothing yet: EAGAIN, which waits.
+  auto op = [&]() -> long {
+    pollfd q{fd, events, 0};
+    int n = sys::poll(&q, 1, 0);
+    if (n < 0) return -1;
+    if (n == 0) {
+      errno = EAGAIN;
+      return -1;
+    }
+    return q.revents;
+  };
+  FdEntry* e = table().get(fd);
+  Processor* p = this_processor();
+  long r;
+  if (p && e && (events & POLLIN) && !(events & POLLOUT) && e->in_drained.load(std::memory_order_relaxed) &&
+      !e->hup.load(std::memory_order_relaxed) && e->registered.load(std::memory_order_relaxed)) {
+    // The last read came up short while registered: anything that arrives
+    // now raises an edge, so wait for it without looking first, and trust
+    // it after (an event server's short read, then wait: no system call).
+    e->in_drained.store(false, std::memory_order_relaxed);
+    r = wait_fresh_input(fd, *e, events, d);
+    if (r != -EAGAIN) return r;
+  }
+  r = syscall_op(op);
+  if (r != -EAGAIN) return r;
+  if (d != kForever && now_ns() >= d) return 0;
+  std::uint8_t kind = e ? e->kind.load(std::memory_order_acquire) : std::uint8_t(kFdFile);
+  if (e && kind == kFdUnknown) kind = classify(fd, *e);
+  if (!p || kind != kFdPollable) {
+    auto blocking = [&]() -> long {
+      int ms = -1;
+      if (d != kForever)
+        ms = int(std::min<std::int64_t>(INT_MAX, (std::max<std::int64_t>(0, d - now_ns()) + 999'999) / 1'000'000));
+      pollfd q{fd, events, 0};
+      int n = sys::poll(&q, 1, ms);
+      return n <= 0 ? n : q.revents;
+    };
+    return p ? offloaded(blocking) : syscall_op(blocking);
+  }
+  // A wait here may consume the edge a drained read would wait for.
+  if (events & POLLIN) e->in_drained.store(false, std::memory_order_relaxed);
+  // Both directions: wait on input in slices, looking at output between.
+  bool both = (events & POLLIN) && (events & POLLOUT);
+  for (;;) {
+    Deadline slice = both ? now_ns() + 1'000'000 : d;
+    if (both && d != kForever && d < slice) slice = d;
+    r = wait_and_retry(fd, *e, (events & POLLIN) ? kIn : kOut, op, slice, ETIMEDOUT, false);
+    if (r != -ETIMEDOUT) return r;
+    if (d != kForever && now_ns() >= d) return 0;
+  }
+}
+
 }  // namespace loom::rt
 
 namespace loom::io {
@@ -503,47 +593,8 @@ int when_ready(int fd, short events, void (*cb)(void*), void* arg) {
 }
 
 int poll_one(int fd, short events, int timeout_ms) {
-  if (!(events & (POLLIN | POLLOUT))) {
-    errno = EINVAL;
-    return -1;
-  }
   Deadline d = timeout_ms < 0 ? kForever : rt::now_ns() + std::int64_t(timeout_ms) * 1'000'000;
-  // Ready (> 0) or error: the result; nothing yet: EAGAIN, which waits.
-  auto op = [&]() -> long {
-    pollfd p{fd, events, 0};
-    int n = rt::sys::poll(&p, 1, 0);
-    if (n < 0) return -1;
-    if (n == 0) {
-      errno = EAGAIN;
-      return -1;
-    }
-    return p.revents;
-  };
-  long r = syscall_op(op);
-  if (r != -EAGAIN || timeout_ms == 0) return r == -EAGAIN ? 0 : int(finish(r));
-  rt::FdEntry* e = rt::table().get(fd);
-  rt::Processor* p = rt::this_processor();
-  std::uint8_t kind = e ? e->kind.load(std::memory_order_acquire) : std::uint8_t(rt::kFdFile);
-  if (e && kind == rt::kFdUnknown) kind = rt::classify(fd, *e);
-  if (!p || kind != rt::kFdPollable) {
-    auto blocking = [&]() -> long {
-      pollfd q{fd, events, 0};
-      int n = rt::sys::poll(&q, 1, timeout_ms);
-      return n <= 0 ? n : q.revents;
-    };
-    return int(finish(p ? rt::offloaded(blocking) : syscall_op(blocking)));
-  }
-  // A wait here may consume the edge a drained read would wait for.
-  if (events & POLLIN) e->in_drained.store(false, std::memory_order_relaxed);
-  // Both directions: wait on input in slices, looking at output between.
-  bool both = (events & POLLIN) && (events & POLLOUT);
-  for (;;) {
-    Deadline slice = both ? rt::now_ns() + 1'000'000 : d;
-    if (both && d != kForever && d < slice) slice = d;
-    r = rt::wait_and_retry(fd, *e, (events & POLLIN) ? rt::kIn : rt::kOut, op, slice, ETIMEDOUT, false);
-    if (r != -ETIMEDOUT) return int(finish(r));
-    if (d != kForever && rt::now_ns() >= d) return 0;
-  }
+  return int(finish(rt::poll_one_until(fd, events, d)));
 }
 
 Stats stats() {

@@ -284,6 +284,15 @@ long poll_impl(pollfd* fds, nfds_t n, const timespec* timeout, const sigset_t* m
     return neg_errno(k_ppoll(fds, n, timeout, mask));
   if (!valid(timeout)) return -EINVAL;
   Deadline d = deadline_of(timeout);
+  if (n == 1 && !mask && fds[0].fd >= 0 && (fds[0].events & (POLLIN | POLLOUT))) {
+    // One descriptor (a thread-per-connection server's wait): its own
+    // readiness words, no temporary set.
+    long r = poll_one_until(fds[0].fd, fds[0].events, d);
+    if (r == -EBADF) r = POLLNVAL;  // closed while waiting: poll's way to say so
+    if (r < 0) return r;
+    fds[0].revents = short(r);
+    return r > 0 ? 1 : 0;
+  }
   auto look = [&] { return neg_errno(k_ppoll(fds, n, &kZero, mask)); };
   long r = look();
   if (r != 0) return r;

@@ -109,4 +109,9 @@ void io_boot();
 // Stops the cluster's poller (cluster shutdown).
 void io_shutdown(Cluster& c);
 
+// poll(2) on one descriptor until d (ns; kForever): the revents (> 0), 0 at
+// d, or -errno. Waits on the descriptor's own readiness words, so it costs
+// no epoll set of its own (loom::io::poll_one, and poll/ppoll of one).
+long poll_one_until(int fd, short events, std::int64_t d);
+
 }  // namespace loom::rt

@@ -68,6 +68,8 @@ class ReadyWord {
   // callback is armed already).
   int arm(Callback fn, void* arg) noexcept;
 
+  // An edge arrived that nobody took yet.
+  bool has_token() const noexcept { return word_.load(std::memory_order_relaxed) == kToken; }
   // A new descriptor under the number: a token left by the close of the
   // previous one (retire posts) would only cause a spurious wake-up.
   void clear_token() noexcept {

@@ -21,6 +21,16 @@ static loom_t spawn(void* (*fn)(void*), void* arg) {
   return t;
 }
 
+/* A when_ready callback: counts its invocations. */
+static void count_call(void* arg) { atomic_fetch_add((atomic_int*)arg, 1); }
+
+/* Writes "d" to *arg 10 ms from now. */
+static void* write_later(void* arg) {
+  loom_usleep(10000);
+  CHECK_EQ(loom_write(*(int*)arg, "d", 1), 1);
+  return NULL;
+}
+
 static void* join_value(loom_t t) {
   void* r = NULL;
   CHECK_EQ(loom_join(t, &r), 0);
@@ -258,6 +268,44 @@ static void deadlines_never_early(void) {
   CHECK_EQ(loom_write(peer, "y", 1), 1);
   CHECK(loom_poll_one(fd, POLLIN, -1) & POLLIN);
   CHECK_EQ(loom_read(fd, buf, 1), 1);
+
+  /* when_ready: invoked at once while an edge is pending (the one poll_one
+   * looked at is), armed otherwise; the next edge invokes it once. A second
+   * arming while armed is EBUSY. */
+  atomic_int fired = 0;
+  int armed_at;
+  do {
+    armed_at = atomic_load(&fired);
+    CHECK_EQ(loom_when_ready(fd, POLLIN, count_call, &fired), 0);
+  } while (atomic_load(&fired) != armed_at);
+  CHECK_EQ(loom_when_ready(fd, POLLIN, count_call, &fired), -1);
+  CHECK_EQ(errno, EBUSY);
+  CHECK_EQ(loom_when_ready(fd, POLLIN | POLLOUT, count_call, &fired), -1);
+  CHECK_EQ(errno, EINVAL);
+  CHECK_EQ(loom_write(peer, "z", 1), 1);
+  for (int i = 0; i < 5000 && atomic_load(&fired) == armed_at; i++) loom_usleep(1000);
+  CHECK_EQ(atomic_load(&fired), armed_at + 1);
+  CHECK_EQ(loom_read(fd, buf, 1), 1);
+  CHECK_EQ(buf[0], 'z');
+
+  /* poll on one descriptor after a short read (a drained stream: the wait
+   * needs no look first): nothing until the timeout, then the new bytes. */
+  CHECK_EQ(loom_write(peer, "ab", 2), 2);
+  CHECK_EQ(loom_poll_one(fd, POLLIN, -1) & POLLIN, POLLIN);
+  CHECK_EQ(loom_read(fd, buf, sizeof buf), 2);
+  struct pollfd one = {.fd = fd, .events = POLLIN};
+  t0 = now_on(CLOCK_MONOTONIC);
+  CHECK_EQ(loom_poll(&one, 1, 20), 0);
+  CHECK(now_on(CLOCK_MONOTONIC) - t0 >= 20 * MS);
+  CHECK_EQ(loom_write(peer, "c", 1), 1);
+  CHECK_EQ(loom_read(fd, buf, sizeof buf), 1);  /* short: drained again */
+  loom_t w = spawn(write_later, &peer);          /* "d", once poll waits */
+  one.revents = 0;
+  CHECK_EQ(loom_poll(&one, 1, 5000), 1);
+  CHECK(one.revents & POLLIN);
+  join_value(w);
+  CHECK_EQ(loom_read(fd, buf, sizeof buf), 1);
+  CHECK_EQ(buf[0], 'd');
 
   /* set_timeouts: an input call gives up with EAGAIN. */
   CHECK_EQ(loom_set_timeouts(fd, 20 * MS, 0), 0);
