@@ -9,7 +9,10 @@
    readers fetch the same keys: every value read is whole.
 3. Nothing acknowledged is lost: many connections store distinct keys; each
    key that got STORED is afterwards readable with its value.
-4. Bursts beyond -c: a server with -c 100 gets bursts of 500 connections,
+4. Churn: 16 threads open and close thousands of connections, each storing
+   and reading its own key, closed by the client, by "quit" or by a protocol
+   error: every reply is right and the server survives.
+5. Bursts beyond -c: a server with -c 100 gets bursts of 500 connections,
    all held open. What vanilla memcached does (see test_bursts): it accepts
    exactly the free descriptor numbers below -c - 1, answers those, refuses
    every other one at once with "ERROR Too many open connections" and a
@@ -242,6 +245,47 @@ def test_acknowledged(srv, f, nconn, nkeys):
     f.check(not missing, "%d acknowledged keys not readable, e.g. %r" % (len(missing), missing[:3]))
 
 
+def test_churn(srv, f, nthreads, per):
+    """Connections opened and closed as fast as possible from many threads:
+    each stores and reads back its own key, then goes away one of three
+    ways: the client closes, it sends "quit", or it sends a bad binary
+    request (the server closes). Descriptor numbers are reused at once, so a
+    server that lets an old connection's state outlive its close serves the
+    new one twice."""
+    print("churn: %d threads x %d connections, each set + get, then close / quit / protocol error"
+          % (nthreads, per), flush=True)
+    bad = []
+    done = [0] * nthreads
+
+    def worker(i):
+        rng = random.Random(3000 + i)
+        for j in range(per):
+            if not srv.alive():
+                return
+            try:
+                s = srv.connect(timeout=10)
+                k = b"churn:%d:%d" % (i, j)
+                s.sendall(b"set %s 0 0 2\r\nok\r\nget %s\r\n" % (k, k))
+                want = b"STORED\r\nVALUE %s 0 2\r\nok\r\nEND\r\n" % k
+                r = read_exact_reply(s, b"END\r\n")
+                if r != want:
+                    bad.append("connection %d of thread %d: %r" % (j, i, r[:100]))
+                x = rng.random()
+                if x < 1 / 3:
+                    s.sendall(b"quit\r\n")
+                elif x < 2 / 3:
+                    s.sendall(b"\x80\x01\x00\x05garbage")
+                s.close()
+                done[i] += 1
+            except (OSError, RuntimeError) as e:
+                bad.append("connection %d of thread %d: %r" % (j, i, e))
+    errs = run_threads(nthreads, worker)
+    f.check(not errs, "churn threads: %s" % errs[:3])
+    f.check(srv.alive(), "the server died during the churn (exit status %s) after %d of %d connections"
+            % (srv.proc.poll(), sum(done), nthreads * per))
+    f.check(not bad, "churn: %d connections went wrong, e.g. %s" % (len(bad), bad[:3]))
+
+
 # ---------------------------------------------------------------------------
 
 def stats(srv):
@@ -428,6 +472,7 @@ def main():
                     help="a path, or a name in MC_BIN_DIR (default loom-memcached)")
     ap.add_argument("--connections", type=int, default=200)
     ap.add_argument("--ops", type=int, default=50, help="incr per connection")
+    ap.add_argument("--churn", type=int, default=300, help="connections per thread in the churn (16 threads)")
     ap.add_argument("--bursts", type=int, default=4)
     ap.add_argument("--burst-size", type=int, default=500)
     add_bin_dir_option(ap)
@@ -449,6 +494,8 @@ def main():
         test_torn(srv, f, 16, 16, 60)
         test_acknowledged(srv, f, 50, 200)
         f.check(srv.alive(), "the server died")
+        if srv.alive():
+            test_churn(srv, f, 16, a.churn)
     finally:
         srv.stop()
     test_bursts(binary, f, a.bursts, a.burst_size)
