@@ -3,6 +3,7 @@
 
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <x86intrin.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -241,9 +242,14 @@ Fibre* Processor::next_ready(unsigned max_level, bool fire_timers) {
   if (fire_timers && (tick_ & 15) == 0) {
     if (cluster_->timers.pending()) cluster_->fire_timers();
     // Extensions look outside now and then (the idle poller: a
-    // non-blocking epoll_wait).
-    if ((tick_ & 127) == 0)
+    // non-blocking epoll_wait): every 128 picks, or sooner once 2^18 cycles
+    // (about 0.1 ms) have passed, so that a few fibres that yield often
+    // (memcached's reqs_per_event) cannot keep a waiting socket unseen.
+    std::uint64_t now = __rdtsc();
+    if ((tick_ & 127) == 0 || now - last_look_ >= (1u << 18)) {
+      last_look_ = now;
       for (unsigned i = 0, n = cluster_->extension_count(); i < n; ++i) cluster_->extension(i)->busy_pick(*this);
+    }
   }
   if ((tick_ & 63) == 0 && (f = cluster_->pop_staging(*this))) return f;
   if ((f = rq_->pop(max_level))) return f;

@@ -130,6 +130,7 @@ class Processor {
   Stack idle_stack_;  // adopt only: the idle loop needs a stack of its own
   StackCache stacks_;
   unsigned tick_ = 0;
+  std::uint64_t last_look_ = 0;  // TSC of the extensions' last busy_pick
   std::atomic<bool> stop_{false};
   pthread_t thread_{};
   bool has_thread_ = false;
