@@ -5,7 +5,7 @@ PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all test demo bench install clean asan tsan deps deps-test deps-bench check-sanitizers fuzz soak
+.PHONY: all test demo bench install clean asan tsan deps deps-test deps-bench check-sanitizers fuzz soak test-memcached
 
 all: $(BUILD)/Makefile
 	@cmake --build $(BUILD) -j $(JOBS)
@@ -41,6 +41,15 @@ tsan: deps-test
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread >/dev/null
 	@cmake --build build-tsan -j $(JOBS)
 	@cd build-tsan && LOOM_TEST_SCALE=1000 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -L sanitize --timeout 600
+
+# memcached's own test suite, every t/*.t, against memcached-vanilla,
+# loom-memcached and memcached-tpc (tests/memcached/run_suite.sh; about
+# 7 minutes a server). `make test` runs only its core, through ctest.
+test-memcached: deps-test
+	@$(MAKE) --no-print-directory all
+	@rc=0; for s in memcached-vanilla loom-memcached memcached-tpc; do \
+	  tests/memcached/run_suite.sh $$s --port-dir $(BUILD)/memcached-port || rc=1; \
+	done; exit $$rc
 
 # The demo: loom's web server against a hand-written epoll loop, nginx, Go
 # and pthread-per-connection (wrk, about a minute once built); prints the
