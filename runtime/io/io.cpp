@@ -35,6 +35,39 @@
 #include "sched/processor.hpp"
 
 namespace loom::rt {
+
+// First use of a descriptor loom did not create: sockets become
+// non-blocking underneath (the program's view is kept); pipes and anonymous
+// descriptors (eventfd, timerfd, signalfd, epoll) the program made
+// non-blocking itself are waited on like sockets, their flags untouched;
+// anything else (a regular file, a terminal shared with the parent, a
+// blocking pipe) is left as it is and its calls are offloaded.
+std::uint8_t classify(int fd, FdEntry& e) {
+  // Not made by loom: another number or process may share the file.
+  struct stat st {};
+  bool ok = fstat(fd, &st) == 0;
+  if (ok && (S_ISFIFO(st.st_mode) || (st.st_mode & S_IFMT) == 0)) {
+    int fl = rt::sys::fcntl(fd, F_GETFL);
+    if (fl >= 0 && (fl & O_NONBLOCK)) {
+      e.describe(kFdPollable, true, S_ISFIFO(st.st_mode), /*shared=*/true);
+      return kFdPollable;
+    }
+  }
+  if (ok && S_ISSOCK(st.st_mode)) {
+    int fl = rt::sys::fcntl(fd, F_GETFL);
+    if (fl >= 0) {
+      int type = 0;
+      socklen_t len = sizeof type;
+      bool stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM;
+      if (!(fl & O_NONBLOCK)) rt::sys::fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+      e.describe(kFdPollable, (fl & O_NONBLOCK) != 0, stream, /*shared=*/true);
+      return kFdPollable;
+    }
+  }
+  e.describe(kFdFile, false, false, /*shared=*/true);
+  return kFdFile;
+}
+
 namespace {
 
 enum Side { kIn, kOut };
@@ -74,27 +107,6 @@ bool lazy_here() {
   return !p || p->cluster().config().lazy_register;
 }
 
-// First use of a descriptor loom did not create: sockets become
-// non-blocking underneath (the program's view is kept); anything else (a
-// regular file, a terminal shared with the parent, a pipe) is left as it is
-// and its calls are offloaded.
-std::uint8_t classify(int fd, FdEntry& e) {
-  // Not made by loom: another number or process may share the file.
-  struct stat st {};
-  if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) {
-    int fl = rt::sys::fcntl(fd, F_GETFL);
-    if (fl >= 0) {
-      int type = 0;
-      socklen_t len = sizeof type;
-      bool stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM;
-      if (!(fl & O_NONBLOCK)) rt::sys::fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-      e.describe(kFdPollable, (fl & O_NONBLOCK) != 0, stream, /*shared=*/true);
-      return kFdPollable;
-    }
-  }
-  e.describe(kFdFile, false, false, /*shared=*/true);
-  return kFdFile;
-}
 
 template <typename Op>
 long offloaded(Op& op) {

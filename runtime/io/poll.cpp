@@ -278,15 +278,32 @@ timespec remaining(Deadline d) {
 
 // ---- poll -----------------------------------------------------------------------------
 
+// Known to loom as pollable, or already non-blocking and so classified
+// without a change to its flags (a blocking socket is not classified here:
+// that would make it non-blocking underneath a program that never asked).
+bool loom_pollable(int fd) {
+  FdEntry* e = FdTable::instance().get(fd);
+  if (!e) return false;
+  std::uint8_t kind = e->kind.load(std::memory_order_acquire);
+  if (kind == kFdUnknown) {
+    int fl = sys::fcntl(fd, F_GETFL);
+    if (fl < 0 || !(fl & O_NONBLOCK)) return false;
+    kind = classify(fd, *e);
+  }
+  return kind == kFdPollable;
+}
+
 long poll_impl(pollfd* fds, nfds_t n, const timespec* timeout, const sigset_t* mask) {
   Processor* p = this_processor_at_entry();
   if (!on_fibre(p) || (timeout && timeout->tv_sec == 0 && timeout->tv_nsec == 0))
     return neg_errno(k_ppoll(fds, n, timeout, mask));
   if (!valid(timeout)) return -EINVAL;
   Deadline d = deadline_of(timeout);
-  if (n == 1 && !mask && fds[0].fd >= 0 && (fds[0].events & (POLLIN | POLLOUT))) {
-    // One descriptor (a thread-per-connection server's wait): its own
-    // readiness words, no temporary set.
+  if (n == 1 && !mask && fds[0].fd >= 0 && (fds[0].events & (POLLIN | POLLOUT)) && loom_pollable(fds[0].fd)) {
+    // One socket or pipe loom made or took (a thread-per-connection
+    // server's wait): its own readiness words, no temporary set. Others
+    // (an eventfd, a descriptor loom never saw, whose flags it must not
+    // change) take the temporary set below.
     long r = poll_one_until(fds[0].fd, fds[0].events, d);
     if (r == -EBADF) r = POLLNVAL;  // closed while waiting: poll's way to say so
     if (r < 0) return r;

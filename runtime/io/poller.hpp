@@ -114,4 +114,8 @@ void io_shutdown(Cluster& c);
 // no epoll set of its own (loom::io::poll_one, and poll/ppoll of one).
 long poll_one_until(int fd, short events, std::int64_t d);
 
+// What a descriptor loom did not make is (FdKind), decided on its first
+// use and recorded in e (io.cpp says what each kind means).
+std::uint8_t classify(int fd, FdEntry& e);
+
 }  // namespace loom::rt

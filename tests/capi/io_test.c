@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
+#include <sys/eventfd.h>
 #include <sys/uio.h>
 
 #include "ctest.h"
@@ -110,6 +111,34 @@ static void pipes(void) {
   CHECK(fcntl(p[0], F_GETFD) & FD_CLOEXEC);
   CHECK_EQ(loom_close(p[0]), 0);
   CHECK_EQ(loom_close(p[1]), 0);
+}
+
+/* An eventfd the program made non-blocking (memcached's worker notify):
+ * loom waits on it like a socket, its flags untouched. Another fibre bumps
+ * it 15 ms later with the system's write. */
+static void* late_bump(void* arg) {
+  loom_usleep(15000);
+  uint64_t one = 1;
+  CHECK_EQ(write(*(int*)arg, &one, sizeof one), (ssize_t)sizeof one);
+  return NULL;
+}
+
+static void own_nonblocking_eventfd(void) {
+  int efd = eventfd(0, EFD_NONBLOCK);
+  CHECK(efd >= 0);
+  for (int round = 0; round < 3; round++) {
+    loom_t w = spawn(late_bump, &efd);
+    struct pollfd one = {.fd = efd, .events = POLLIN};
+    CHECK_EQ(loom_poll(&one, 1, 5000), 1);
+    CHECK(one.revents & POLLIN);
+    uint64_t v = 0;
+    CHECK_EQ(read(efd, &v, sizeof v), (ssize_t)sizeof v);
+    CHECK_EQ(v, 1u);
+    join_value(w);
+    CHECK_EQ(loom_poll(&one, 1, 0), 0);
+  }
+  CHECK(fcntl(efd, F_GETFL) & O_NONBLOCK);
+  CHECK_EQ(loom_close(efd), 0);
 }
 
 /* ---- TCP on 127.0.0.1 ------------------------------------------------------------------ */
@@ -471,6 +500,7 @@ int main(void) {
   alarm(120);
   RUN(socketpair_stream);
   RUN(pipes);
+  RUN(own_nonblocking_eventfd);
   RUN(tcp_every_call);
   RUN(deadlines_never_early);
   RUN(close_wakes_waiter_with_ebadf);
