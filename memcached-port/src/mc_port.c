@@ -55,6 +55,7 @@ static pthread_mutex_t *gates; /* one per worker, by index */
 static int ngates;
 static pthread_mutex_t accept_gate = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t worker_key; /* the worker a thread serves, if it is one */
+static pthread_key_t released_key; /* set once conn_close released the thread's connection */
 static pthread_attr_t conn_attr;
 
 static pthread_mutex_t *gate_of(LIBEVENT_THREAD *t) {
@@ -91,12 +92,21 @@ void mc_port_init(int nthreads, void *storage) {
     }
     for (int i = 0; i < nthreads; i++) pthread_mutex_init(&gates[i], NULL);
     pthread_key_create(&worker_key, NULL);
+    pthread_key_create(&released_key, NULL);
     pthread_attr_init(&conn_attr);
     pthread_attr_setdetachstate(&conn_attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&conn_attr, MC_PORT_STACK);
 }
 
 int mc_port_conn_timeouts(void) { return 1; }
+
+void mc_port_conn_release(int fd) {
+    (void)fd;
+    pthread_setspecific(released_key, &released_key);
+}
+
+/* Whether conn_close ran for the calling thread's connection. */
+static bool released(void) { return pthread_getspecific(released_key) != NULL; }
 
 struct conn_start {
     conn *c;
@@ -176,13 +186,13 @@ static void *conn_main(void *arg) {
         }
         /* Closed, or handed to the logger (watch) or the crawler
          * (metadump), which give it back through conn_worker_readd. */
-        gone = c->state == conn_closed || c->state == conn_watch || c->state == conn_io_queue;
+        gone = released() || c->state == conn_closed || c->state == conn_watch || c->state == conn_io_queue;
         flags = c->ev_flags;
         pthread_mutex_unlock(gate);
         if (r < 0 && !gone) {
             /* poll failed on a live connection: close it as a failed read would. */
             pthread_mutex_lock(gate);
-            if (c->state != conn_closed) {
+            if (!released() && c->state != conn_closed) {
                 conn_set_state(c, conn_closing);
                 s.handler(c->sfd, EV_READ, c);
             }

@@ -38,6 +38,14 @@ void mc_port_main_loop(volatile int *stop, void (*tick)(evutil_socket_t, short, 
  * memcached's conn_timeout thread is not started. */
 int mc_port_conn_timeouts(void);
 
+/* conn_close's trace point (trace.h: empty without DTrace) runs before
+ * close(2) frees the number: it tells the connection's own thread that its
+ * connection is gone, which c->state cannot once accept reuses the number
+ * and conn_new the conn struct. */
+void mc_port_conn_release(int fd);
+#undef MEMCACHED_CONN_RELEASE
+#define MEMCACHED_CONN_RELEASE(fd) mc_port_conn_release(fd)
+
 /* libevent's event calls, for memcached.c only: no-ops (see above). */
 static inline void mc_port_event_set(struct event *ev, evutil_socket_t fd, short flags,
                                      void (*cb)(evutil_socket_t, short, void *), void *arg) {
