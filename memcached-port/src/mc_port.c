@@ -176,9 +176,12 @@ static void *conn_main(void *arg) {
         }
         int r = wait_conn(c, flags, timeout_ms);
         pthread_mutex_lock(gate);
-        if (r == 0) {
+        if (released() || c->state == conn_closed) {
+            /* Closed by another thread while this one waited (a graceful
+             * stop: conn_close_workers, once the workers have stopped). */
+        } else if (r == 0) {
             conn_close_idle(c); /* closes it if idle long enough */
-        } else {
+        } else if (r > 0) {
             short which = 0;
             if (flags & EV_READ) which |= EV_READ;
             if (flags & EV_WRITE) which |= EV_WRITE;
@@ -244,9 +247,11 @@ void mc_port_worker_loop(LIBEVENT_THREAD *me) {
          * set. Only one call: the next would clear it. */
         pthread_mutex_lock(gate);
         event_base_loop(me->base, EVLOOP_NONBLOCK);
-        bool stop = event_base_got_exit(me->base);
+        /* Stopped (stop_threads, a graceful stop): the gate stays held, so
+         * that its connections run no more, as a stopped vanilla worker's
+         * do not, while the main thread closes them. */
+        if (event_base_got_exit(me->base)) return;
         pthread_mutex_unlock(gate);
-        if (stop) return;
     }
 }
 

@@ -67,6 +67,7 @@ case "$server" in
   *) echo "run_suite.sh: SERVER is memcached-vanilla, loom-memcached or memcached-tpc, not '$server'" >&2; exit 2 ;;
 esac
 
+[ -d "$port_dir" ] && port_dir=$(cd "$port_dir" && pwd)  # the scratch tree's links must not be relative
 bin_dir=${MC_BIN_DIR:-$port_dir/bin}
 src=$port_dir/memcached-1.6.18
 for b in "$server" "$server-debug"; do
