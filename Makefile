@@ -5,7 +5,7 @@ PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all test demo bench install clean asan tsan deps deps-test deps-bench check-sanitizers fuzz soak test-memcached
+.PHONY: all test demo bench install clean asan tsan deps deps-test deps-bench check-sanitizers fuzz soak test-memcached demo-memcached
 
 all: $(BUILD)/Makefile
 	@cmake --build $(BUILD) -j $(JOBS)
@@ -57,6 +57,13 @@ test-memcached: deps-test
 demo: deps-bench
 	@$(MAKE) --no-print-directory all
 	@scripts/bench web --quick
+
+# The memcached demo: loom-memcached (a fibre per connection) against
+# memcached's own event loop, memcached-tpc and Debian's memcached, under
+# apps/mcload (about 3 minutes once built; scripts/bench_memcached.py).
+demo-memcached: deps-bench
+	@$(MAKE) --no-print-directory all
+	@scripts/bench memcached --quick
 
 # libFuzzer on the web server's request parser (clang, ASan + UBSan) for
 # FUZZ_TIME seconds, in its own build-fuzz/. New inputs stay in
