@@ -17,8 +17,7 @@ import sys
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from differential import (Server, add_bin_dir_option, exit_on_sigterm, resolve_binary,  # noqa: E402
-                          use_bin_dir_option)
+from differential import Server, parse_with_binary  # noqa: E402
 
 failures = []
 
@@ -164,14 +163,7 @@ def main():
                     help="a path, or a name in MC_BIN_DIR (default loom-memcached)")
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=100)
-    add_bin_dir_option(ap)
-    a = ap.parse_args()
-    use_bin_dir_option(a)
-    exit_on_sigterm()
-    binary = resolve_binary(a.binary)
-    if not os.access(binary, os.X_OK):
-        print("SKIP: %s not built" % binary)
-        return 77
+    a, binary = parse_with_binary(ap)
     try:
         from pymemcache.client.base import Client
     except ImportError:

@@ -36,8 +36,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from differential import (REFERENCE, Server, add_bin_dir_option, exit_on_sigterm,  # noqa: E402
-                          read_exact_reply, resolve_binary, use_bin_dir_option)
+from differential import REFERENCE, Server, parse_with_binary, read_exact_reply  # noqa: E402
 
 FLAGS = ["-U", "0", "-m", "512", "-c", "4096", "-t", "2"]
 
@@ -475,14 +474,7 @@ def main():
     ap.add_argument("--churn", type=int, default=300, help="connections per thread in the churn (16 threads)")
     ap.add_argument("--bursts", type=int, default=4)
     ap.add_argument("--burst-size", type=int, default=500)
-    add_bin_dir_option(ap)
-    a = ap.parse_args()
-    use_bin_dir_option(a)
-    exit_on_sigterm()
-    binary = resolve_binary(a.binary)
-    if not os.access(binary, os.X_OK):
-        print("SKIP: %s not built" % binary)
-        return 77
+    a, binary = parse_with_binary(ap)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(hard, max(soft, 4 * a.burst_size + 2 * a.connections + 200))
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))

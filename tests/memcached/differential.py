@@ -79,6 +79,21 @@ def resolve_binary(name):
     return os.path.join(bin_dir(), name)
 
 
+def parse_with_binary(ap):
+    """Parses a test's command line (its `binary` argument and
+    --default-bin-dir), makes ctest's SIGTERM unwind, and resolves the
+    binary: (args, path). Exits 77 (skipped) when it is not built."""
+    add_bin_dir_option(ap)
+    a = ap.parse_args()
+    use_bin_dir_option(a)
+    exit_on_sigterm()
+    binary = resolve_binary(a.binary)
+    if not os.access(binary, os.X_OK):
+        print("SKIP: %s not built" % binary)
+        sys.exit(77)
+    return a, binary
+
+
 def die_with_parent():
     """In the child: SIGKILL when the test process dies (a ctest timeout
     must not leave servers behind)."""
@@ -90,6 +105,16 @@ def exit_on_sigterm():
     """ctest's timeout sends SIGTERM: unwind so the servers are stopped."""
     import signal
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+
+
+def answers_version(port):
+    """Whether a server on 127.0.0.1:port answers `version` now."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+            c.sendall(b"version\r\n")
+            return c.recv(100).startswith(b"VERSION")
+    except OSError:
+        return False
 
 
 def free_port():
@@ -126,15 +151,9 @@ class Server:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return False
-            try:
-                c = socket.create_connection(("127.0.0.1", self.port), timeout=1)
-                c.sendall(b"version\r\n")
-                ok = c.recv(100).startswith(b"VERSION")
-                c.close()
-                if ok:
-                    return True
-            except OSError:
-                time.sleep(0.05)
+            if answers_version(self.port):
+                return True
+            time.sleep(0.05)
         return False
 
     def alive(self):
@@ -554,14 +573,7 @@ def main():
     ap.add_argument("--count", type=int, default=2000, help="number of sequences (default 2000)")
     ap.add_argument("--bad-rounds", type=int, default=200, help="garbage connections in the bad-input phase")
     ap.add_argument("-v", "--verbose", action="store_true")
-    add_bin_dir_option(ap)
-    a = ap.parse_args()
-    use_bin_dir_option(a)
-    exit_on_sigterm()
-    binary = resolve_binary(a.binary)
-    if not os.access(binary, os.X_OK):
-        print("SKIP: %s not built" % binary)
-        return 77
+    a, binary = parse_with_binary(ap)
     if not os.access(a.reference, os.X_OK):
         print("SKIP: reference %s not installed (Debian package memcached)" % a.reference)
         return 77

@@ -35,8 +35,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from differential import (add_bin_dir_option, die_with_parent, exit_on_sigterm, free_port,  # noqa: E402
-                          read_exact_reply, resolve_binary, use_bin_dir_option)
+from differential import (add_bin_dir_option, answers_version, die_with_parent, exit_on_sigterm,  # noqa: E402
+                          free_port, read_exact_reply, resolve_binary, use_bin_dir_option)
 
 FLAGS = ["-U", "0", "-m", "64", "-t", "2"]
 
@@ -56,15 +56,9 @@ class PortServer:
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.err, preexec_fn=die_with_parent)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                c = socket.create_connection(("127.0.0.1", self.port), timeout=1)
-                c.sendall(b"version\r\n")
-                ok = c.recv(100).startswith(b"VERSION")
-                c.close()
-                if ok:
-                    return True
-            except OSError:
-                time.sleep(0.05)
+            if answers_version(self.port):
+                return True
+            time.sleep(0.05)
         self.kill()
         self.err.seek(0)
         raise RuntimeError("could not start %s on port %d: %s"

@@ -22,8 +22,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from differential import (add_bin_dir_option, exit_on_sigterm, free_port, resolve_binary,  # noqa: E402
-                          use_bin_dir_option)
+from differential import free_port, parse_with_binary  # noqa: E402
 
 SIZES = [10, 1000, 16384, 100000, 524288]
 
@@ -73,14 +72,10 @@ def client(ctx, port, n, errors):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("binary")
-    add_bin_dir_option(ap)
-    a = ap.parse_args()
-    use_bin_dir_option(a)
-    exit_on_sigterm()
-    binary = resolve_binary(a.binary)
+    a, binary = parse_with_binary(ap)
     tdir = os.path.join(os.path.dirname(os.path.dirname(binary)), "memcached-1.6.18", "t")
     crt, key = os.path.join(tdir, "server_crt.pem"), os.path.join(tdir, "server_key.pem")
-    for f in (binary, crt, key):
+    for f in (crt, key):
         if not os.path.exists(f):
             print("SKIP: %s absent" % f)
             return 77
