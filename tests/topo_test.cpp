@@ -8,7 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -266,26 +265,15 @@ TEST(Topo, PinningRefusesAnUnknownPu) {
 
 // ---- LOOM_TOPOLOGY: children running the TopoChild tests -----------------------
 
-struct Result {
-  int status = -1;
-  std::string out;
-};
+using loom::test::Result;
 
 Result run_child(const std::string& env, const std::string& test) {
   char self[4096];
   ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
   if (len <= 0) return {};
   self[len] = 0;
-  std::string cmd = "env " + env + " " + self + " --gtest_also_run_disabled_tests --gtest_filter=TopoChild.DISABLED_" +
-                    test + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 512> buf;
-  while (std::fgets(buf.data(), int(buf.size()), p)) r.out += buf.data();
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return loom::test::run("env " + env + " " + self +
+                         " --gtest_also_run_disabled_tests --gtest_filter=TopoChild.DISABLED_" + test);
 }
 
 TEST(Topo, EnvironmentSelectsASyntheticMachine) {
