@@ -22,9 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <climits>
 
 #include "io/fd_table.hpp"
 #include "base/sys.hpp"
@@ -307,7 +305,7 @@ long connect_wait(int fd, const sockaddr* addr, socklen_t len, Deadline d, int t
 // allows too (select(2), BUGS); a read through loom then simply waits.
 long wait_fresh_input(int fd, FdEntry& e, short events, Deadline d) {
   std::uint32_t gen = e.gen.load(std::memory_order_acquire);
-  if (e.in.ready.has_token() || !e.in.turn.try_lock()) return -EAGAIN;
+  if (!e.in.turn.try_lock()) return -EAGAIN;
   int rc = EAGAIN;
   if (!e.in.ready.has_token()) {
     this_processor()->counters.add(Stat::io_blocks);
@@ -355,11 +353,8 @@ long poll_one_until(int fd, short events, Deadline d) {
   if (e && kind == kFdUnknown) kind = classify(fd, *e);
   if (!p || kind != kFdPollable) {
     auto blocking = [&]() -> long {
-      int ms = -1;
-      if (d != kForever)
-        ms = int(std::min<std::int64_t>(INT_MAX, (std::max<std::int64_t>(0, d - now_ns()) + 999'999) / 1'000'000));
       pollfd q{fd, events, 0};
-      int n = sys::poll(&q, 1, ms);
+      int n = sys::poll(&q, 1, ms_until(d));
       return n <= 0 ? n : q.revents;
     };
     return p ? offloaded(blocking) : syscall_op(blocking);

@@ -300,10 +300,10 @@ long poll_impl(pollfd* fds, nfds_t n, const timespec* timeout, const sigset_t* m
   if (!valid(timeout)) return -EINVAL;
   Deadline d = deadline_of(timeout);
   if (n == 1 && !mask && fds[0].fd >= 0 && (fds[0].events & (POLLIN | POLLOUT)) && loom_pollable(fds[0].fd)) {
-    // One socket or pipe loom made or took (a thread-per-connection
-    // server's wait): its own readiness words, no temporary set. Others
-    // (an eventfd, a descriptor loom never saw, whose flags it must not
-    // change) take the temporary set below.
+    // One descriptor loom can wait on (a thread-per-connection server's
+    // socket, an eventfd the program made non-blocking): its own readiness
+    // words, no temporary set. Others (a blocking descriptor loom never
+    // saw, whose flags it must not change) take the temporary set below.
     long r = poll_one_until(fds[0].fd, fds[0].events, d);
     if (r == -EBADF) r = POLLNVAL;  // closed while waiting: poll's way to say so
     if (r < 0) return r;
@@ -442,10 +442,7 @@ long epoll_impl(int ep, epoll_event* ev, int max, int timeout_ms, const sigset_t
   }
   if (kind == kFdPollable) {
     for (;;) {
-      int ms = -1;
-      if (d != kForever)
-        ms = int(std::min<std::int64_t>(INT_MAX, (std::max<std::int64_t>(0, d - now_ns()) + 999'999) / 1'000'000));
-      if (io::poll_one(ep, POLLIN, ms) < 0) return -errno_now();
+      if (long w = poll_one_until(ep, POLLIN, d); w < 0) return w;
       r = look();
       if (r != 0) return r;
       if (d != kForever && now_ns() >= d) return 0;
@@ -454,12 +451,7 @@ long epoll_impl(int ep, epoll_event* ev, int max, int timeout_ms, const sigset_t
   // A number loom took for a file (used through loom before it was an
   // epoll set): a temporary set.
   auto watch = [&](WatchSet& s) { s.add(ep, EPOLLIN); };
-  auto blocking = [&] {
-    int ms = -1;
-    if (d != kForever)
-      ms = int(std::min<std::int64_t>(INT_MAX, (std::max<std::int64_t>(0, d - now_ns()) + 999'999) / 1'000'000));
-    return neg_errno(k_epoll_pwait(ep, ev, max, ms, mask));
-  };
+  auto blocking = [&] { return neg_errno(k_epoll_pwait(ep, ev, max, ms_until(d), mask)); };
   return wait_many(*p, d, look, watch, blocking);
 }
 

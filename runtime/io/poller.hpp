@@ -36,12 +36,15 @@
 #include <sys/epoll.h>
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <memory>
 
 #include "base/futex.hpp"
 #include "loom/config.hpp"
+#include "loom/sync.hpp"
 #include "sched/extension.hpp"
 
 namespace loom {
@@ -112,7 +115,15 @@ void io_shutdown(Cluster& c);
 // poll(2) on one descriptor until d (ns; kForever): the revents (> 0), 0 at
 // d, or -errno. Waits on the descriptor's own readiness words, so it costs
 // no epoll set of its own (loom::io::poll_one, and poll/ppoll of one).
-long poll_one_until(int fd, short events, std::int64_t d);
+long poll_one_until(int fd, short events, Deadline d);
+
+// A deadline as a poll(2) or epoll_wait(2) timeout: the milliseconds left,
+// rounded up (never early); -1 for kForever.
+inline int ms_until(Deadline d) {
+  if (d == kForever) return -1;
+  std::int64_t left = std::max<std::int64_t>(0, d - now_ns());
+  return int(std::min<std::int64_t>(INT_MAX, (left + 999'999) / 1'000'000));
+}
 
 // What a descriptor loom did not make is (FdKind), decided on its first
 // use and recorded in e (io.cpp says what each kind means).
