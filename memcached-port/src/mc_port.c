@@ -192,22 +192,17 @@ static void *conn_main(void *arg) {
             if (flags & EV_READ) which |= EV_READ;
             if (flags & EV_WRITE) which |= EV_WRITE;
             s.handler(c->sfd, which, c);
+        } else {
+            /* poll failed on a live connection: close it as a failed read would. */
+            conn_set_state(c, conn_closing);
+            s.handler(c->sfd, EV_READ, c);
         }
         /* Closed, or handed to the logger (watch) or the crawler
          * (metadump), which give it back through conn_worker_readd. */
-        gone = released() || c->state == conn_closed || c->state == conn_watch || c->state == conn_io_queue;
+        gone = r < 0 || released() || c->state == conn_closed || c->state == conn_watch ||
+               c->state == conn_io_queue;
         flags = c->ev_flags;
         pthread_mutex_unlock(gate);
-        if (r < 0 && !gone) {
-            /* poll failed on a live connection: close it as a failed read would. */
-            pthread_mutex_lock(gate);
-            if (!released() && c->state != conn_closed) {
-                conn_set_state(c, conn_closing);
-                s.handler(c->sfd, EV_READ, c);
-            }
-            gone = true;
-            pthread_mutex_unlock(gate);
-        }
     }
     return NULL;
 }
