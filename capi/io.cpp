@@ -221,6 +221,8 @@ int loom_when_ready(int fd, short events, void (*fn)(void*), void* arg) {
   return io_call<int>([&] { return io::when_ready(fd, events, fn, arg); });
 }
 
+const char* loom_io_backend(void) { return io::backend(); }
+
 int loom_set_timeouts(int fd, int64_t in_ns, int64_t out_ns) {
   if (in_ns < 0 || out_ns < 0) {
     *errno_slot() = EINVAL;

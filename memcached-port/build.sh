@@ -91,6 +91,6 @@ port_build() {  # port_build DIR NAME EXTRA_CFLAGS EXTRA_LIBS
 # headers: give it on the command line too (loom/pthread.h says why).
 loom_cflags="-D_GNU_SOURCE=1 -I$loom_inc -include loom/pthread.h -DLOOM_PTHREAD_IO -DMC_PORT_LOOM"
 # libloom.a: the binary runs without LD_LIBRARY_PATH or an rpath into build/.
-loom_libs="$loom_lib -lboost_context -lhwloc -lstdc++ -lm"
+loom_libs="$loom_lib -lboost_context -lhwloc -luring -lstdc++ -lm"
 port_build "$build/loom" loom-memcached "$loom_cflags" "$loom_libs"
 port_build "$build/tpc" memcached-tpc "-DMC_PORT_KTHREADS" ""

@@ -10,7 +10,9 @@ same headers from every server), keep-alive and short connections
 (-H "Connection: close"), at 100, 1,000 and 10,000 connections. Systems, all
 in the same run:
 
-  loom     apps/webserver --runtime=loom: a fibre per connection
+  loom     apps/webserver --runtime=loom: a fibre per connection; the
+           variant "loom uring" is the same server on loom's io_uring back
+           end (LOOM_IO=uring; a run that fell back to epoll is a failure)
   events   the same binary, --runtime=events: the same HTTP code as colored
            events, one color per connection (issue 12; compared with loom,
            the fibre server, in its own table: events / loom)
@@ -85,6 +87,8 @@ DISTURBED = 0.3  # others_cpus above which a run is repeated
 MAX_ATTEMPTS = 2
 SERVER_BOUND = 0.9  # share of its CPUs above which the server is the bottleneck
 RSS_GOAL_KIB = 8.0
+URING_ARGS = ["env:LOOM_IO=uring"]  # loom's io_uring back end (issue 14), a variant of loom
+URING_CPU_GOAL = 0.90  # loom on io_uring / the epoll loop, keep-alive at 1,000 and 10,000
 EVENTS_CPU_GOAL = 1.10  # events / loom, server CPU per request (issue 12)
 
 HZ = os.sysconf("SC_CLK_TCK")
@@ -178,6 +182,12 @@ class Server:
         # loom's own variables would change what "loom" means here.
         for k in [k for k in env if k.startswith("LOOM_")]:
             env.pop(k)
+        # A variant's environment ("env:NAME=VALUE" arguments): the io_uring back end.
+        wants = [a[4:] for a in variant_args if a.startswith("env:")]
+        variant_args = [a for a in variant_args if not a.startswith("env:")]
+        for kv in wants:
+            k, v = kv.split("=", 1)
+            env[k] = v
         if system in ("pthread", "preload"):
             path = runner.binary("webserver-pthread")
             cmd = [path, "--runtime", "pthread", "--port", "0"] + variant_args
@@ -234,6 +244,10 @@ class Server:
                 self.stop()
                 return
             self.port = int(m.group(1))
+            if "LOOM_IO=uring" in wants and " io=uring " not in line:
+                # loom fell back to epoll: this is not an io_uring row.
+                self.error = f"{system}: io_uring unavailable, loom fell back to epoll: {line.strip()}{self.err_tail()}"
+                self.stop()
 
     def read_line(self, timeout):
         fd = self.proc.stdout.fileno()
@@ -473,6 +487,8 @@ def configs(processors_list, quick):
     for p in processors_list:
         for system in SYSTEMS:
             out.append((system, "", [], p, MODES))
+            if system == "loom":
+                out.append((system, "uring", URING_ARGS, p, MODES))
             if system == "loom" and p > 1:
                 out.append((system, "clusters=2", ["--cluster-size", "1"], p, MODES))
     if not quick:
@@ -661,6 +677,13 @@ def print_goals(by):
              div(get("keepalive", "preload", c, cpu), get("keepalive", "loom", c, cpu)), PRELOAD_CPU_GOAL, False)
         goal(f"keep-alive c={c}: efficiency preload / pthread (same binary, requests per server CPU s)",
              div(get("keepalive", "pthread", c, cpu), get("keepalive", "preload", c, cpu)), PRELOAD_EFFICIENCY_GOAL, True)
+    for c in CONNECTIONS:
+        goal(f"keep-alive c={c}: CPU/request loom on io_uring / epoll",
+             div(get("keepalive", "loom", c, cpu, "uring"), get("keepalive", "epoll", c, cpu)),
+             URING_CPU_GOAL if c >= 1000 else 1.0, False)
+    for c in CONNECTIONS:
+        goal(f"Connection: close c={c}: CPU/request loom on io_uring / epoll",
+             div(get("close", "loom", c, cpu, "uring"), get("close", "epoll", c, cpu)), 1.0, False)
     goal("keep-alive c=10000: loom RSS per connection (KiB)", get("keepalive", "loom", 10000, "rss_kib_per_conn"),
          RSS_GOAL_KIB, False)
     for c in CONNECTIONS:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages loom needs, only those missing.
-#   scripts/deps.sh build   compiler, Boost.Context, hwloc; memcached-port's
+#   scripts/deps.sh build   compiler, Boost.Context, hwloc, liburing; memcached-port's
 #                           fetch (curl, dpkg-source, xz, patch) and Debian's
 #                           memcached build-depends (libevent, SASL, OpenSSL)
 #   scripts/deps.sh test    build + GoogleTest, valgrind, gdb, curl, python3, wrk, zstd and xz
@@ -13,7 +13,7 @@
 set -euo pipefail
 
 group=${1:-test}
-build=(g++ make cmake pkg-config libboost-context-dev libhwloc-dev
+build=(g++ make cmake pkg-config libboost-context-dev libhwloc-dev liburing-dev
        curl ca-certificates dpkg-dev xz-utils patch libevent-dev libsasl2-dev libssl-dev)
 test=("${build[@]}" libgtest-dev googletest valgrind gdb curl python3 libboost-fiber-dev wrk zstd xz-utils
       libio-socket-ssl-perl sasl2-bin memcached libmemcached-tools libmemcached-dev python3-pymemcache)

@@ -159,10 +159,16 @@ TEST_P(WhenReady, EdgesWithNobodyArmedCollapseIntoOneImmediateCall) {
       settle();
     }
     EXPECT_EQ(h.n.load(), 1);
-    // The pending token: the callback runs at once, on this thread.
     ASSERT_EQ(io::when_ready(p[0], POLLIN, &hit, &h), 0);
-    EXPECT_EQ(h.n.load(), 2) << "a pending edge must make when_ready invoke the callback before returning";
-    EXPECT_EQ(h.last.load(), std::this_thread::get_id());
+    if (std::string(io::backend()) == "uring") {
+      // No token is kept while nothing waits: the arming's poll finds the
+      // bytes there and the delivery invokes the callback, once.
+      ASSERT_TRUE(reach(h, 2));
+    } else {
+      // The pending token: the callback runs at once, on this thread.
+      EXPECT_EQ(h.n.load(), 2) << "a pending edge must make when_ready invoke the callback before returning";
+      EXPECT_EQ(h.last.load(), std::this_thread::get_id());
+    }
     EXPECT_EQ(drain(p[0]), 3u);
     // The three edges were one token: nothing more.
     ASSERT_EQ(io::when_ready(p[0], POLLIN, &hit, &h), 0);
@@ -236,6 +242,17 @@ TEST_P(WhenReady, WritableAfterThePeerReads) {
       if (h.n.load() == full_hits) break;  // armed, not fired: the socket is full
     }
     settle();
+    if (h.n.load() != full_hits && std::string(io::backend()) == "uring") {
+      // io_uring reports the readiness a wake-up carried, which may be gone
+      // by the time it is delivered (when_ready's contract: stale, never
+      // lost): the socket is still full, and the owner arms again.
+      EXPECT_EQ(h.n.load(), full_hits + 1);
+      EXPECT_LT(io::write(p[0], chunk.data(), chunk.size()), 0);
+      EXPECT_EQ(err(), EAGAIN) << "a stale invocation only";
+      full_hits = h.n.load();
+      ASSERT_EQ(io::when_ready(p[0], POLLOUT, &hit, &h), 0);
+      settle();
+    }
     EXPECT_EQ(h.n.load(), full_hits) << "fired while the socket was full";
     std::size_t got = 0;
     std::vector<char> in(1 << 20);

@@ -20,6 +20,9 @@
 //   LOOM_POLLER=idle|fibre|loop|loop-sleep|opportunistic|opportunistic-timeout
 //                              how the cluster's epoll set is polled (see
 //                              runtime/io/poller.hpp)
+//   LOOM_IO=epoll|uring        the I/O back end (see runtime/io/uring.hpp);
+//                              uring falls back to epoll, with a one-line
+//                              notice, where the kernel lacks or forbids it
 //   LOOM_POLLER_SLEEP=US       loop-sleep's sleep, opportunistic-timeout's
 //                              longest interval between polls (µs)
 //   LOOM_LAZY_REGISTER=on|off  register an fd with epoll only once it blocks
@@ -66,6 +69,15 @@ enum class PollerKind {
   opportunistic_timeout,  // ... or after poller_sleep_us at the latest
 };
 
+// How a cluster learns that descriptors are ready (and, for io_uring, how
+// fibres whose reads would wait get their bytes).
+enum class IoBackend {
+  epoll,  // an edge-triggered epoll set per cluster
+  uring,  // an io_uring per cluster: multishot polls instead of epoll
+          // registrations, and a drained stream's read submitted to the
+          // ring, its bytes delivered straight to the fibre
+};
+
 inline constexpr std::size_t kStackDefault = 64 * 1024;
 inline constexpr std::size_t kStackMin = 16 * 1024;
 
@@ -79,6 +91,7 @@ struct SchedConfig {
   std::size_t stack_size = kStackDefault;
   PollerKind poller = PollerKind::idle;
   unsigned poller_sleep_us = 1000;
+  IoBackend io = IoBackend::epoll;
   bool lazy_register = true;
   bool yield_before_read = true;
   // Pin each processor's kernel thread to its PU (Processor::pu(), handed out
@@ -98,5 +111,6 @@ struct SchedConfig {
 const char* to_string(QueueKind);
 const char* to_string(Placement);
 const char* to_string(PollerKind);
+const char* to_string(IoBackend);
 
 }  // namespace loom

@@ -127,12 +127,16 @@ int poll_one(int fd, short events, int timeout_ms);
 // cluster's epoll set, so "ready" means "something changed since you last
 // found it empty": call it after a read or write returned EAGAIN (or a short
 // read drained a stream socket), never instead of trying. An invocation may
-// be stale (the edge came with bytes an earlier read already took): the
-// owner's next call then finds EAGAIN, and it arms again.
+// be stale (the edge came with bytes an earlier read already took; on the
+// io_uring back end also a readiness the kernel's wake-up reported that is
+// gone by the time it is delivered): the owner's next call then finds
+// EAGAIN, and it arms again.
 //
 //   - An edge already pending (it arrived while nothing waited), or, for
 //     POLLIN, a peer that has hung up: cb runs at once, on the calling thread,
-//     before when_ready returns.
+//     before when_ready returns. (On the io_uring back end no edge is kept
+//     while nothing waits: the arming's poll finds the descriptor ready and
+//     the delivery invokes cb, as below.)
 //   - Otherwise cb is stored, and the delivery of the next edge invokes it in
 //     the delivering context: a poller thread, the poller fibre, or a
 //     processor between two fibres (LOOM_POLLER). cb must be short and must
@@ -160,6 +164,12 @@ int when_ready(int fd, short events, void (*cb)(void*), void* arg);
 int set_timeouts(int fd, std::chrono::nanoseconds in, std::chrono::nanoseconds out);
 // fd was closed without loom::io::close: drop loom's state for that number.
 void forget(int fd);
+
+// The I/O back end the calling fibre's cluster runs on ("epoll" or
+// "uring"; from a kernel thread, the default cluster's): what
+// SchedConfig::io / LOOM_IO asked for, or "epoll" where io_uring was
+// unavailable and the cluster fell back (with a notice on stderr).
+const char* backend();
 
 // Counters of the calling fibre's cluster's I/O (cheap; always on).
 struct Stats {

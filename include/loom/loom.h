@@ -772,6 +772,9 @@ int loom_poll_one(int fd, short events, int timeout_ms);
  * with errno: EINVAL, EBADF, EPERM (a regular file), EBUSY (armed already,
  * or a fibre waits on that direction). */
 int loom_when_ready(int fd, short events, void (*fn)(void*), void* arg);
+/* The I/O back end of the caller's cluster: "epoll" or "uring" (LOOM_IO;
+ * "epoll" where io_uring was unavailable and the cluster fell back). */
+const char* loom_io_backend(void);
 /* poll(2), ppoll(2), select(2), pselect(2), epoll_wait(2), epoll_pwait(2)
  * over any number of descriptors (the program's own included: loom never
  * changes their flags), with the system calls' results and errors; the

@@ -27,6 +27,7 @@
 namespace loom::rt {
 
 struct IoState;
+struct UringWait;
 
 enum FdKind : std::uint8_t {
   kFdUnknown = 0,  // not seen since it was opened: looked up on first use
@@ -38,6 +39,11 @@ struct FdSide {
   Mutex turn{MutexType::normal, MutexPolicy::blocking};
   ReadyWord ready;  // posted by the poller on every edge
   std::atomic<std::int64_t> timeout_ns{0};  // 0 = none
+  // The read the turn's holder has in an io_uring (io/uring.hpp): a close
+  // cancels it.
+  std::atomic<UringWait*> ring_read{nullptr};
+  // io_uring: a one-shot poll for this side is submitted or queued.
+  std::atomic<bool> ring_armed{false};
 };
 
 struct FdEntry {

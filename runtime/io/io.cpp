@@ -27,6 +27,7 @@
 #include "io/fd_table.hpp"
 #include "base/sys.hpp"
 #include "io/poller.hpp"
+#include "io/uring.hpp"
 #include "loom/cluster.hpp"
 #include "loom/io.hpp"
 #include "sched/cluster.hpp"
@@ -94,6 +95,12 @@ FdTable& table() {
 void adopt(int fd, bool user_nonblock, bool eager_register, bool stream) {
   FdEntry* e = table().get(fd);
   if (!e) return;
+  // The number's former file was closed behind loom's back (without
+  // io::close or forget): an io_uring registration still holds it open.
+  if (IoState* old = e->registered.load(std::memory_order_acquire); old && old->uring) {
+    io_deregister(fd, *e);
+    e->gen.fetch_add(1, std::memory_order_acq_rel);
+  }
   e->clear_timeouts();
   e->describe(kFdPollable, user_nonblock, stream, /*shared=*/false);
   if (eager_register)
@@ -164,6 +171,7 @@ long wait_and_retry(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeo
     for (;;) {
       this_processor()->counters.add(Stat::io_blocks);
       note_wait(side == kIn ? WaitKind::fd_in : WaitKind::fd_out, reinterpret_cast<const void*>(std::intptr_t(fd)));
+      io_arm(fd, e, side == kOut);
       int rc = s.ready.wait(d);
       if (e.gen.load(std::memory_order_acquire) != gen) {
         r = -EBADF;
@@ -177,6 +185,64 @@ long wait_and_retry(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeo
       if (r != -EAGAIN) break;
       this_processor()->counters.add(Stat::spurious);
     }
+  }
+  s.turn.unlock();
+  return r;
+}
+
+// A plain read's arguments, for the io_uring back end to do it itself.
+struct ReadSpec {
+  void* buf;
+  std::size_t n;
+  int flags;
+  bool recv;  // recv(2) (flags apply), else read(2)
+};
+
+// A drained stream's read on the io_uring back end: the ring does the read
+// when bytes arrive, and the completion brings the count (io/uring.hpp).
+// Falls back to the readiness wait when another fibre has the turn.
+template <typename Op>
+long ring_read(int fd, FdEntry& e, IoState& io, const ReadSpec& rs, Op& op, Deadline d, int timeout_err) {
+  FdSide& s = e.in;
+  std::uint32_t gen = e.gen.load(std::memory_order_acquire);
+  if (!s.turn.try_lock()) return wait_and_retry(fd, e, kIn, op, d, timeout_err, false);
+  Deadline until = d;
+  if (until == kForever) {
+    if (std::int64_t t = s.timeout_ns.load(std::memory_order_relaxed)) until = now_ns() + t;
+  } else {
+    timeout_err = ETIMEDOUT;
+  }
+  long r;
+  for (;;) {
+    UringWait w;
+    s.ring_read.store(&w, std::memory_order_release);
+    uring_read(io, fd, rs.buf, unsigned(std::min<std::size_t>(rs.n, 1u << 30)), rs.flags, rs.recv, w);
+    this_processor()->counters.add(Stat::io_blocks);
+    note_wait(WaitKind::fd_in, reinterpret_cast<const void*>(std::intptr_t(fd)));
+    bool timed_out = w.done.wait(until) != 0;
+    if (timed_out) {
+      // The request writes into the caller's buffer: it must be over
+      // before the call returns (done, or cancelled).
+      uring_cancel(io, w);
+      w.done.wait(kForever);
+    }
+    s.ring_read.store(nullptr, std::memory_order_relaxed);
+    r = w.res;
+    if (e.gen.load(std::memory_order_acquire) != gen) {
+      if (r < 0) r = -EBADF;  // (bytes read before the close are the caller's)
+      break;
+    }
+    if (r == -ECANCELED && timed_out) {
+      r = -timeout_err;
+      break;
+    }
+    // Cancelled by a close of a former request at the same address, or
+    // refused: wait as the epoll back end does.
+    if (r == -ECANCELED || r == -EAGAIN) {
+      s.turn.unlock();
+      return wait_and_retry(fd, e, kIn, op, d, timeout_err, /*look first=*/true);
+    }
+    break;
   }
   s.turn.unlock();
   return r;
@@ -196,7 +262,7 @@ void note_input(FdEntry& e, long r, std::size_t want) {
 // a plain read (0 for other calls), for the drained-queue shortcut.
 template <typename Op>
 long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = EAGAIN, bool input = false,
-          std::size_t want = 0) {
+          std::size_t want = 0, const ReadSpec* rs = nullptr) {
   Processor* p = this_processor_at_entry();
   FdEntry* e = table().get(fd);
   if (!e) return syscall_op(op);
@@ -213,9 +279,14 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
   long r;
   if (want && e->in_drained.load(std::memory_order_relaxed) && !e->hup.load(std::memory_order_relaxed) &&
       e->registered.load(std::memory_order_relaxed)) {
-    // Nothing has arrived unless the poller saw an edge: wait for it.
+    // Nothing has arrived unless the poller saw an edge: wait for it (or,
+    // on io_uring, have the ring read when it arrives).
     e->in_drained.store(false, std::memory_order_relaxed);
-    r = wait_and_retry(fd, *e, side, op, d, timeout_err, false);
+    IoState* io = e->registered.load(std::memory_order_relaxed);
+    if (rs && io && io->ring_reads && io == p->cluster().io.load(std::memory_order_relaxed))
+      r = ring_read(fd, *e, *io, *rs, op, d, timeout_err);
+    else
+      r = wait_and_retry(fd, *e, side, op, d, timeout_err, false);
   } else {
     if (input && p->cluster().config().yield_before_read && !(want && e->in_full.load(std::memory_order_relaxed)))
       p->yield();
@@ -242,7 +313,11 @@ struct Disarmed {
 void retire(int fd, Disarmed& d) {
   FdEntry* e = table().get(fd);
   if (!e || e->kind.load(std::memory_order_acquire) == kFdUnknown) return;
-  if (e->shared.load(std::memory_order_relaxed))
+  IoState* reg = e->registered.load(std::memory_order_acquire);
+  bool ring = reg && reg->uring;
+  // An io_uring poll or read holds the file: only epoll's close(2)
+  // deregisters (io_deregister removes and cancels them at once).
+  if (ring || e->shared.load(std::memory_order_relaxed))
     io_deregister(fd, *e);
   else
     e->registered.store(nullptr, std::memory_order_relaxed);  // close(2) deregisters
@@ -310,6 +385,7 @@ long wait_fresh_input(int fd, FdEntry& e, short events, Deadline d) {
   if (!e.in.ready.has_token()) {
     this_processor()->counters.add(Stat::io_blocks);
     note_wait(WaitKind::fd_in, reinterpret_cast<const void*>(std::intptr_t(fd)));
+    io_arm(fd, e, false);
     rc = e.in.ready.wait(d);
   }
   e.in.turn.unlock();
@@ -337,8 +413,12 @@ long poll_one_until(int fd, short events, Deadline d) {
   FdEntry* e = table().get(fd);
   Processor* p = this_processor();
   long r;
+  IoState* reg = e ? e->registered.load(std::memory_order_relaxed) : nullptr;
+  // (Not on io_uring: a poll's completion carries the readiness of its
+  // wake-up and may be delivered after the read that took those bytes, so
+  // an edge there is no proof of fresh input.)
   if (p && e && (events & POLLIN) && !(events & POLLOUT) && e->in_drained.load(std::memory_order_relaxed) &&
-      !e->hup.load(std::memory_order_relaxed) && e->registered.load(std::memory_order_relaxed)) {
+      !e->hup.load(std::memory_order_relaxed) && reg && !reg->uring) {
     // The last read came up short while registered: anything that arrives
     // now raises an edge, so wait for it without looking first, and trust
     // it after (an event server's short read, then wait: no system call).
@@ -425,7 +505,8 @@ int connect_until(int fd, const sockaddr* addr, socklen_t len, Deadline d) {
 }
 
 ssize_t read(int fd, void* buf, size_t n) {
-  return finish(call(fd, kIn, [&] { return rt::sys::read(fd, buf, n); }, kForever, EAGAIN, true, n));
+  rt::ReadSpec rs{buf, n, 0, false};
+  return finish(call(fd, kIn, [&] { return rt::sys::read(fd, buf, n); }, kForever, EAGAIN, true, n, &rs));
 }
 ssize_t read_until(int fd, void* buf, size_t n, Deadline d) {
   return finish(call(fd, kIn, [&] { return rt::sys::read(fd, buf, n); }, d, ETIMEDOUT, true));
@@ -446,7 +527,8 @@ ssize_t writev(int fd, const iovec* iov, int iovcnt) {
 // MSG_DONTWAIT asks for this one call not to wait: the system call as is.
 ssize_t recv(int fd, void* buf, size_t n, int flags) {
   if (flags & MSG_DONTWAIT) return rt::sys::recv(fd, buf, n, flags);
-  return finish(call(fd, kIn, [&] { return rt::sys::recv(fd, buf, n, flags); }, kForever, EAGAIN, true, flags ? 0 : n));
+  rt::ReadSpec rs{buf, n, flags, true};
+  return finish(call(fd, kIn, [&] { return rt::sys::recv(fd, buf, n, flags); }, kForever, EAGAIN, true, flags ? 0 : n, &rs));
 }
 ssize_t send(int fd, const void* buf, size_t n, int flags) {
   flags |= MSG_NOSIGNAL;
@@ -591,6 +673,7 @@ int when_ready(int fd, short events, void (*cb)(void*), void* arg) {
     return 0;
   }
   int r = (events == POLLIN ? e->in : e->out).ready.arm(cb, arg);
+  if (r == 0) rt::io_arm(fd, *e, events == POLLOUT);
   if (r == EBUSY) {
     errno = EBUSY;
     return -1;
@@ -602,6 +685,12 @@ int when_ready(int fd, short events, void (*cb)(void*), void* arg) {
 int poll_one(int fd, short events, int timeout_ms) {
   Deadline d = timeout_ms < 0 ? kForever : rt::now_ns() + std::int64_t(timeout_ms) * 1'000'000;
   return int(finish(rt::poll_one_until(fd, events, d)));
+}
+
+const char* backend() {
+  rt::Processor* p = rt::this_processor();
+  rt::Cluster& c = p ? p->cluster() : loom::Cluster::default_cluster().impl();
+  return to_string(rt::io_state(c).backend);
 }
 
 Stats stats() {

@@ -221,6 +221,7 @@ class WatchSet {
       loom::this_fibre::sleep_until(Clock::time_point(std::chrono::nanoseconds(w)));
       return ETIMEDOUT;
     }
+    io_arm(ep_, *entry_, false);
     return entry_->in.ready.wait(w);
   }
 

@@ -7,11 +7,14 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
 
 #include "io/fd_table.hpp"
+#include "io/uring.hpp"
+#include "base/options.hpp"
 #include "loom/fibre.hpp"
 #include "sched/cluster.hpp"
 #include "sched/processor.hpp"
@@ -48,11 +51,7 @@ void deliver(IoState& s, const epoll_event* ev, int n) {
     }
     FdEntry* e = table.get(fd);
     if (!e) continue;
-    std::uint32_t m = ev[i].events;
-    if ((m & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !e->hup.load(std::memory_order_relaxed))
-      e->hup.store(true, std::memory_order_relaxed);  // before the post that wakes the reader
-    if (m & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) e->in.ready.post();
-    if (m & (EPOLLOUT | EPOLLHUP | EPOLLERR)) e->out.ready.post();
+    post_ready(*e, ev[i].events);
     ++delivered;
   }
   if (delivered) {  // (a return for the wake-up eventfd alone is not counted)
@@ -60,6 +59,29 @@ void deliver(IoState& s, const epoll_event* ev, int n) {
     count(*s.cluster, Stat::poller_events, unsigned(delivered));
   }
 }
+
+// Waits for readiness until d (kNow: a look, kForever: until something)
+// and delivers it: the back end's poll. ev: room for kBatch epoll events.
+// -1 on EINTR.
+int backend_poll(IoState& s, epoll_event* ev, int max, Deadline d) {
+  if (s.uring) {
+    // One reaper at a time: a busy processor's look is short.
+    while (s.uring->reaping.exchange(true, std::memory_order_acquire)) cpu_relax();
+    int n = uring_reap(s, d);
+    s.uring->reaping.store(false, std::memory_order_release);
+    return n;
+  }
+  int n = sys::epoll_wait(s.epfd, ev, max, d == kNow ? 0 : ms_until(d));
+  if (n < 0) {
+    if (errno == EINTR) return -1;
+    die("epoll_wait");
+  }
+  if (n > 0) deliver(s, ev, n);
+  return n;
+}
+
+// The descriptor a poller blocks on: what the master poller watches.
+int wait_fd(const IoState& s) { return s.uring ? s.uring->ring.ring_fd : s.epfd; }
 
 // ---- poller threads ------------------------------------------------------------
 
@@ -83,13 +105,8 @@ void* poller_thread_main(void* arg) {
       timeout = idle ? -1 : 0;
     }
     if (s.stopping.load(std::memory_order_acquire)) break;
-    int n = sys::epoll_wait(s.epfd, ev, kBatch, timeout);
+    backend_poll(s, ev, kBatch, timeout < 0 ? kForever : kNow);
     if (s.stopping.load(std::memory_order_acquire)) break;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      die("epoll_wait");
-    }
-    if (n > 0) deliver(s, ev, n);
     if (s.kind == PollerKind::loop_sleep && s.sleep_us) {
       timespec ts{time_t(s.sleep_us / 1000000), long(s.sleep_us % 1000000) * 1000};
       sys::nanosleep(&ts, nullptr);
@@ -152,8 +169,8 @@ void post_park(Processor&, Fibre* prev, void* arg) {
   ev.events = EPOLLIN | EPOLLONESHOT;
   ev.data.ptr = s;
   int epfd = master().epfd;
-  if (epoll_ctl(epfd, EPOLL_CTL_MOD, s->epfd, &ev) != 0 &&
-      (errno != ENOENT || epoll_ctl(epfd, EPOLL_CTL_ADD, s->epfd, &ev) != 0))
+  if (epoll_ctl(epfd, EPOLL_CTL_MOD, wait_fd(*s), &ev) != 0 &&
+      (errno != ENOENT || epoll_ctl(epfd, EPOLL_CTL_ADD, wait_fd(*s), &ev) != 0))
     die("epoll_ctl (master poller)");
 }
 
@@ -161,15 +178,13 @@ void poller_fibre_main(void* arg) {
   IoState& s = *static_cast<IoState*>(arg);
   epoll_event ev[256];
   while (!s.stopping.load(std::memory_order_acquire)) {
-    int n = sys::epoll_wait(s.epfd, ev, 256, 0);
+    int n = backend_poll(s, ev, 256, kNow);
     if (n > 0) {
-      deliver(s, ev, n);
       // Let the fibres just freed run first (the poller is in the
       // background queue, so it comes back when they are done).
       this_fibre::yield();
       continue;
     }
-    if (n < 0 && errno != EINTR) die("epoll_wait (poller fibre)");
     if (n == 0) {
       note_wait(WaitKind::runtime, nullptr);
       this_processor()->suspend(&post_park, &s);
@@ -188,6 +203,7 @@ void add_eventfd(IoState& s, int* fd) {
 
 void start_poller(IoState& s) {
   if (s.kind == PollerKind::idle) {
+    if (s.uring) return;  // woken by a no-op request (uring_wake)
     s.sleeper_events.reset(new epoll_event[kBatch]);
     add_eventfd(s, &s.wake_fd);
     return;
@@ -205,7 +221,7 @@ void start_poller(IoState& s) {
     s.poller_handle = f;
     return;
   }
-  add_eventfd(s, &s.stop_fd);
+  if (!s.uring) add_eventfd(s, &s.stop_fd);
   if (int e = sys::pthread().create(&s.thread, nullptr, &poller_thread_main, &s)) {
     errno = e;
     die("pthread_create (poller)");
@@ -217,6 +233,13 @@ void start_poller(IoState& s) {
 }
 
 }  // namespace
+
+void post_ready(FdEntry& e, std::uint32_t m) {
+  if ((m & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !e.hup.load(std::memory_order_relaxed))
+    e.hup.store(true, std::memory_order_relaxed);  // before the post that wakes the reader
+  if (m & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) e.in.ready.post();
+  if (m & (EPOLLOUT | EPOLLHUP | EPOLLERR)) e.out.ready.post();
+}
 
 IoState& io_state(Cluster& c) {
   IoState* s = c.io.load(std::memory_order_acquire);
@@ -232,8 +255,20 @@ IoState& io_state(Cluster& c) {
   s->sleep_us = cfg.poller_sleep_us;
   s->lazy = cfg.lazy_register;
   s->yield_before_read = cfg.yield_before_read;
-  s->epfd = epoll_create1(EPOLL_CLOEXEC);
-  if (s->epfd < 0) die("epoll_create1");
+  if (cfg.io == IoBackend::uring) {
+    if (uring_open(*s)) {
+      s->backend = IoBackend::uring;
+      s->ring_reads = env_bool("LOOM_IO_RING_READ", true);
+    } else {
+      static std::atomic<bool> told{false};
+      if (!told.exchange(true))
+        std::fprintf(stderr, "loom: io_uring unavailable (%s): LOOM_IO=uring falls back to epoll\n", std::strerror(errno));
+    }
+  }
+  if (!s->uring) {
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (s->epfd < 0) die("epoll_create1");
+  }
   s->owner_pid = ::getpid();
   start_poller(*s);
   c.io.store(s, std::memory_order_release);
@@ -243,6 +278,12 @@ IoState& io_state(Cluster& c) {
 
 bool io_register(IoState& s, int fd, FdEntry& e) {
   if (e.registered.load(std::memory_order_acquire)) return true;
+  if (s.uring) {  // nothing to tell the kernel until a wait arms a poll (io_arm)
+    IoState* none = nullptr;
+    if (e.registered.compare_exchange_strong(none, &s, std::memory_order_acq_rel))
+      count(*s.cluster, Stat::registrations);
+    return true;
+  }
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   ev.data.fd = fd;
@@ -257,8 +298,18 @@ void io_deregister(int fd, FdEntry& e) {
   // A fork child shares its parent's epoll sets: deregistering there would
   // take the descriptor out of the parent's set too (its waiting fibre
   // would never wake). Only the process that made the set changes it.
-  if (IoState* s = e.registered.exchange(nullptr, std::memory_order_acq_rel))
-    if (s->owner_pid == ::getpid()) epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, nullptr);
+  if (IoState* s = e.registered.exchange(nullptr, std::memory_order_acq_rel)) {
+    if (s->owner_pid != ::getpid()) return;
+    if (s->uring)
+      uring_disarm(*s, fd, e);
+    else
+      epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, nullptr);
+  }
+}
+
+void io_arm(int fd, FdEntry& e, bool out) {
+  IoState* s = e.registered.load(std::memory_order_acquire);
+  if (s && s->uring) uring_arm(*s, fd, e, out);
 }
 
 void io_processor_idle(IoState& s) {
@@ -268,9 +319,15 @@ void io_processor_idle(IoState& s) {
 bool io_idle_sleep(IoState& s, Processor& p, std::int64_t deadline) {
   if (s.kind != PollerKind::idle) return false;
   Processor* none = nullptr;
-  if (!s.sleeper.compare_exchange_strong(none, &p, std::memory_order_acq_rel)) return false;
+  if (!s.sleeper.compare_exchange_strong(none, &p, std::memory_order_acq_rel)) {
+    if (s.uring) uring_flush(s);  // p sleeps on its futex: its fibres' requests go now
+    return false;
+  }
   p.sleeping_in.store(&s, std::memory_order_seq_cst);
-  if (!p.wake_flag.try_consume()) {
+  if (s.uring) {
+    if (!p.wake_flag.try_consume())
+      backend_poll(s, nullptr, 0, deadline < 0 || deadline == kNoDeadline ? kForever : std::max<Deadline>(deadline, 1));
+  } else if (!p.wake_flag.try_consume()) {
     int timeout = -1;  // kNoDeadline: until woken
     if (deadline >= 0 && deadline != kNoDeadline) {
       std::int64_t left = deadline - now_ns();
@@ -289,19 +346,39 @@ bool io_idle_sleep(IoState& s, Processor& p, std::int64_t deadline) {
 }
 
 void io_interrupt(IoState& s) {
+  if (s.uring) return uring_wake(s);
   std::uint64_t one = 1;
   if (sys::write(s.wake_fd, &one, sizeof one) < 0 && errno != EAGAIN) die("write (wake fd)");
 }
 
 void io_busy_poll(IoState& s) {
-  if (s.kind != PollerKind::idle || s.sleeper.load(std::memory_order_relaxed)) return;
+  if (s.kind != PollerKind::idle || s.sleeper.load(std::memory_order_relaxed)) {
+    if (s.uring) uring_flush(s);  // the fibres' requests since the last look
+    return;
+  }
+  if (s.uring) {
+    // A look at the completion queue costs no system call; the fibres'
+    // requests since the last look are submitted in the same enter.
+    if (!s.uring->reaping.exchange(true, std::memory_order_acquire)) {
+      uring_reap(s, kNow);
+      s.uring->reaping.store(false, std::memory_order_release);
+    } else {
+      uring_flush(s);
+    }
+    return;
+  }
   epoll_event ev[32];  // on the running fibre's stack: keep it small
   int n = sys::epoll_wait(s.epfd, ev, 32, 0);
   if (n > 0) deliver(s, ev, n);
 }
 
 void IoState::busy_pick(Processor&) { io_busy_poll(*this); }
-void IoState::before_sleep(Processor&) { io_processor_idle(*this); }
+void IoState::before_sleep(Processor&) {
+  // The requests of p's fibres go to the kernel before p sleeps, unless p
+  // is about to sleep in the ring, whose enter submits them.
+  if (uring && kind != PollerKind::idle) uring_flush(*this);
+  io_processor_idle(*this);
+}
 bool IoState::sleep(Processor& p, std::int64_t deadline) { return io_idle_sleep(*this, p, deadline); }
 void IoState::interrupt(Processor&) { io_interrupt(*this); }
 void IoState::shutdown() { io_shutdown(*cluster); }
@@ -312,13 +389,16 @@ void io_shutdown(Cluster& c) {
   s->stopping.store(true, std::memory_order_seq_cst);
   if (s->has_thread) {
     std::uint64_t one = 1;
-    if (sys::write(s->stop_fd, &one, sizeof one) < 0) die("write (stop fd)");
+    if (s->uring)
+      uring_wake(*s);
+    else if (sys::write(s->stop_fd, &one, sizeof one) < 0)
+      die("write (stop fd)");
     s->idle_signal.post();
     sys::pthread().join(s->thread, nullptr);
     s->has_thread = false;
   }
   if (s->poller_handle) {
-    epoll_ctl(master().epfd, EPOLL_CTL_DEL, s->epfd, nullptr);
+    epoll_ctl(master().epfd, EPOLL_CTL_DEL, wait_fd(*s), nullptr);
     c.fibres.fetch_add(1, std::memory_order_relaxed);  // join() counts it out again
     if (Fibre* f = s->parked.exchange(nullptr, std::memory_order_acq_rel)) schedule(f);
     s->poller_handle->join();

@@ -57,6 +57,7 @@ class Cluster;
 class Fibre;
 class Processor;
 struct FdEntry;
+struct Uring;
 
 // A cluster's I/O state; it plugs into the scheduler as its I/O extension
 // (sched/extension.hpp): busy_pick polls without blocking (idle poller),
@@ -71,6 +72,9 @@ struct IoState final : Extension {
 
   Cluster* cluster = nullptr;
   PollerKind kind = PollerKind::fibre;
+  IoBackend backend = IoBackend::epoll;  // what runs: SchedConfig::io, or epoll after a fallback
+  Uring* uring = nullptr;                // the ring (backend uring)
+  bool ring_reads = false;               // uring: drained reads through the ring (LOOM_IO_RING_READ)
   int epfd = -1;
   pid_t owner_pid = 0;  // the process that made epfd (a fork child shares it)
   int stop_fd = -1;  // eventfd: stops a poller thread blocked in epoll_wait
@@ -94,6 +98,11 @@ IoState& io_state(Cluster& c);
 // not registered yet; false with errno set if epoll refuses it (EPERM for a
 // regular file, for instance).
 bool io_register(IoState& s, int fd, FdEntry& e);
+// A wait on fd's input (out: output) is about to park: the io_uring back
+// end arms a one-shot poll for it (epoll's registration covers every wait).
+void io_arm(int fd, FdEntry& e, bool out);
+// Posts e's readiness words for the epoll events m (either back end).
+void post_ready(FdEntry& e, std::uint32_t m);
 // Deregisters fd if registered (before it is closed).
 void io_deregister(int fd, FdEntry& e);
 // Called by a processor of c about to sleep (opportunistic pollers).

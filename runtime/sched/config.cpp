@@ -27,6 +27,8 @@ const char* to_string(PollerKind k) {
   return "?";
 }
 
+const char* to_string(IoBackend b) { return b == IoBackend::uring ? "uring" : "epoll"; }
+
 SchedConfig SchedConfig::from_env() {
   using namespace rt;
   SchedConfig c;
@@ -41,6 +43,7 @@ SchedConfig SchedConfig::from_env() {
   c.poller = static_cast<PollerKind>(
       env_choice("LOOM_POLLER", {"idle", "fibre", "loop", "loop-sleep", "opportunistic", "opportunistic-timeout"}, int(c.poller)));
   c.poller_sleep_us = unsigned(env_size("LOOM_POLLER_SLEEP", c.poller_sleep_us, 0, 10'000'000));
+  c.io = static_cast<IoBackend>(env_choice("LOOM_IO", {"epoll", "uring"}, int(c.io)));
   c.lazy_register = env_bool("LOOM_LAZY_REGISTER", c.lazy_register);
   c.yield_before_read = env_bool("LOOM_YIELD_BEFORE_READ", c.yield_before_read);
   c.pin = env_bool("LOOM_PIN", c.pin);
@@ -55,7 +58,7 @@ std::string SchedConfig::describe() const {
          (poller == PollerKind::loop_sleep || poller == PollerKind::opportunistic_timeout
               ? "/" + std::to_string(poller_sleep_us) + "us"
               : std::string()) +
-         " lazy=" + (lazy_register ? "on" : "off") + " ybr=" + (yield_before_read ? "on" : "off") +
+         (io == IoBackend::uring ? " io=uring" : "") + " lazy=" + (lazy_register ? "on" : "off") + " ybr=" + (yield_before_read ? "on" : "off") +
          // Only when on: the default summary stays what scripts and process_test compare against.
          (pin ? " pin=on" : "") + (stall_ms ? " stall=" + std::to_string(stall_ms) + "ms" : std::string());
 }

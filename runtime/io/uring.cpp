@@ -1,0 +1,277 @@
+#include "io/uring.hpp"
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+
+#include "base/sys.hpp"
+#include "io/fd_table.hpp"
+#include "io/poller.hpp"
+#include "sched/cluster.hpp"
+#include "sched/processor.hpp"
+
+namespace loom::rt {
+
+namespace {
+
+constexpr unsigned kSqEntries = 1024;
+constexpr unsigned kCqEntries = 16384;
+
+// user_data: a UringWait* (8-byte aligned: tag 0), or a tag in the low two
+// bits with what it is about above them.
+enum : std::uint64_t { kTagWait = 0, kTagReg = 1, kTagRemove = 2, kTagIgnore = 3, kTagMask = 3 };
+constexpr std::uint32_t kGenMask = 0x1fffffff;
+
+// What a side's poll asks for (hang-ups and errors come with either).
+constexpr unsigned kInEvents = EPOLLIN | EPOLLPRI | EPOLLRDHUP;
+constexpr unsigned kOutEvents = EPOLLOUT;
+
+// A side's poll: generation (29 bits), descriptor, side, tag.
+std::uint64_t poll_key(int fd, std::uint32_t gen, bool out) {
+  return (std::uint64_t(gen & kGenMask) << 35) | (std::uint64_t(std::uint32_t(fd)) << 3) | (std::uint64_t(out) << 2) |
+         kTagReg;
+}
+
+[[noreturn]] void die(const char* what, int err) {
+  std::fprintf(stderr, "loom: %s failed: errno %d\n", what, err);
+  std::abort();
+}
+
+int enter(Uring& u, unsigned to_submit, unsigned min_complete, unsigned flags, Deadline d) {
+  io_uring_getevents_arg arg{};
+  __kernel_timespec ts{};
+  void* argp = nullptr;
+  std::size_t argsz = 0;
+  if (d != kForever && min_complete) {
+    std::int64_t left = std::max<std::int64_t>(0, d - now_ns());
+    ts.tv_sec = left / 1'000'000'000;
+    ts.tv_nsec = left % 1'000'000'000;
+    arg.ts = std::uint64_t(reinterpret_cast<std::uintptr_t>(&ts));
+    argp = &arg;
+    argsz = sizeof arg;
+    flags |= IORING_ENTER_EXT_ARG;
+  }
+  long r = ::syscall(__NR_io_uring_enter, u.ring.ring_fd, to_submit, min_complete, flags, argp, argsz);
+  return r < 0 ? -errno : int(r);
+}
+
+// Publishes the queued SQEs to the kernel (sq_lock held); true if any.
+bool publish(Uring& u) {
+  io_uring_sq& sq = u.ring.sq;
+  if (sq.sqe_head == sq.sqe_tail) return false;
+  sq.sqe_head = sq.sqe_tail;
+  io_uring_smp_store_release(sq.ktail, sq.sqe_tail);
+  return true;
+}
+
+// An SQE to fill (sq_lock held): a full queue is submitted first.
+io_uring_sqe* get_sqe(Uring& u) {
+  for (;;) {
+    if (io_uring_sqe* sqe = io_uring_get_sqe(&u.ring)) return sqe;
+    publish(u);
+    int r = enter(u, kSqEntries, 0, 0, kForever);
+    if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) die("io_uring_enter (submit)", -r);
+  }
+}
+
+// Queues one request: `prep` fills the SQE. A thread that is not a
+// processor has no io_uring_enter of its own coming: it submits at once.
+template <typename Prep>
+void queue(IoState& s, Prep&& prep) {
+  Uring& u = *s.uring;
+  {
+    SpinGuard g(u.sq_lock);
+    prep(get_sqe(u));
+    u.pending.store(true, std::memory_order_release);
+  }
+  if (!this_processor()) uring_flush(s);
+}
+
+void deliver_one(IoState& s, const io_uring_cqe& c, unsigned& events) {
+  std::uint64_t ud = c.user_data;
+  switch (ud & kTagMask) {
+    case kTagWait: {
+      auto* w = reinterpret_cast<UringWait*>(ud);
+      w->res = c.res;
+      w->done.post();
+      ++events;
+      return;
+    }
+    case kTagReg: {
+      int fd = int(std::uint32_t(ud >> 3));
+      bool out = (ud >> 2) & 1;
+      std::uint32_t gen = std::uint32_t(ud >> 35);
+      FdEntry* e = FdTable::instance().get(fd);
+      if (!e || (e->gen.load(std::memory_order_acquire) & kGenMask) != gen) return;  // a closed file's
+      // The poll is over: the next wait arms another (before the post, so
+      // that the fibre it wakes can).
+      (out ? e->out : e->in).ring_armed.store(false, std::memory_order_release);
+      if (c.res == -ECANCELED) return;
+      post_ready(*e, c.res > 0 ? std::uint32_t(c.res) : std::uint32_t(EPOLLERR));  // an error: waiters retry and see it
+      ++events;
+      return;
+    }
+    case kTagRemove:
+      // EALREADY: the poll was delivering an event just then, and goes on
+      // (it would hold the file open for good): remove it again.
+      if (c.res == -EALREADY) {
+        std::uint64_t key = (ud & ~kTagMask) | kTagReg;
+        s.uring->removes_again.fetch_add(1, std::memory_order_relaxed);
+        queue(s, [&](io_uring_sqe* sqe) {
+          io_uring_prep_poll_remove(sqe, key);
+          io_uring_sqe_set_data64(sqe, (key & ~kTagMask) | kTagRemove);
+        });
+      }
+      return;
+    default:
+      return;
+  }
+}
+
+}  // namespace
+
+bool uring_open(IoState& s) {
+  io_uring_params p{};
+  p.flags = IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+  p.cq_entries = kCqEntries;
+  auto* u = new Uring;
+  int r = io_uring_queue_init_params(kSqEntries, &u->ring, &p);
+  if (r == -EINVAL) {  // a kernel before 5.19: no cooperative task running
+    p = io_uring_params{};
+    p.flags = IORING_SETUP_CQSIZE;
+    p.cq_entries = kCqEntries;
+    r = io_uring_queue_init_params(kSqEntries, &u->ring, &p);
+  }
+  if (r == 0 && !(p.features & IORING_FEAT_EXT_ARG)) {  // before 5.11: no timed wait
+    io_uring_queue_exit(&u->ring);
+    r = -ENOSYS;
+  }
+  if (r == 0) {
+    // Multishot polls (5.13) and poll-first receives (5.19): ask the kernel.
+    io_uring_probe* probe = io_uring_get_probe_ring(&u->ring);
+    bool ok = probe && io_uring_opcode_supported(probe, IORING_OP_POLL_ADD) &&
+              io_uring_opcode_supported(probe, IORING_OP_RECV) && io_uring_opcode_supported(probe, IORING_OP_READ) &&
+              io_uring_opcode_supported(probe, IORING_OP_ASYNC_CANCEL) &&
+              io_uring_opcode_supported(probe, IORING_OP_SOCKET);  // 5.19, like poll-first
+    if (probe) io_uring_free_probe(probe);
+    if (!ok) {
+      io_uring_queue_exit(&u->ring);
+      r = -ENOSYS;
+    }
+  }
+  if (r != 0) {
+    delete u;
+    errno = -r;
+    return false;
+  }
+  for (unsigned i = 0; i < u->ring.sq.ring_entries; ++i) u->ring.sq.array[i] = i;
+  s.uring = u;
+  return true;
+}
+
+void uring_arm(IoState& s, int fd, FdEntry& e, bool out) {
+  FdSide& side = out ? e.out : e.in;
+  if (side.ring_armed.load(std::memory_order_acquire) || side.ring_armed.exchange(true, std::memory_order_acq_rel))
+    return;  // the poll of an earlier wait is still on
+  std::uint64_t key = poll_key(fd, e.gen.load(std::memory_order_acquire), out);
+  queue(s, [&](io_uring_sqe* sqe) {
+    io_uring_prep_poll_add(sqe, fd, out ? kOutEvents : kInEvents);
+    io_uring_sqe_set_data64(sqe, key);
+  });
+}
+
+void uring_disarm(IoState& s, int fd, FdEntry& e) {
+  std::uint32_t gen = e.gen.load(std::memory_order_acquire);
+  bool any = false;
+  for (bool out : {false, true}) {
+    if (!(out ? e.out : e.in).ring_armed.exchange(false, std::memory_order_acq_rel)) continue;
+    std::uint64_t key = poll_key(fd, gen, out);
+    queue(s, [&](io_uring_sqe* sqe) {
+      io_uring_prep_poll_remove(sqe, key);
+      io_uring_sqe_set_data64(sqe, (key & ~kTagMask) | kTagRemove);
+    });
+    any = true;
+  }
+  if (UringWait* w = e.in.ring_read.load(std::memory_order_acquire)) {
+    uring_cancel(s, *w);  // (flushes)
+  } else if (any) {
+    uring_flush(s);  // the poll holds the file: its close must not wait for the next enter
+  }
+}
+
+void uring_wake(IoState& s) {
+  queue(s, [&](io_uring_sqe* sqe) {
+    io_uring_prep_nop(sqe);
+    io_uring_sqe_set_data64(sqe, kTagIgnore);
+  });
+  uring_flush(s);
+}
+
+void uring_read(IoState& s, int fd, void* buf, unsigned n, int flags, bool socket, UringWait& w) {
+  queue(s, [&](io_uring_sqe* sqe) {
+    if (socket) {
+      io_uring_prep_recv(sqe, fd, buf, n, flags);
+      sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;  // the stream is drained: wait first
+    } else {
+      io_uring_prep_read(sqe, fd, buf, n, std::uint64_t(-1));  // the file position, like read(2)
+    }
+    io_uring_sqe_set_data(sqe, &w);
+  });
+}
+
+void uring_cancel(IoState& s, UringWait& w) {
+  queue(s, [&](io_uring_sqe* sqe) {
+    io_uring_prep_cancel(sqe, &w, 0);
+    io_uring_sqe_set_data64(sqe, kTagIgnore);
+  });
+  uring_flush(s);
+}
+
+void uring_flush(IoState& s) {
+  Uring& u = *s.uring;
+  if (!u.pending.load(std::memory_order_acquire)) return;
+  SpinGuard g(u.sq_lock);
+  u.pending.store(false, std::memory_order_relaxed);
+  if (!publish(u)) return;
+  int r = enter(u, kSqEntries, 0, 0, kForever);
+  if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) die("io_uring_enter (submit)", -r);
+}
+
+int uring_reap(IoState& s, Deadline d) {
+  Uring& u = *s.uring;
+  bool submit = false;
+  if (u.pending.load(std::memory_order_acquire)) {
+    SpinGuard g(u.sq_lock);
+    u.pending.store(false, std::memory_order_relaxed);
+    submit = publish(u);
+  }
+  unsigned flags = IO_URING_READ_ONCE(*u.ring.sq.kflags);
+  bool wait = d != kNow && io_uring_cq_ready(&u.ring) == 0;
+  if (submit || wait || (flags & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW))) {
+    unsigned enter_flags = (wait || (flags & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW))) ? IORING_ENTER_GETEVENTS : 0;
+    int r = enter(u, submit ? kSqEntries : 0, wait ? 1 : 0, enter_flags, d);
+    if (r < 0 && r != -EINTR && r != -ETIME && r != -EAGAIN && r != -EBUSY) die("io_uring_enter", -r);
+  }
+  WakeDefer defer;
+  unsigned events = 0, seen = 0, head;
+  io_uring_cqe* cqe;
+  io_uring_for_each_cqe(&u.ring, head, cqe) {
+    io_uring_cqe c = *cqe;
+    ++seen;
+    deliver_one(s, c, events);
+  }
+  io_uring_cq_advance(&u.ring, seen);
+  if (events) {
+    count(*s.cluster, Stat::poller_wakeups);
+    count(*s.cluster, Stat::poller_events, events);
+  }
+  return int(seen);
+}
+
+}  // namespace loom::rt
