@@ -632,4 +632,79 @@ TEST(Io, GetaddrinfoThroughOffload) {
   });
 }
 
+// The io_uring back end's own paths, with ring reads on (a drained stream's
+// read is done by the ring) and off (a one-shot poll, then read(2)): bytes
+// in order, a timed read that ends while the ring reads, a close while a
+// fibre waits (EBADF, and the socket really closes: the peer sees its end),
+// and a listener closed while a fibre accepts (connects are refused after:
+// no poll keeps it open).
+TEST(Io, UringReadsTimeoutsAndCloses) {
+  for (const char* ring : {"on", "off"}) {
+    SCOPED_TRACE(std::string("LOOM_IO_RING_READ=") + ring);
+    ::setenv("LOOM_IO_RING_READ", ring, 1);
+    loom::SchedConfig cfg = loom::SchedConfig::from_env();
+    cfg.io = loom::IoBackend::uring;
+    loom::Cluster c(1, cfg);
+    loom::FibreAttr attr;
+    attr.cluster = &c;
+    std::string backend;
+    loom::Fibre(attr, [&] {
+      backend = io::backend();
+      if (backend != "uring") return;
+      int p[2];
+      tcp_pair(p);
+      char buf[64];
+      // Registered by a wait, then short reads: each next read is a drained one.
+      loom::Fibre w1(attr, [&] {
+        loom::this_fibre::sleep_for(10ms);
+        io::write(p[1], "a", 1);
+      });
+      ASSERT_EQ(io::read(p[0], buf, sizeof buf), 1);
+      w1.join();
+      for (char ch = 'b'; ch <= 'k'; ++ch) {
+        loom::Fibre w(attr, [&, ch] { io::write(p[1], &ch, 1); });
+        ASSERT_EQ(io::read(p[0], buf, sizeof buf), 1);
+        EXPECT_EQ(buf[0], ch);
+        w.join();
+      }
+      // A deadline while the ring reads: ETIMEDOUT, not early, and the
+      // cancelled request takes no byte that comes later.
+      auto t0 = std::chrono::steady_clock::now();
+      EXPECT_EQ(io::read_until(p[0], buf, sizeof buf, loom::deadline_after(50ms)), -1);
+      EXPECT_EQ(err(), ETIMEDOUT);
+      EXPECT_GE(std::chrono::steady_clock::now() - t0, 50ms);
+      ASSERT_EQ(io::write(p[1], "yz", 2), 2);
+      ASSERT_EQ(io::read(p[0], buf, sizeof buf), 2);
+      EXPECT_EQ(std::string(buf, 2), "yz");
+      // Close while a reader waits: EBADF, and the peer sees the end.
+      std::atomic<int> e{0};
+      loom::Fibre reader(attr, [&] {
+        char ch;  // (a deadline: a close that did not end the wait fails the test, not hangs it)
+        if (io::read_until(p[0], &ch, 1, loom::deadline_after(5s)) < 0) e = err();
+      });
+      loom::this_fibre::sleep_for(20ms);
+      io::close(p[0]);
+      reader.join();
+      EXPECT_EQ(e.load(), EBADF);
+      EXPECT_EQ(io::read_until(p[1], buf, sizeof buf, loom::deadline_after(2s)), 0) << "the socket stayed open";
+      io::close(p[1]);
+      // A listener closed while a fibre accepts.
+      int port;
+      int l = listener(&port);
+      std::atomic<int> ae{0};
+      loom::Fibre acceptor(attr, [&] {
+        if (io::accept4_until(l, nullptr, nullptr, 0, loom::deadline_after(5s)) < 0) ae = err();
+      });
+      loom::this_fibre::sleep_for(20ms);
+      io::close(l);
+      acceptor.join();
+      EXPECT_EQ(ae.load(), EBADF);
+      EXPECT_EQ(connect_to(port), -1);
+      EXPECT_EQ(err(), ECONNREFUSED) << "the listener stayed open";
+    }).join();
+    ::unsetenv("LOOM_IO_RING_READ");
+    if (backend != "uring") GTEST_SKIP() << "io_uring unavailable here: loom fell back to " << backend;
+  }
+}
+
 }  // namespace

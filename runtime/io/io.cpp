@@ -277,13 +277,13 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
     return r;
   }
   long r;
-  if (want && e->in_drained.load(std::memory_order_relaxed) && !e->hup.load(std::memory_order_relaxed) &&
-      e->registered.load(std::memory_order_relaxed)) {
+  IoState* io = e->registered.load(std::memory_order_relaxed);
+  bool ring = rs && io && io->ring_reads && io == p->cluster().io.load(std::memory_order_relaxed);
+  if (want && e->in_drained.load(std::memory_order_relaxed) && !e->hup.load(std::memory_order_relaxed) && io) {
     // Nothing has arrived unless the poller saw an edge: wait for it (or,
     // on io_uring, have the ring read when it arrives).
     e->in_drained.store(false, std::memory_order_relaxed);
-    IoState* io = e->registered.load(std::memory_order_relaxed);
-    if (rs && io && io->ring_reads && io == p->cluster().io.load(std::memory_order_relaxed))
+    if (ring)
       r = ring_read(fd, *e, *io, *rs, op, d, timeout_err);
     else
       r = wait_and_retry(fd, *e, side, op, d, timeout_err, false);
@@ -291,7 +291,13 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
     if (input && p->cluster().config().yield_before_read && !(want && e->in_full.load(std::memory_order_relaxed)))
       p->yield();
     r = syscall_op(op);
-    if (r == -EAGAIN) r = wait_and_retry(fd, *e, side, op, d, timeout_err, false);
+    if (r == -EAGAIN) {
+      // Found empty: on io_uring the ring reads when bytes arrive.
+      if (ring && e->registered.load(std::memory_order_relaxed) == io)
+        r = ring_read(fd, *e, *io, *rs, op, d, timeout_err);
+      else
+        r = wait_and_retry(fd, *e, side, op, d, timeout_err, false);
+    }
   }
   if (input) note_input(*e, r, want);
   return r;
