@@ -36,7 +36,8 @@ the window. After the load the driver asks the server for its counters
 ("stats" on its stdin: loom's registrations, blocks, polls, events...) and
 ends it (EOF on stdin; SIGKILL by pid after 3 s).
 
-Variants of loom: every poller (LOOM_POLLER) and yield-before-read off
+Variants of loom: the io_uring back end (LOOM_IO=uring) on every load,
+every poller (LOOM_POLLER) and yield-before-read off
 (LOOM_YIELD_BEFORE_READ) on pingpong and stream; lazy registration off
 (LOOM_LAZY_REGISTER) on short connections. Each configuration's variant is
 what the server itself reports (io_loom names every setting that differs
@@ -76,7 +77,8 @@ PERSISTENT = ("pingpong", "stream")
 CONFIGS = (
     [("loom", "io_loom", {}, PERSISTENT + ("short",))]
     + [("loom", "io_loom", {"LOOM_POLLER": p}, PERSISTENT) for p in POLLERS]
-    + [("loom", "io_loom", {"LOOM_YIELD_BEFORE_READ": "off"}, PERSISTENT),
+    + [("loom", "io_loom", {"LOOM_IO": "uring"}, PERSISTENT + ("short",)),
+       ("loom", "io_loom", {"LOOM_YIELD_BEFORE_READ": "off"}, PERSISTENT),
        ("loom", "io_loom", {"LOOM_LAZY_REGISTER": "off"}, ("short",)),
        ("loom", "io_loom", {"LOOM_LAZY_REGISTER": "on"}, ("short",)),
        ("pthread", "io_pthread", {}, PERSISTENT + ("short",)),
@@ -84,7 +86,7 @@ CONFIGS = (
        ("epoll", "epoll_echo", {}, PERSISTENT + ("short",))]
 )
 SERVERS = ["io_loom", "io_pthread", "epoll_echo"]
-IO_VARS = ("LOOM_POLLER", "LOOM_YIELD_BEFORE_READ", "LOOM_LAZY_REGISTER")
+IO_VARS = ("LOOM_POLLER", "LOOM_YIELD_BEFORE_READ", "LOOM_LAZY_REGISTER", "LOOM_IO")
 
 BENCHES = ["pingpong", "stream", "short"]
 FULL = dict(rounds=3, warmup=1.0, duration=3.0, retries=30,

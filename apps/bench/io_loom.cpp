@@ -48,6 +48,7 @@ std::string io_variant(const loom::SchedConfig& c) {
   if (c.lazy_register != d.lazy_register) add(std::string("lazy_register=") + (c.lazy_register ? "on" : "off"));
   if (c.yield_before_read != d.yield_before_read)
     add(std::string("yield_before_read=") + (c.yield_before_read ? "on" : "off"));
+  if (c.io != d.io) add(std::string("io=") + loom::to_string(c.io));
   if (!g_background_acceptor) add("acceptor=normal");
   return v;
 }

@@ -40,6 +40,7 @@ void FdEntry::describe(std::uint8_t k, bool user_nb, bool is_stream, bool is_sha
   user_nonblock.store(user_nb, std::memory_order_relaxed);
   stream.store(is_stream, std::memory_order_relaxed);
   shared.store(is_shared, std::memory_order_relaxed);
+  sock.store(false, std::memory_order_relaxed);  // (set after, by who knows)
   in_drained.store(false, std::memory_order_relaxed);
   in_full.store(false, std::memory_order_relaxed);
   hup.store(false, std::memory_order_relaxed);

@@ -65,6 +65,8 @@ struct FdEntry {
   // close must deregister explicitly. Otherwise close(2) of the last number
   // removes it from the epoll set, and loom saves the EPOLL_CTL_DEL.
   std::atomic<bool> shared{false};
+  // A socket (recv(2) works on it): io_uring reads it with IORING_OP_RECV.
+  std::atomic<bool> sock{false};
   std::atomic<IoState*> registered{nullptr};  // whose epoll set holds it
   std::atomic<std::uint32_t> gen{0};
   FdSide in, out;

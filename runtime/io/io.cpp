@@ -60,6 +60,7 @@ std::uint8_t classify(int fd, FdEntry& e) {
       bool stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM;
       if (!(fl & O_NONBLOCK)) rt::sys::fcntl(fd, F_SETFL, fl | O_NONBLOCK);
       e.describe(kFdPollable, (fl & O_NONBLOCK) != 0, stream, /*shared=*/true);
+      e.sock.store(true, std::memory_order_relaxed);
       return kFdPollable;
     }
   }
@@ -92,7 +93,7 @@ FdTable& table() {
 
 // Sets up the entry of a descriptor loom just created: non-blocking
 // underneath, `user_nonblock` as the program asked.
-void adopt(int fd, bool user_nonblock, bool eager_register, bool stream) {
+void adopt(int fd, bool user_nonblock, bool eager_register, bool stream, bool sock = true) {
   FdEntry* e = table().get(fd);
   if (!e) return;
   // The number's former file was closed behind loom's back (without
@@ -103,6 +104,7 @@ void adopt(int fd, bool user_nonblock, bool eager_register, bool stream) {
   }
   e->clear_timeouts();
   e->describe(kFdPollable, user_nonblock, stream, /*shared=*/false);
+  e->sock.store(sock, std::memory_order_relaxed);
   if (eager_register)
     if (Processor* p = this_processor()) io_register(io_state(p->cluster()), fd, *e);
 }
@@ -195,7 +197,7 @@ struct ReadSpec {
   void* buf;
   std::size_t n;
   int flags;
-  bool recv;  // recv(2) (flags apply), else read(2)
+  bool recv;  // recv(2) (flags apply), else read(2) (a recv with no flags on a socket)
 };
 
 // A drained stream's read on the io_uring back end: the ring does the read
@@ -216,7 +218,8 @@ long ring_read(int fd, FdEntry& e, IoState& io, const ReadSpec& rs, Op& op, Dead
   for (;;) {
     UringWait w;
     s.ring_read.store(&w, std::memory_order_release);
-    uring_read(io, fd, rs.buf, unsigned(std::min<std::size_t>(rs.n, 1u << 30)), rs.flags, rs.recv, w);
+    uring_read(io, fd, rs.buf, unsigned(std::min<std::size_t>(rs.n, 1u << 30)), rs.flags,
+               rs.recv || e.sock.load(std::memory_order_relaxed), w);
     this_processor()->counters.add(Stat::io_blocks);
     note_wait(WaitKind::fd_in, reinterpret_cast<const void*>(std::intptr_t(fd)));
     bool timed_out = w.done.wait(until) != 0;
@@ -344,6 +347,7 @@ void copy_view(int from, int to) {
   b->clear_timeouts();
   b->describe(kind, a->user_nonblock.load(std::memory_order_relaxed), a->stream.load(std::memory_order_relaxed),
            /*shared=*/true);
+  b->sock.store(a->sock.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 long connect_wait(int fd, const sockaddr* addr, socklen_t len, Deadline d, int timeout_err) {
@@ -484,7 +488,7 @@ int socketpair(int domain, int type, int protocol, int sv[2]) {
 int pipe2(int fds[2], int flags) {
   long r = syscall_op([&] { return rt::sys::pipe2(fds, flags | O_NONBLOCK); });
   if (r == 0)
-    for (int i = 0; i < 2; ++i) rt::adopt(fds[i], (flags & O_NONBLOCK) != 0, !rt::lazy_here(), true);
+    for (int i = 0; i < 2; ++i) rt::adopt(fds[i], (flags & O_NONBLOCK) != 0, !rt::lazy_here(), true, /*sock=*/false);
   return int(finish(r));
 }
 

@@ -1,13 +1,17 @@
 // io/poller.hpp — a cluster's epoll set and whoever polls it.
 //
-// Contract of a poller back end (epoll is the only one; a kqueue or io_uring
-// one must fit the same): `add(fd)` registers a descriptor edge-triggered for
-// input and output at once; `remove(fd)` deregisters it; the poller delivers
-// each readiness edge by posting the entry's in and/or out readiness word
-// (which makes the waiting fibre runnable, or invokes the callback armed by
-// loom::io::when_ready right there, in the poller's context).
-// Deliveries of one poll are batched: the fibres they make ready go to their
-// processors' queues first, then each processor concerned is woken once.
+// Contract of a back end (SchedConfig::io: epoll, or io_uring in
+// io/uring.hpp): `io_register(fd)` makes a descriptor one it can wait on
+// (epoll: edge-triggered for input and output at once; io_uring: nothing
+// yet); a wait about to park calls `io_arm` for its side (epoll: nothing;
+// io_uring: a one-shot poll); `io_deregister(fd)` before a close; the back
+// end delivers readiness by posting the entry's in and/or out readiness
+// word (post_ready: makes the waiting fibre runnable, or invokes the
+// callback armed by loom::io::when_ready right there, in the delivering
+// context). A delivery may be stale (the readiness gone by then): every
+// waiter tries its call again. Deliveries of one poll are batched: the
+// fibres they make ready go to their processors' queues first, then each
+// processor concerned is woken once.
 //
 // Who polls (SchedConfig::poller, LOOM_POLLER):
 //   idle                   nobody of its own: the last processor to go
