@@ -398,7 +398,7 @@ void ColorLayer::reap(ColorCore& me) {
     Shard& s = shard(q->color);
     s.lock.lock();
     ColorCore* o = lock_owner(q);
-    bool dead = q->idle() && !q->linked;
+    bool dead = q->idle() && !q->linked && !q->transit;
     q->reaping = false;
     if (dead) s.map.erase(q->color);
     o->lock.unlock();
@@ -445,13 +445,19 @@ bool ColorLayer::steal(Processor& p, ColorCore& me, bool wait) {
       work = q->work;
       v.items.fetch_sub(count, std::memory_order_relaxed);
       q->moved = true;
+      // Between this unlock and the thief's lock the queue is unlinked and
+      // may look idle: a reaper that locks its new owner first must not
+      // free it under the thief.
+      q->transit = true;
       q->owner.store(&me, std::memory_order_release);
     }
     v.lock.unlock();
     if (!q) continue;
     me.lock.lock();
     me.items.fetch_add(count, std::memory_order_relaxed);
+    q->transit = false;
     if (!q->linked && q->dispatchable()) me.link(q);
+    else if (q->idle() && !q->linked) add_reap(me, q);  // (a reaper skipped it while in transit)
     me.lock.unlock();
     smooth_time(steal_cost_, cycles() - t0);
     smooth(stolen_work_, work);

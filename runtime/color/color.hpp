@@ -102,6 +102,7 @@ struct ColorQueue {
   unsigned shared = 0;         // shared holders
   bool moved = false;          // stolen since its last dispatch: the next run is cold
   bool reaping = false;        // on its owner's reap list
+  bool transit = false;        // being stolen: between the victim's lock and the thief's, alive
   ColorQueue* reap_next = nullptr;
 
   bool dispatchable() const noexcept { return head && !exclusive && (head->shared || shared == 0); }
