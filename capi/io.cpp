@@ -143,6 +143,12 @@ ssize_t loom_recvmsg(int fd, struct msghdr* msg, int flags) {
 ssize_t loom_sendmsg(int fd, const struct msghdr* msg, int flags) {
   return io_call<ssize_t>([&] { return io::sendmsg(fd, msg, flags); });
 }
+int loom_recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags, struct timespec* timeout) {
+  return io_call<int>([&] { return io::recvmmsg(fd, vec, vlen, flags, timeout); });
+}
+int loom_sendmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags) {
+  return io_call<int>([&] { return io::sendmmsg(fd, vec, vlen, flags); });
+}
 
 ssize_t loom_read_until(int fd, void* buf, size_t n, const struct timespec* deadline) {
   return io_call<ssize_t>([&] { return io::read_until(fd, buf, n, deadline_or_forever(deadline)); });

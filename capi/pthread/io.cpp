@@ -1,11 +1,11 @@
 // capi/pthread/io.cpp — libloom-pthread's blocking I/O and sleeps by
-// glibc's names: read, write, readv, writev, recv, recvfrom, recvmsg, send,
-// sendto, sendmsg, accept, accept4, connect, close, dup, dup2, dup3, fcntl,
-// socket, socketpair, pipe, pipe2, poll, ppoll, select, pselect, epoll_wait,
-// epoll_pwait, sendfile, nanosleep, usleep, sleep, clock_nanosleep (and the
-// aliases a glibc program may call instead: fcntl64, sendfile64, and
-// _FORTIFY_SOURCE's __read_chk, __recv_chk, __recvfrom_chk, __poll_chk,
-// __ppoll_chk).
+// glibc's names: read, write, readv, writev, recv, recvfrom, recvmsg,
+// recvmmsg, send, sendto, sendmsg, sendmmsg, accept, accept4, connect,
+// close, dup, dup2, dup3, fcntl, socket, socketpair, pipe, pipe2, poll,
+// ppoll, select, pselect, epoll_wait, epoll_pwait, sendfile, nanosleep,
+// usleep, sleep, clock_nanosleep (and the aliases a glibc program may call
+// instead: fcntl64, sendfile64, and _FORTIFY_SOURCE's __read_chk,
+// __recv_chk, __recvfrom_chk, __poll_chk, __ppoll_chk).
 //
 // Who gets what:
 //   LOOM_HOOK_IO=0 in the environment   every call is the kernel's, as is
@@ -89,6 +89,10 @@ ssize_t sendto(int fd, const void* b, size_t n, int f, const sockaddr* a, sockle
 }
 ssize_t recvmsg(int fd, msghdr* m, int f) { return sc(::syscall(SYS_recvmsg, fd, m, f)); }
 ssize_t sendmsg(int fd, const msghdr* m, int f) { return sc(::syscall(SYS_sendmsg, fd, m, f)); }
+int recvmmsg(int fd, mmsghdr* v, unsigned n, int f, timespec* t) {
+  return int(::syscall(SYS_recvmmsg, fd, v, n, f, t));
+}
+int sendmmsg(int fd, mmsghdr* v, unsigned n, int f) { return int(::syscall(SYS_sendmmsg, fd, v, n, f)); }
 int accept4(int fd, sockaddr* a, socklen_t* l, int f) { return int(::syscall(SYS_accept4, fd, a, l, f)); }
 int connect(int fd, const sockaddr* a, socklen_t l) { return int(::syscall(SYS_connect, fd, a, l)); }
 int close(int fd) { return int(::syscall(SYS_close, fd)); }
@@ -334,6 +338,12 @@ ssize_t sendto(int fd, const void* buf, size_t n, int flags, const struct sockad
 }
 ssize_t sendmsg(int fd, const struct msghdr* msg, int flags) {
   return by_loom(fd) ? loom_sendmsg(fd, msg, flags) : k::sendmsg(fd, msg, flags);
+}
+int recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags, struct timespec* timeout) {
+  return by_loom(fd) ? loom_recvmmsg(fd, vec, vlen, flags, timeout) : k::recvmmsg(fd, vec, vlen, flags, timeout);
+}
+int sendmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags) {
+  return by_loom(fd) ? loom_sendmmsg(fd, vec, vlen, flags) : k::sendmmsg(fd, vec, vlen, flags);
 }
 
 ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) noexcept {

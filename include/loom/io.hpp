@@ -90,6 +90,18 @@ ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* from, socklen
 ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* to, socklen_t len);
 ssize_t recvmsg(int fd, msghdr* msg, int flags);
 ssize_t sendmsg(int fd, const msghdr* msg, int flags);
+// Several datagrams in one call, as the kernel's recvmmsg(2) on a blocking
+// socket: the fibre waits for the first; then, unless MSG_WAITFORONE, for
+// more until vlen have come, the timeout (if any) being looked at only after
+// each datagram — so, as in the kernel (recvmmsg(2), BUGS), a call that got
+// fewer than vlen may wait past it for the next; what is left of it is
+// written back. An error after the first datagram ends the call with those
+// received (the kernel also keeps it for the next call; loom does not).
+// MSG_DONTWAIT: the system call as is. vlen is capped at UIO_MAXIOV (1024).
+int recvmmsg(int fd, mmsghdr* vec, unsigned vlen, int flags, timespec* timeout);
+// Waits, as a blocking socket does, until every message is sent or one
+// fails (then: those sent, or -1 if none). MSG_NOSIGNAL as send.
+int sendmmsg(int fd, mmsghdr* vec, unsigned vlen, int flags);
 
 // One call with an absolute deadline (CLOCK_MONOTONIC, see sync.hpp):
 // ETIMEDOUT when it passes.

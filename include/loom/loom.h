@@ -93,6 +93,7 @@ struct addrinfo;
 struct timespec;
 struct sockaddr;
 struct msghdr;
+struct mmsghdr;
 struct iovec;
 struct epoll_event;
 struct timeval;
@@ -740,6 +741,10 @@ ssize_t loom_recvfrom(int fd, void* LOOM_RESTRICT buf, size_t n, int flags, stru
 ssize_t loom_sendto(int fd, const void* buf, size_t n, int flags, const struct sockaddr* to, socklen_t len);
 ssize_t loom_recvmsg(int fd, struct msghdr* msg, int flags);
 ssize_t loom_sendmsg(int fd, const struct msghdr* msg, int flags);
+/* The timeout of loom_recvmmsg is recvmmsg(2)'s, looked at only after each
+ * datagram, as the kernel does (loom/io.hpp). */
+int loom_recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags, struct timespec* timeout);
+int loom_sendmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags);
 ssize_t loom_read_until(int fd, void* buf, size_t n, const struct timespec* deadline);
 ssize_t loom_write_until(int fd, const void* buf, size_t n, const struct timespec* deadline);
 int loom_accept4_until(int fd, struct sockaddr* LOOM_RESTRICT addr, socklen_t* LOOM_RESTRICT len, int flags,

@@ -12,8 +12,8 @@
  * With LOOM_PTHREAD_IO defined (-DLOOM_PTHREAD_IO), the socket and
  * descriptor calls of loom/io.hpp — socket, bind, listen, accept, accept4,
  * connect, read, write, readv, writev, recv, send, recvfrom, sendto,
- * recvmsg, sendmsg, pread, pwrite, fsync, getaddrinfo, close, dup, dup2,
- * dup3, fcntl, setsockopt, getsockopt, pipe, pipe2, socketpair, and poll,
+ * recvmsg, sendmsg, recvmmsg, sendmmsg, pread, pwrite, fsync, getaddrinfo,
+ * close, dup, dup2, dup3, fcntl, setsockopt, getsockopt, pipe, pipe2, socketpair, and poll,
  * ppoll, select, pselect, epoll_wait, epoll_pwait (any number of
  * descriptors; loom/loom.h says what becomes of a signal mask) — become
  * loom_read and so on too, so that a thread-per-connection server blocks
@@ -451,6 +451,8 @@ LOOM_UNSUPPORTED_(sem_unlink, LOOM_WHY_PSHARED_)
 #define sendto loom_sendto
 #define recvmsg loom_recvmsg
 #define sendmsg loom_sendmsg
+#define recvmmsg loom_recvmmsg
+#define sendmmsg loom_sendmmsg
 #define pread loom_pread
 #define pwrite loom_pwrite
 #define fsync loom_fsync

@@ -51,6 +51,8 @@ inline ssize_t sendto(int fd, const void* b, std::size_t n, int f, const sockadd
 inline ssize_t send(int fd, const void* b, std::size_t n, int f) { return ::send(fd, b, n, f); }
 inline ssize_t recvmsg(int fd, msghdr* m, int f) { return ::recvmsg(fd, m, f); }
 inline ssize_t sendmsg(int fd, const msghdr* m, int f) { return ::sendmsg(fd, m, f); }
+inline int recvmmsg(int fd, mmsghdr* v, unsigned n, int f, timespec* t) { return ::recvmmsg(fd, v, n, f, t); }
+inline int sendmmsg(int fd, mmsghdr* v, unsigned n, int f) { return ::sendmmsg(fd, v, n, f); }
 inline int accept4(int fd, sockaddr* a, socklen_t* l, int f) { return ::accept4(fd, a, l, f); }
 inline int accept(int fd, sockaddr* a, socklen_t* l) { return ::accept(fd, a, l); }
 inline int connect(int fd, const sockaddr* a, socklen_t l) { return ::connect(fd, a, l); }
@@ -84,6 +86,10 @@ inline ssize_t sendto(int fd, const void* b, std::size_t n, int f, const sockadd
 inline ssize_t send(int fd, const void* b, std::size_t n, int f) { return sys::sendto(fd, b, n, f, nullptr, 0); }
 inline ssize_t recvmsg(int fd, msghdr* m, int f) { return ::syscall(SYS_recvmsg, fd, m, f); }
 inline ssize_t sendmsg(int fd, const msghdr* m, int f) { return ::syscall(SYS_sendmsg, fd, m, f); }
+inline int recvmmsg(int fd, mmsghdr* v, unsigned n, int f, timespec* t) {
+  return int(::syscall(SYS_recvmmsg, fd, v, n, f, t));
+}
+inline int sendmmsg(int fd, mmsghdr* v, unsigned n, int f) { return int(::syscall(SYS_sendmmsg, fd, v, n, f)); }
 inline int accept4(int fd, sockaddr* a, socklen_t* l, int f) { return int(::syscall(SYS_accept4, fd, a, l, f)); }
 inline int accept(int fd, sockaddr* a, socklen_t* l) { return sys::accept4(fd, a, l, 0); }
 inline int connect(int fd, const sockaddr* a, socklen_t l) { return int(::syscall(SYS_connect, fd, a, l)); }

@@ -20,8 +20,10 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "io/fd_table.hpp"
@@ -562,6 +564,59 @@ ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
   flags |= MSG_NOSIGNAL;
   if (flags & MSG_DONTWAIT) return rt::sys::sendmsg(fd, msg, flags);
   return finish(call(fd, kOut, [&] { return rt::sys::sendmsg(fd, msg, flags); }));
+}
+
+// recvmmsg(2) on a blocking socket, datagram by datagram as the kernel's
+// do_recvmmsg: each batch is one system call on the non-blocking socket (it
+// takes what has arrived, up to what is left of vlen, and is given what is
+// left of the timeout, so the kernel itself stops a batch when it runs
+// out); a batch that finds nothing waits through call().
+int recvmmsg(int fd, mmsghdr* vec, unsigned vlen, int flags, timespec* timeout) {
+  if (flags & MSG_DONTWAIT) return rt::sys::recvmmsg(fd, vec, vlen, flags, timeout);
+  if (timeout && (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1'000'000'000)) {
+    errno = EINVAL;
+    return -1;
+  }
+  vlen = std::min(vlen, unsigned(UIO_MAXIOV));
+  Deadline end = timeout ? rt::now_ns() + timeout->tv_sec * 1'000'000'000 + timeout->tv_nsec : kForever;
+  auto left = [&](timespec& t) {
+    std::int64_t ns = std::max<std::int64_t>(end - rt::now_ns(), 0);
+    t = timespec{time_t(ns / 1'000'000'000), long(ns % 1'000'000'000)};
+  };
+  unsigned got = 0;
+  long r = 0;
+  while (got < vlen) {
+    // MSG_WAITFORONE: after the first datagram, nothing more is waited for.
+    int f = flags & ~MSG_WAITFORONE;
+    bool wait = got == 0 || !(flags & MSG_WAITFORONE);
+    auto op = [&] {
+      timespec t, *tp = nullptr;
+      if (timeout) left(*(tp = &t));
+      return rt::sys::recvmmsg(fd, vec + got, vlen - got, f, tp);
+    };
+    r = wait ? call(fd, kIn, op, kForever, EAGAIN, true) : syscall_op(op);
+    if (r <= 0) break;
+    got += unsigned(r);
+    if (timeout && rt::now_ns() >= end) break;  // the kernel's check, after a datagram
+    if (vec[got - 1].msg_hdr.msg_flags & MSG_OOB) break;  // as the kernel: out of band data ends it
+  }
+  if (got == 0) return int(finish(r));
+  if (timeout) left(*timeout);
+  return int(got);
+}
+
+int sendmmsg(int fd, mmsghdr* vec, unsigned vlen, int flags) {
+  flags |= MSG_NOSIGNAL;
+  if ((flags & MSG_DONTWAIT) || vlen == 0) return rt::sys::sendmmsg(fd, vec, vlen, flags);
+  vlen = std::min(vlen, unsigned(UIO_MAXIOV));
+  unsigned sent = 0;
+  long r = 0;
+  while (sent < vlen) {
+    r = call(fd, kOut, [&] { return rt::sys::sendmmsg(fd, vec + sent, vlen - sent, flags); });
+    if (r <= 0) break;
+    sent += unsigned(r);
+  }
+  return sent ? int(sent) : int(finish(r));
 }
 
 ssize_t pread(int fd, void* buf, size_t n, off_t off) {
