@@ -27,14 +27,16 @@
 // names, which would reach these very definitions.
 //
 // Signal handlers. A handler runs on whatever fibre its kernel thread was
-// running, and nothing cheap tells a hook that it was called from one (a
-// flag set by a trampoline around every handler would need sigaction,
-// signal, sigset... interposed too). So a handler's call takes the fibre's
-// path. That is safe for what handlers do in practice — write to a pipe or
-// eventfd the program made non-blocking (a direct system call, no wait), or
-// any call that does not have to wait — but a handler's call that would
-// wait (a blocking write to a full pipe, a sleep) would switch fibres inside
-// the handler: don't, or set LOOM_HOOK_IO=0.
+// running; a fibre's call made there would switch fibres inside the
+// handler. The library also defines sigaction and signal (signal.cpp),
+// which run every handler the program installs inside a trampoline that
+// marks the kernel thread (sched/in_handler.hpp): a handler's calls are
+// "anyone else"'s above — the kernel's, blocking the kernel thread as
+// glibc's do, a sleep included; on a descriptor loom made non-blocking
+// underneath, loom's emulation of the blocking call, which waits in poll(2)
+// on the same kernel thread (io/io.cpp, io_processor). A handler installed
+// beneath the library (glibc's own __sigaction, a raw rt_sigaction system
+// call) is not marked, and its calls take the fibre's path.
 //
 // errno. loom's calls keep it per fibre (capi.hpp); the kernel's set it on
 // the kernel thread, as glibc's do.
@@ -63,6 +65,7 @@
 #include "capi.hpp"
 #include "io/fd_table.hpp"
 #include "loom/loom.h"
+#include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
 
 extern "C" [[noreturn]] void __chk_fail(void);
@@ -192,10 +195,10 @@ int for_exec(int from, int to) {
   return to;
 }
 
-// The caller is a fibre, and the hooks are on.
+// The caller is a fibre, not inside a signal handler, and the hooks are on.
 bool fibre() {
   rt::Processor* p = rt::this_processor_at_entry();
-  return p && p->current() != &p->idle_fibre() && hooks_on();
+  return p && p->current() != &p->idle_fibre() && hooks_on() && !rt::in_signal_handler();
 }
 
 // fd is one loom made non-blocking underneath while the program sees it

@@ -71,6 +71,7 @@
 #include "base/sys.hpp"
 #include "capi.hpp"
 #include "loom/loom.h"
+#include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
 
 // glibc declares most pointer arguments here nonnull; the checks are kept for
@@ -616,7 +617,7 @@ void pthread_kill_other_threads_np(void) {}  // a no-op in glibc too
 // ---- yield, fork ----------------------------------------------------------------------------
 
 int sched_yield(void) {
-  if (on_fibre()) return loom_yield();
+  if (on_fibre() && !rt::in_signal_handler()) return loom_yield();  // a handler's yield is the kernel's
   return rt::sys::sched_yield();
 }
 

@@ -33,6 +33,7 @@
 #include "loom/cluster.hpp"
 #include "loom/io.hpp"
 #include "sched/cluster.hpp"
+#include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
 
 namespace loom::rt {
@@ -74,6 +75,14 @@ namespace {
 
 enum Side { kIn, kOut };
 
+// The processor whose fibre makes the call; none for a kernel thread that
+// is not a processor, and none inside a program's signal handler
+// (sched/in_handler.hpp): there the calls block the kernel thread.
+Processor* io_processor() noexcept {
+  Processor* p = this_processor_at_entry();
+  return p && in_signal_handler() ? nullptr : p;
+}
+
 template <typename Op>
 __attribute__((noinline)) long syscall_op(Op&& op) {
   long r = long(op());
@@ -112,7 +121,7 @@ void adopt(int fd, bool user_nonblock, bool eager_register, bool stream, bool so
 }
 
 bool lazy_here() {
-  Processor* p = this_processor();
+  Processor* p = io_processor();
   return !p || p->cluster().config().lazy_register;
 }
 
@@ -268,7 +277,7 @@ void note_input(FdEntry& e, long r, std::size_t want) {
 template <typename Op>
 long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = EAGAIN, bool input = false,
           std::size_t want = 0, const ReadSpec* rs = nullptr) {
-  Processor* p = this_processor_at_entry();
+  Processor* p = io_processor();
   FdEntry* e = table().get(fd);
   if (!e) return syscall_op(op);
   std::uint8_t kind = e->kind.load(std::memory_order_acquire);
@@ -356,7 +365,7 @@ long connect_wait(int fd, const sockaddr* addr, socklen_t len, Deadline d, int t
   long r = syscall_op([&] { return rt::sys::connect(fd, addr, len); });
   if (r != -EINPROGRESS) return r;
   FdEntry* e = table().get(fd);
-  Processor* p = this_processor();
+  Processor* p = io_processor();
   if (!e || e->kind.load(std::memory_order_acquire) != kFdPollable || e->user_nonblock.load(std::memory_order_relaxed))
     return r;
   // Done when writable; SO_ERROR then says how it ended.
@@ -423,7 +432,7 @@ long poll_one_until(int fd, short events, Deadline d) {
     return q.revents;
   };
   FdEntry* e = table().get(fd);
-  Processor* p = this_processor();
+  Processor* p = io_processor();
   long r;
   IoState* reg = e ? e->registered.load(std::memory_order_relaxed) : nullptr;
   // (Not on io_uring: a poll's completion carries the readiness of its
