@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the build into a scratch prefix and builds programs against it
 # with pkg-config only — C++, C (loom/loom.h), and a plain pthread program
-# through loom/pthread.h; also checks that every public header compiles alone.
+# through loom/pthread.h, linked with libloom-pthread (shared and static)
+# and preloaded; also checks that every public header compiles alone.
 set -euo pipefail
 build=$1
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -109,5 +110,24 @@ if [ -f "$PKG_CONFIG_PATH/loom-pthread.pc" ]; then
   out=$(LOOM_PTHREAD_STATS=1 LD_PRELOAD="$libdir/libloom-pthread.so" "$tmp/plain-glibc" 2> "$tmp/plain-glibc.err")
   [ "$out" = "42" ] && grep -qx 'loom: 1 threads ran as fibres' "$tmp/plain-glibc.err" \
     || { echo "install_test: the preloaded glibc build did not run its thread as a fibre"; cat "$tmp/plain-glibc.err"; exit 1; }
+  # Linked statically against libloom-pthread.a and libloom.a, with what
+  # `pkg-config --static` lists for the rest: no libloom*.so in the binary,
+  # and its thread a fibre.
+  static_link=()
+  for w in $(pkg-config --static --libs loom-pthread); do
+    case $w in
+      -lloom-pthread) static_link+=("$libdir/libloom-pthread.a") ;;
+      -lloom) static_link+=("$libdir/libloom.a") ;;
+      *) static_link+=("$w") ;;
+    esac
+  done
+  gcc -std=c11 "$tmp/plain.c" -o "$tmp/plain-static" $(pkg-config --cflags loom-pthread) "${static_link[@]}" \
+    || { echo "install_test: the pthread program does not link against libloom-pthread.a"; exit 1; }
+  if readelf -d "$tmp/plain-static" | grep -q 'NEEDED.*libloom'; then
+    echo "install_test: the static link still needs a libloom shared library"; exit 1
+  fi
+  out=$(LOOM_PTHREAD_STATS=1 "$tmp/plain-static" 2> "$tmp/plain-static.err")
+  [ "$out" = "42" ] && grep -qx 'loom: 1 threads ran as fibres' "$tmp/plain-static.err" \
+    || { echo "install_test: the program linked with libloom-pthread.a did not run its thread as a fibre"; cat "$tmp/plain-static.err"; exit 1; }
 fi
 echo "install_test: ok"
