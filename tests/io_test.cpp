@@ -620,6 +620,39 @@ TEST(Io, LazyRegistrationSkipsConnectionsThatNeverBlock) {
   }
 }
 
+// A fibre that spins on yield, alone in its processor's queue, must not
+// keep the fibres blocked on that processor from waking: a yield that finds
+// nobody else still lets the poller and the timers look now and then.
+TEST(Io, AFibreSpinningOnYieldDoesNotHideIoOrTimers) {
+  loom::Cluster c(1);
+  loom::FibreAttr attr;
+  attr.cluster = &c;
+  int p[2];
+  ASSERT_EQ(io::socketpair(AF_UNIX, SOCK_STREAM, 0, p), 0);
+  std::atomic<int> woken{0};
+  loom::Fibre reader(attr, [&] {
+    char ch;
+    EXPECT_EQ(io::read(p[0], &ch, 1), 1);
+    woken.fetch_add(1);
+  });
+  loom::Fibre sleeper(attr, [&] {
+    loom::this_fibre::sleep_for(5ms);
+    woken.fetch_add(1);
+  });
+  loom::Fibre spinner(attr, [&] {
+    auto until = std::chrono::steady_clock::now() + 20s;
+    while (woken.load() < 2 && std::chrono::steady_clock::now() < until) loom::this_fibre::yield();
+  });
+  std::this_thread::sleep_for(50ms);  // the reader and the sleeper are blocked, the spinner spins
+  ASSERT_EQ(::write(p[1], "x", 1), 1);
+  spinner.join();
+  EXPECT_EQ(woken.load(), 2) << "the reader or the sleeper never ran while another fibre yielded";
+  reader.join();
+  sleeper.join();
+  io::close(p[0]);
+  io::close(p[1]);
+}
+
 TEST(Io, GetaddrinfoThroughOffload) {
   on_fibre([] {
     addrinfo hints{};

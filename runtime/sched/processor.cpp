@@ -279,7 +279,15 @@ void Processor::yield() {
   if ((tick_ & 15) != 15 && !self->background && rq_ == &own_rq_ && own_rq_.is_nemesis() &&
       cluster_->config().placement == Placement::push) {
     if (!own_rq_.maybe_nonempty()) {
-      if (!cluster_->staging_nonempty()) return;  // nothing else to run
+      // Nothing else to run: still count the pick, so that every 16th
+      // yield takes the slow path below, whose next_ready() fires timers and
+      // lets the extensions look outside. A fibre alone on its processor
+      // that spins on yield (sched_yield under libloom-pthread) otherwise
+      // kept a fibre blocked on I/O or a sleep from ever waking.
+      if (!cluster_->staging_nonempty()) {
+        ++tick_;
+        return;
+      }
     } else {
       ++tick_;
       own_rq_.consumer_enter();
