@@ -289,13 +289,14 @@ def test_churn(srv, f, nthreads, per):
 
 def stats(srv):
     """The server's stats. Right after a burst the server may not have closed
-    the burst's connections yet and refuses this one: try again (bounded)."""
+    the burst's connections yet and refuses this one (an error line and a
+    close, or a reset): try again (bounded)."""
     for attempt in range(50):
         s = srv.connect(timeout=10)
-        s.sendall(b"stats\r\n")
         try:
+            s.sendall(b"stats\r\n")
             r = read_exact_reply(s, b"END\r\n")
-        except RuntimeError:
+        except (RuntimeError, ConnectionError):
             if attempt == 49:
                 raise
             time.sleep(0.1)
