@@ -1,6 +1,10 @@
 // Colors: mutual exclusion per color under every steal policy, per-color
-// FIFO, nothing lost or run twice while colors move, shared work, colored
-// fibres that keep their color while blocked, the time-left rule.
+// FIFO, nothing lost or run twice while colors move (and colors do move,
+// away from a processor and back), shared work, colored fibres that keep
+// their color while blocked, the time-left rule, the batch threshold, and
+// the penalty's say in which color a thief takes.
+#include "color/color.hpp"
+
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -46,12 +50,22 @@ struct ColorState {
   std::atomic<int> inflight{0};
   std::atomic<int> max_shared{0};
   std::atomic<long> next{0};
+  // Exclusive events only (they run one at a time): how many finished, and
+  // where the last ran. A color's queue is freed when it empties and made
+  // again by a later post, perhaps on another processor (local placement
+  // from a fibre that moved since): only an event appended while its
+  // predecessor had not finished (Checker::behind) is known to be in the
+  // same queue, so that a change of processor between the two is a steal.
+  std::atomic<long> finished{0};
+  std::atomic<int> last_proc{-1};
+  std::atomic<unsigned> moves{0};  // steals seen so, between two events of one queue
 };
 
 struct Checker {
-  explicit Checker(unsigned colors, long events) : state(colors), runs(events) {}
+  explicit Checker(unsigned colors, long events) : state(colors), runs(events), behind(events) {}
   std::vector<ColorState> state;
   std::vector<std::atomic<unsigned char>> runs;
+  std::vector<std::atomic<unsigned char>> behind;  // per event id, see ColorState
   std::atomic<long> done{0}, violations{0}, out_of_order{0};
 };
 
@@ -63,6 +77,15 @@ struct Ev {
   bool shared;
   unsigned spin_ns;
 };
+
+// Posts an exclusive event (from the color's only poster). Whether its
+// predecessor had still not finished once it was appended is known only
+// after the post; the handler may read `behind` before it is set, and then
+// does not count a steal (never a wrong one).
+void post_exclusive(Checker& ck, Color c, unsigned color, long id, long seq, void (*fn)(void*), Cluster* cl) {
+  loom::post(c, fn, new Ev{&ck, color, id, seq, false, 0}, cl);
+  if (ck.state[color].finished.load() < seq) ck.behind[id].store(1);
+}
 
 void run_event(void* p) {
   std::unique_ptr<Ev> e(static_cast<Ev*>(p));
@@ -78,18 +101,150 @@ void run_event(void* p) {
     long want = s.next.load();
     if (want != e->seq) e->ck->out_of_order.fetch_add(1);
     s.next.store(e->seq + 1);
+    int here = loom::this_fibre::processor_index();
+    if (s.last_proc.exchange(here) != here && e->ck->behind[e->id].load()) s.moves.fetch_add(1);
   }
   if (e->spin_ns) spin_for(std::chrono::microseconds(e->spin_ns / 1000));
   if (loom::current_color() == loom::kUncolored) e->ck->violations.fetch_add(1);
   s.inflight.fetch_sub(add);
+  if (!e->shared) s.finished.store(e->seq + 1);
   e->ck->runs[e->id].fetch_add(1);
   e->ck->done.fetch_add(1);
+}
+
+// A dear event: run_event under a handler of its own, so that the runtime
+// measures its cost apart from the cheap events' (the handler key is the
+// function). Its 20 us are tens of thousands of cycles, far above a steal's
+// measured cost (hundreds to a few thousand cycles, in the same build), so
+// a color with one queued is worth a steal also to time-left.
+void run_dear_event(void* p) {
+  static_cast<Ev*>(p)->spin_ns = 20000;
+  run_event(p);
+}
+
+// A relay of steals, which leaves nothing to chance: whatever the run
+// before it did, it makes colors move away from a processor and then away
+// from the one they moved to. A hop is an event that, on whatever processor
+// P it runs, posts kRelayColors fresh colors there (local placement) and
+// holds P's runner until one of their events has run on another processor,
+// which an idle processor's steal of that color from P is the only way to
+// do; that event makes the next hop from where it runs. Each color has
+// kRelayEvents dear events (worth a steal to time-left, each under half
+// its victim's events for libasync-smp's rule).
+constexpr unsigned kRelayHops = 2, kRelayColors = 3, kRelayEvents = 40;
+
+struct Relay {
+  Color base = loom::allocate_colors(kRelayHops * kRelayColors + 2);
+  std::atomic<unsigned> done{0};  // hops whose colors moved
+  std::atomic<int> from[kRelayHops], to[kRelayHops];
+  std::atomic<long> ran{0};
+};
+
+struct RelayEv {
+  Relay* r;
+  unsigned hop;
+  int origin;  // the processor the hop posted it on; -1: teaching the runtime its cost
+};
+
+void relay_event(void* p);
+
+void relay_hop(Relay& r, unsigned hop) {
+  int here = loom::this_fibre::processor_index();
+  for (unsigned c = 0; c < kRelayColors; ++c)
+    for (unsigned k = 0; k < kRelayEvents; ++k)
+      loom::post(r.base + hop * kRelayColors + c, &relay_event, new RelayEv{&r, hop, here});
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (r.done.load() <= hop && std::chrono::steady_clock::now() < end) {
+  }
+}
+
+void relay_event(void* p) {
+  std::unique_ptr<RelayEv> e(static_cast<RelayEv*>(p));
+  Relay& r = *e->r;
+  spin_for(std::chrono::microseconds(20));
+  int here = loom::this_fibre::processor_index();
+  unsigned hop = e->hop;
+  if (e->origin >= 0 && here != e->origin && r.done.compare_exchange_strong(hop, e->hop + 1)) {
+    r.from[e->hop] = e->origin;
+    r.to[e->hop] = here;
+    if (e->hop + 1 < kRelayHops) relay_hop(r, e->hop + 1);
+  }
+  r.ran.fetch_add(1);
+}
+
+// Runs the relay on `cl` (placement set to local) and checks that each hop's
+// colors moved: on two processors, away from one and back to it.
+void expect_relay(Cluster& cl) {
+  ASSERT_TRUE(loom::set_color_placement(cl, "local"));
+  Relay r;
+  // Teach the runtime the handler's cost first (before its first run a
+  // handler counts as 1,000 cycles an event).
+  for (int i = 0; i < 4; ++i) loom::post(r.base + kRelayHops * kRelayColors, &relay_event, new RelayEv{&r, 0, -1}, &cl);
+  ASSERT_TRUE(wait_for(r.ran, 4));
+  loom::post(
+      r.base + kRelayHops * kRelayColors + 1,
+      [&r] {
+        relay_hop(r, 0);
+        r.ran.fetch_add(1);
+      },
+      &cl);
+  ASSERT_TRUE(wait_for(r.ran, 5 + long(kRelayHops * kRelayColors * kRelayEvents)));
+  ASSERT_EQ(r.done.load(), kRelayHops) << "hop " << r.done.load() << "'s colors never left their processor";
+  for (unsigned h = 0; h < kRelayHops; ++h) {
+    EXPECT_NE(r.from[h].load(), r.to[h].load()) << h;
+    if (h) {
+      EXPECT_EQ(r.from[h].load(), r.to[h - 1].load()) << h;
+    }
+  }
+  if (cl.processors() == 2) {
+    EXPECT_EQ(r.to[1].load(), r.from[0].load()) << "colors moved from processor " << r.from[0] << " and back";
+  }
 }
 
 struct Case {
   std::string policy;
   unsigned processors;
 };
+
+// The cluster's color statistics once `total` events have been counted. A
+// runner counts an event after its handler returned (the handler is what
+// counted it done): give the last count a moment.
+loom::ColorStats settled_stats(Cluster& cl, long total) {
+  loom::ColorStats st = loom::color_stats(cl);
+  for (int i = 0; i < 2000 && st.events_run < std::uint64_t(total); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    st = loom::color_stats(cl);
+  }
+  return st;
+}
+
+// What a run says about stealing: under "none" or on one processor nothing
+// moves; under every other policy the relay moves colors away from a
+// processor and on (back, on two), and where the workload makes stealing
+// sure (`workload_steals`), colors were stolen during it, some while their
+// events were being checked (a move within one queue's life).
+void expect_stealing(const Case& c, Cluster& cl, long total, const Checker& ck, bool workload_steals) {
+  loom::ColorStats st = settled_stats(cl, total);
+  EXPECT_GE(st.events_run, std::uint64_t(total));
+  unsigned moves = 0;
+  for (const ColorState& s : ck.state) moves += s.moves.load();
+  std::string what = "colors_stolen " + std::to_string(st.colors_stolen) + ", steal cost " +
+                     std::to_string(st.steal_cost_cycles) + " cycles, moves seen " + std::to_string(moves);
+  if (c.policy == "none" || c.processors == 1) {
+    EXPECT_EQ(st.colors_stolen, 0u) << what;
+    EXPECT_EQ(moves, 0u) << what;
+    return;
+  }
+  // Under the sanitizers the workload is short (LOOM_TEST_SCALE: 2,000
+  // events under TSan) and every thread many times slower: one steal, or
+  // none seen within a queue, is all it may show (TSan: 1 steal, no move
+  // seen, once). The relay's steals do not depend on the workload.
+  if (workload_steals && !loom::test::sanitized()) {
+    EXPECT_GT(st.colors_stolen, 0u) << what;
+    EXPECT_GT(moves, 0u) << what;
+  }
+  expect_relay(cl);
+}
 
 class ColorPolicies : public ::testing::TestWithParam<Case> {};
 
@@ -98,7 +253,10 @@ class ColorPolicies : public ::testing::TestWithParam<Case> {};
 // run in order, and run exactly once, while idle processors steal colors.
 // One poster is a fibre whose colors all start on its processor (local
 // placement: the imbalance stealing exists for); the others are kernel
-// threads, whose colors are hashed over the processors.
+// threads, whose colors are hashed over the processors. Each poster posts
+// its colors in turn, 256 events at a time (queues long enough to be
+// stolen while they hold events), every 97th event a dear one (so that
+// time-left too finds colors worth a steal).
 TEST_P(ColorPolicies, ExclusiveColorsNeverOverlapRunInOrderAndOnce) {
   const Case& c = GetParam();
   Cluster cl(c.processors, loom::SchedConfig{});
@@ -111,9 +269,9 @@ TEST_P(ColorPolicies, ExclusiveColorsNeverOverlapRunInOrderAndOnce) {
   auto poster = [&](unsigned p) {
     std::vector<long> seq(kColors, 0);
     for (long i = 0; i < per_poster; ++i) {
-      unsigned color = p + kPosters * unsigned(i % (kColors / kPosters));
-      auto* e = new Ev{&ck, color, p * per_poster + i, seq[color]++, false, (i % 97 == 0) ? 20000u : 0u};
-      loom::post(Color(color + 1), &run_event, e, &cl);
+      unsigned color = p + kPosters * unsigned(i / 256 % (kColors / kPosters));
+      post_exclusive(ck, Color(color + 1), color, p * per_poster + i, seq[color]++,
+                     i % 97 == 0 ? &run_dear_event : &run_event, &cl);
       if (i % 512 == 0) loom::this_fibre::yield();
     }
   };
@@ -131,23 +289,7 @@ TEST_P(ColorPolicies, ExclusiveColorsNeverOverlapRunInOrderAndOnce) {
   long twice = 0;
   for (auto& r : ck.runs) twice += r.load() != 1;
   EXPECT_EQ(twice, 0);
-  // A runner counts an event after its handler returned (the handler is
-  // what counted it done): give the last count a moment.
-  loom::ColorStats st = loom::color_stats(cl);
-  for (int i = 0; i < 2000 && st.events_run < std::uint64_t(total); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    st = loom::color_stats(cl);
-  }
-  EXPECT_GE(st.events_run, std::uint64_t(total));
-  if (c.policy == "none" || c.processors == 1) {
-    EXPECT_EQ(st.colors_stolen, 0u);
-  }
-  // The run must have moved colors, or it checked nothing about stealing
-  // (time-left may rightly find these cheap colors not worth a steal).
-  bool steals_cheap = c.policy != "none" && c.policy.find("time-left") == std::string::npos && c.policy != "mely";
-  if (steals_cheap && c.processors > 1 && !loom::test::sanitized()) {
-    EXPECT_GT(st.colors_stolen, 0u);
-  }
+  expect_stealing(c, cl, total, ck, true);
 }
 
 // Shared and exclusive work on the same colors: shared may overlap shared,
@@ -167,11 +309,10 @@ TEST_P(ColorPolicies, SharedWorkNeverOverlapsExclusiveWork) {
       for (long i = 0; i < total; ++i) {
         unsigned color = unsigned(i % kColors);
         bool shared = (i / kColors) % 8 != 0;  // runs of shared, then one exclusive
-        auto* e = new Ev{&ck, color, i, shared ? 0 : seq[color]++, shared, shared ? 5000u : 0u};
         if (shared)
-          loom::post_shared(Color(color + 100), &run_event, e);
+          loom::post_shared(Color(color + 100), &run_event, new Ev{&ck, color, i, 0, true, 5000u});
         else
-          loom::post(Color(color + 100), &run_event, e);
+          post_exclusive(ck, Color(color + 100), color, i, seq[color]++, &run_event, nullptr);
       }
     });
   }
@@ -179,6 +320,10 @@ TEST_P(ColorPolicies, SharedWorkNeverOverlapsExclusiveWork) {
   EXPECT_EQ(ck.violations.load(), 0);
   EXPECT_EQ(ck.out_of_order.load(), 0);
   for (auto& r : ck.runs) EXPECT_EQ(r.load(), 1);
+  // One poster, colors hashed over the processors: a processor need not
+  // fall idle while another holds queued colors (2 runs in 140 on two
+  // processors stole nothing); the relay still moves colors here.
+  expect_stealing(c, cl, total, ck, false);
 }
 
 std::vector<Case> cases() {
@@ -356,6 +501,183 @@ TEST(Colors, TimeLeftStealsOnlyColorsWorthTheSteal) {
   EXPECT_EQ(loom::color_stats(cl).colors_stolen, stolen1)
       << "cheap colors were stolen (steal cost " << loom::color_stats(cl).steal_cost_cycles << " cycles)";
 }
+
+// ---- the batch threshold ---------------------------------------------------------
+
+// A runner with several colors ready runs at most `batch` events of one, then
+// moves it to the back of its list and goes on with the next (Mely §4.1):
+// round robin, `batch` at a time, each color in its order. One processor
+// (the order is its runner's), no stealing; a gate event holds the runner
+// until every color is queued. 0: the default (ColorConfig, 10 unless
+// LOOM_COLOR_BATCH says otherwise).
+class ColorBatch : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(ColorBatch, RunsAtMostBatchEventsOfAColorBeforeTheNext) {
+  const unsigned configured = GetParam();
+  Cluster cl(1, loom::SchedConfig{});
+  ASSERT_TRUE(loom::set_color_policy(cl, "none"));
+  if (configured) loom::set_color_batch(cl, configured);
+  const unsigned batch = configured ? configured : loom::ColorConfig::from_env().batch;
+  if (!configured) {
+    EXPECT_EQ(loom::ColorConfig{}.batch, 10u);
+  }
+  const std::vector<int> counts{25, 7, 31, 10, 1};
+  const Color base = loom::allocate_colors(unsigned(counts.size()) + 1);
+  std::atomic<bool> open{false};
+  std::atomic<long> ran{0};
+  std::vector<std::pair<int, int>> order;  // (color, sequence) as run: one runner writes, main reads after `ran`
+  loom::post(
+      base,
+      [&] {
+        while (!open.load()) {
+        }
+      },
+      &cl);
+  long total = 0;
+  for (int c = 0; c < int(counts.size()); ++c)
+    for (int k = 0; k < counts[c]; ++k, ++total)
+      loom::post(
+          base + 1 + Color(c),
+          [&, c, k] {
+            order.emplace_back(c, k);
+            ran.fetch_add(1);
+          },
+          &cl);
+  open = true;
+  ASSERT_TRUE(wait_for(ran, total));
+
+  std::vector<std::pair<int, int>> want;
+  std::vector<int> left(counts), next(counts.size(), 0);
+  std::vector<int> turn;  // the runner's list: colors in the order they became ready
+  for (int c = 0; c < int(counts.size()); ++c) turn.push_back(c);
+  for (std::size_t i = 0; i < turn.size(); ++i) {
+    int c = turn[i];
+    for (unsigned k = 0; k < batch && left[c] > 0; ++k, --left[c]) want.emplace_back(c, next[c]++);
+    if (left[c] > 0) turn.push_back(c);
+  }
+  EXPECT_EQ(order, want) << "batch " << batch;
+}
+
+INSTANTIATE_TEST_SUITE_P(Batch, ColorBatch, ::testing::Values(0u, 1u, 3u, 40u), [](const auto& info) {
+  return info.param ? "batch_" + std::to_string(info.param) : std::string("default");
+});
+
+// ---- the penalty heuristic -------------------------------------------------------
+
+// mely:penalty weighs a color's queued work divided by its handlers'
+// penalties. Two colors wait behind a gate event on one processor P of
+// two: A with 20 events, B with 1 to 10 (the rest are posted as the thief
+// looks), of handlers the runtime believes equally costly. The idle
+// processor takes A, unless A's handler has a penalty above 20 — given by
+// the programmer (set_penalty, 100) or measured by the runtime (A's handler
+// runs about 100 times slower right after its color moved) — and then B.
+// White-box: the handlers' measured costs are set (loom::rt::HandlerStats)
+// so that the estimates of both are equal and known.
+enum class PenaltyFrom { nothing, programmer, measurement };
+
+struct PenaltyRun {
+  std::atomic<int> gate_proc{-1};
+  std::atomic<int> first_stolen{-1};  // 0: A, 1: B
+  std::atomic<int> a_last{-1};        // where A's handler last ran
+  std::atomic<long> ran{0};
+};
+
+struct PenaltyEv {
+  PenaltyRun* r;
+  int which;
+};
+
+void penalty_ran(PenaltyEv& e) {
+  int none = -1;
+  if (loom::this_fibre::processor_index() != e.r->gate_proc.load())
+    e.r->first_stolen.compare_exchange_strong(none, e.which);
+  e.r->ran.fetch_add(1);
+}
+
+// A's handler: 20 us, and 2 ms on its first run on a processor (a cold cache).
+void penalty_a(void* p) {
+  std::unique_ptr<PenaltyEv> e(static_cast<PenaltyEv*>(p));
+  int here = loom::this_fibre::processor_index();
+  spin_for(std::chrono::microseconds(e->r->a_last.exchange(here) != here ? 2000 : 20));
+  penalty_ran(*e);
+}
+
+void penalty_b(void* p) {
+  std::unique_ptr<PenaltyEv> e(static_cast<PenaltyEv*>(p));
+  spin_for(std::chrono::microseconds(20));
+  penalty_ran(*e);
+}
+
+loom::rt::HandlerStats& stats_of(void (*fn)(void*)) {
+  return *loom::rt::handler_stats(reinterpret_cast<loom::HandlerKey>(fn));
+}
+
+// On the processor of a gate event: all but one of A's events and B's
+// first, the policy switched from none to mely:penalty (from then on every
+// color is on the list), the rest (whose first post wakes the idle
+// processor); then the gate holds its processor until an event ran on the
+// other one.
+void penalty_round(Cluster& cl, PenaltyRun& r, int a_events, int b_events) {
+  Color c = loom::allocate_colors(3);
+  r.gate_proc = -1;
+  r.first_stolen = -1;
+  long ran0 = r.ran.load();
+  ASSERT_TRUE(loom::set_color_policy(cl, "none"));
+  loom::post(
+      c,
+      [&] {
+        r.gate_proc = loom::this_fibre::processor_index();
+        for (int i = 1; i < a_events; ++i) loom::post(c + 1, &penalty_a, new PenaltyEv{&r, 0});
+        if (b_events) loom::post(c + 2, &penalty_b, new PenaltyEv{&r, 1});
+        EXPECT_TRUE(loom::set_color_policy(cl, "mely:penalty"));
+        loom::post(c + 1, &penalty_a, new PenaltyEv{&r, 0});
+        for (int i = 1; i < b_events; ++i) loom::post(c + 2, &penalty_b, new PenaltyEv{&r, 1});
+        auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (r.first_stolen.load() < 0 && std::chrono::steady_clock::now() < end) {
+        }
+        r.ran.fetch_add(1);  // the next round resets first_stolen: not before this gate is done with it
+      },
+      &cl);
+  ASSERT_TRUE(wait_for(r.ran, ran0 + 1 + a_events + b_events));
+}
+
+class ColorPenalty : public ::testing::TestWithParam<PenaltyFrom> {};
+
+TEST_P(ColorPenalty, PenaltyDecidesWhichColorIsStolen) {
+  const PenaltyFrom from = GetParam();
+  Cluster cl(2, loom::SchedConfig{});
+  ASSERT_TRUE(loom::set_color_placement(cl, "local"));
+  loom::rt::HandlerStats &a = stats_of(&penalty_a), &b = stats_of(&penalty_b);
+  loom::set_penalty(&penalty_a, 0);
+  PenaltyRun r;
+  const std::uint64_t kCycles = 50000;  // about 20 us
+  a.warm = kCycles;
+  a.cold = 0;
+  if (from == PenaltyFrom::measurement) {
+    // A runs on the thief first, slowly: a cold sample 100 times the warm ones.
+    a.warm = 0;
+    penalty_round(cl, r, 20, 0);
+    ASSERT_EQ(r.first_stolen.load(), 0);
+    // B then needs one event queued to outweigh A's 20.
+    ASSERT_GT(a.penalty(), 20.0) << "cold " << a.cold.load() << " warm " << a.warm.load();
+  } else if (from == PenaltyFrom::programmer) {
+    loom::set_penalty(&penalty_a, 100);
+  }
+  b.warm = a.warm.load();
+  b.cold = 0;
+  penalty_round(cl, r, 20, 10);
+  loom::set_penalty(&penalty_a, 0);
+  EXPECT_EQ(r.first_stolen.load(), from == PenaltyFrom::nothing ? 0 : 1)
+      << "0: A (20 events), 1: B (10); A's penalty " << a.penalty();
+}
+
+INSTANTIATE_TEST_SUITE_P(Penalty, ColorPenalty,
+                         ::testing::Values(PenaltyFrom::nothing, PenaltyFrom::programmer, PenaltyFrom::measurement),
+                         [](const auto& info) {
+                           return std::string(info.param == PenaltyFrom::nothing      ? "none"
+                                              : info.param == PenaltyFrom::programmer ? "programmer"
+                                                                                      : "measured");
+                         });
 
 TEST(Colors, PolicyNamesAndBadInput) {
   Cluster cl(1, loom::SchedConfig{});
