@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "color/color.hpp"
+#include "loom/color.hpp"
 #include "loom/loom.hpp"
 #include "sched/cluster.hpp"
 #include "sched/processor.hpp"
@@ -284,6 +286,12 @@ TEST(Topo, EnvironmentSelectsASyntheticMachine) {
       << r.out;
 }
 
+TEST(Topo, ColorLocalityOrdersVictimsNearestFirst) {
+  Result r = run_child("LOOM_TOPOLOGY='pack:2 l3:2 core:4 pu:1' LOOM_PROCESSORS=2", "ColorLocality16");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("[  PASSED  ] 1 test"), std::string::npos) << r.out;
+}
+
 TEST(Topo, RefusedEnvironmentIsReportedAndTheMachineUsed) {
   Result r = run_child("LOOM_TOPOLOGY=bogus:3", "Refused");
   EXPECT_EQ(r.status, 0) << r.out;
@@ -329,6 +337,41 @@ TEST(TopoChild, DISABLED_Synthetic16) {
     for (int i = 0; i < 64; ++i) v.emplace_back(on(c), [&] { ran.fetch_add(1); });
   }
   EXPECT_EQ(ran.load(), 64);
+}
+
+// The color layer's victim order on the same machine, from the thief on PU
+// 0, with the processor on PU 9 the most loaded: mely:base (no locality)
+// puts it first, then the others after it by index; mely:locality and mely
+// keep that order only among equally near victims: same L3, same package,
+// the other package.
+TEST(TopoChild, DISABLED_ColorLocality16) {
+  ASSERT_TRUE(topo::machine().synthetic);
+  loom::Cluster c(16);
+  ASSERT_TRUE(loom::set_color_policy(c, "none"));  // nobody steals the load below
+  auto& impl = c.impl();
+  loom::rt::Processor* thief = impl.processor(14);
+  ASSERT_EQ(thief->pu(), 0u);
+  ASSERT_EQ(impl.processor(7)->pu(), 9u);
+  loom::rt::ColorLayer& layer = loom::rt::color_layer(impl);
+  // White-box: processor 7's color core reports queued events.
+  loom::rt::ColorCore* loaded = layer.core(7);
+  loaded->items = 5;
+  auto order = [&](const char* policy) {
+    std::vector<loom::rt::Processor*> victims;
+    for (unsigned i = 0; i < 16; ++i)
+      if (i != 14) victims.push_back(impl.processor(i));
+    auto p = loom::rt::make_color_policy(policy, layer);
+    EXPECT_EQ(p->order(*thief, victims.data(), victims.size()), victims.size()) << policy;
+    std::vector<unsigned> pus;
+    for (auto* v : victims) pus.push_back(v->pu());
+    return pus;
+  };
+  EXPECT_EQ(order("mely:base"), (std::vector<unsigned>{9, 10, 11, 12, 13, 14, 15, 1, 2, 3, 4, 5, 6, 7, 8}));
+  const std::vector<unsigned> nearest{1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 8};
+  EXPECT_EQ(order("mely:locality"), nearest);
+  EXPECT_EQ(order("mely"), nearest);
+  EXPECT_EQ(order("mely:time-left,locality"), nearest);
+  loaded->items = 0;
 }
 
 TEST(TopoChild, DISABLED_Refused) {
