@@ -127,12 +127,14 @@ class Memcached:
     def check(self):
         return self.ask(b"set soak:check 0 0 2\r\nok\r\n") == b"STORED\r\n"
 
-    def stat(self, name):
-        """A `stats` value; 0 when the server does not answer."""
+    def item_bytes(self):
+        """What the stored items occupy: used chunks times chunk size over the
+        slab classes (`stats slabs`); memcached mallocs slab pages ahead
+        (total_malloced) but they become resident only as items fill them."""
         data = b""
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
-                s.sendall(b"stats\r\n")
+                s.sendall(b"stats slabs\r\n")
                 while not data.endswith(b"END\r\n"):
                     chunk = s.recv(65536)
                     if not chunk:
@@ -140,8 +142,9 @@ class Memcached:
                     data += chunk
         except OSError:
             return 0
-        m = re.search(rb"STAT " + name + rb" (\d+)", data)
-        return int(m.group(1)) if m else 0
+        size = {int(c): int(v) for c, v in re.findall(rb"STAT (\d+):chunk_size (\d+)", data)}
+        used = {int(c): int(v) for c, v in re.findall(rb"STAT (\d+):used_chunks (\d+)", data)}
+        return sum(size[c] * n for c, n in used.items() if c in size)
 
     def stop(self):
         WebServer.stop(self)
@@ -176,6 +179,8 @@ class Recorder:
             except OSError:
                 s = None  # a refused or dropped connection: nothing acknowledged, try again
                 time.sleep(0.01)
+        if s is not None:
+            s.close()  # before the server is looked at rest
 
     def verify(self):
         """Keys acknowledged but not read back with their value."""
@@ -236,8 +241,15 @@ class Clients:
         rng = random.Random(self.rng.random())
         request = (b"set quitter 0 0 5\r\nhello\r\nget quitter\r\n" if self.memcached
                    else b"GET /plaintext HTTP/1.1\r\nHost: soak\r\nUser-Agent: quitter\r\n\r\n")
+        # memcached: no reset after a partial command (how 4). With it alone,
+        # Debian's memcached 1.6.18 itself (memcached-vanilla) ended holding
+        # every descriptor in CLOSE-WAIT and answering nobody within 4 s
+        # (2026-11-26; loom-memcached the same): a load the reference does not
+        # survive is not asked of the port.
+        kinds = 4 if self.memcached else 5
+
         def leave(s):
-            how = rng.randrange(5)
+            how = rng.randrange(kinds)
             if how == 1:
                 s.sendall(request[: rng.randrange(1, len(request) - 4)])
             elif how == 2:
@@ -352,7 +364,7 @@ def leaks(before, after, result, allowance_kib=0):
     if rss0 and rss1 > 1.10 * rss0 + allowance_kib:
         kept = f" + {allowance_kib} KiB it keeps" if allowance_kib else ""
         failures.append(f"resident memory {rss1} KiB after, {rss0} KiB before{kept} (> +10 %)")
-    if fds1 != fds0:
+    if fds1 > fds0:  # fewer is no leak: a warm-up connection may still have been closing before
         failures.append(f"{fds1} descriptors open after, {fds0} before")
     return failures
 
@@ -407,7 +419,7 @@ def soak_memcached(args):
         Clients(server.port, args.seed + 1, memcached=True).run(5)
         w.communicate()
         time.sleep(5)
-        malloced0 = server.stat(b"total_malloced")
+        items0 = server.item_bytes()
         before = at_rest(server)
         load = mcload(args.seconds)
         recorder = Recorder(server.port)
@@ -421,9 +433,9 @@ def soak_memcached(args):
         time.sleep(5)
         after = at_rest(server)
         lost = recorder.verify() if after else recorder.stored
-        # The items stored meanwhile stay (memcached never gives slab pages
-        # back): growth beyond its own slab memory's is what counts.
-        slab_kib = (server.stat(b"total_malloced") - malloced0) // 1024 if after else 0
+        # The items stored meanwhile stay (the recorder's, read back below):
+        # growth beyond the slab chunks they fill is what counts.
+        slab_kib = (server.item_bytes() - items0) // 1024 if after else 0
         failures = leaks(before, after, result, allowance_kib=slab_kib)
         if lost:
             failures.append(f"{len(lost)} of {len(recorder.stored)} acknowledged sets did not read back (first: soak:{lost[0]})")
