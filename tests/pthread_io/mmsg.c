@@ -29,27 +29,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common.h"
+
 enum { MANY = 1000 };
 
 static int sv[2]; /* [0] read, [1] written */
-static atomic_long ticks;
-static atomic_int stop, reader_in, reader_done;
+static atomic_int reader_in, reader_done;
 static char got[4][16];
 static int got_n = -2;
-
-static void fail(const char* what) {
-  perror(what);
-  exit(1);
-}
-
-static void* ticker(void* arg) {
-  (void)arg;
-  while (!atomic_load(&stop)) {
-    atomic_fetch_add(&ticks, 1);
-    usleep(1000);
-  }
-  return NULL;
-}
 
 /* vec[i] points at buf[i] (size bytes each). */
 static void setup(struct mmsghdr* vec, struct iovec* iov, char* buf, size_t size, int n) {
@@ -124,7 +111,7 @@ static void* drain(void* arg) {
 int main(void) {
   if (socketpair(AF_UNIX, SOCK_DGRAM, 0, sv) != 0) fail("socketpair");
   pthread_t tk, rd;
-  if (pthread_create(&tk, NULL, ticker, NULL) || pthread_create(&rd, NULL, reader, NULL)) fail("pthread_create");
+  if (pthread_create(&tk, NULL, ticker, (void*)1000) || pthread_create(&rd, NULL, reader, NULL)) fail("pthread_create");
 
   /* 1. A reader blocked in recvmmsg for 4; two sendmmsg of 2. */
   while (!atomic_load(&reader_in)) usleep(1000);
@@ -189,13 +176,8 @@ int main(void) {
   pthread_join(dr, NULL);
   printf("sendmmsg of %d: %d; the reader got %d in order\n", MANY, r, drained);
 
-  atomic_store(&stop, 1);
+  atomic_store(&ticker_stop, 1);
   pthread_join(tk, NULL);
-  void (*stats)(uint64_t*) = (void (*)(uint64_t*))dlsym(RTLD_DEFAULT, "loom_io_stats");
-  if (stats) {
-    uint64_t s[4];
-    stats(s);
-    fprintf(stderr, "probe: loom blocks=%llu\n", (unsigned long long)s[1]);
-  }
+  print_loom_probe();
   return 0;
 }

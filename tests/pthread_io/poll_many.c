@@ -32,6 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common.h"
+
 enum { POLL, PPOLL, SELECT, PSELECT, EPOLL, EPOLL_P, KINDS };
 static const char* const kind_name[KINDS] = {"poll", "ppoll", "select", "pselect", "epoll_wait", "epoll_pwait"};
 /* select's groups come first: their numbers stay below FD_SETSIZE. */
@@ -43,11 +45,6 @@ struct group {
   int (*fd)[2]; /* [i][0] waited on, [i][1] the feeder's */
   long bytes, sum, eofs, waits, bad;
 };
-
-static void fail(const char* what) {
-  perror(what);
-  exit(1);
-}
 
 static void* feed(void* arg) {
   struct group* g = arg;
@@ -299,11 +296,6 @@ int main(void) {
 
   descriptors();
 
-  void (*stats)(uint64_t*) = (void (*)(uint64_t*))dlsym(RTLD_DEFAULT, "loom_io_stats");
-  if (stats) {
-    uint64_t s[4];
-    stats(s);
-    fprintf(stderr, "probe: loom blocks=%llu\n", (unsigned long long)s[1]);
-  }
+  print_loom_probe();
   return 0;
 }

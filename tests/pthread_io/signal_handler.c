@@ -34,27 +34,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common.h"
+
 enum { EXTRA = 512 };
 
-static atomic_long ticks;
-static atomic_int stop;
 static int full[2], wake[2];
 static long during[3] = {-1, -1, -1};
 static int handler_ok, alarms, resets;
-
-static void fail(const char* what) {
-  perror(what);
-  exit(1);
-}
-
-static void* ticker(void* arg) {
-  (void)arg;
-  while (!atomic_load(&stop)) {
-    atomic_fetch_add(&ticks, 1);
-    usleep(500);
-  }
-  return NULL;
-}
 
 static void on_usr1(int sig) {
   int saved = errno;
@@ -106,7 +92,7 @@ static const char* name(void* h) {
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0); /* a run that hangs shows how far it got */
   pthread_t tk;
-  if (pthread_create(&tk, NULL, ticker, NULL)) fail("pthread_create");
+  if (pthread_create(&tk, NULL, ticker, (void*)500)) fail("pthread_create");
   while (atomic_load(&ticks) == 0) usleep(1000);
 
   /* 1. What sigaction and signal give back. */
@@ -170,7 +156,7 @@ int main(void) {
   ssize_t r = read(wake[0], &b, 1);
   printf("read after SIGALRM: %zd '%c', %d alarm(s)\n", r, b, alarms);
 
-  atomic_store(&stop, 1);
+  atomic_store(&ticker_stop, 1);
   pthread_join(tk, NULL);
   if (dlsym(RTLD_DEFAULT, "loom_io_stats"))
     fprintf(stderr, "probe: ticks while the handler waited: nanosleep %ld, usleep %ld, write %ld\n", during[0],
