@@ -95,8 +95,15 @@ TEST(ParkingLot, TimedOutHookSaysWhoWasLast) {
     };
     EXPECT_EQ(pl::park(&key, ops, loom::deadline_after(std::chrono::milliseconds(ms))).result, ParkResult::TimedOut);
   };
-  Fibre a(on(c), [&] { body(5); });
-  std::thread t([&] { body(40); });  // a kernel thread, not a processor
+  // The thread parks first and stays long; the fibre parks once the thread
+  // is queued and times out first (not last), then the thread (last). With
+  // both started at once, a slow start of the thread (CI under TSan) let the
+  // fibre time out alone on the key, and both were "last".
+  std::thread t([&] { body(2000); });  // a kernel thread, not a processor
+  Fibre a(on(c), [&] {
+    while (pl::queued_now() < 1) loom::this_fibre::sleep_for(std::chrono::milliseconds(1));
+    body(5);
+  });
   a.join();
   t.join();
   EXPECT_EQ(not_lasts.load(), 1);
