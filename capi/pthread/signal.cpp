@@ -94,8 +94,7 @@ Slot slots[_NSIG];
 void trampoline(int sig, siginfo_t* si, void* context) {
   Slot::Value h = slots[sig].read();
   rt::HandlerMark saved = rt::tls_handler_mark;
-  rt::Processor* p = rt::this_processor_at_entry();
-  rt::tls_handler_mark = {static_cast<const char*>(__builtin_frame_address(0)), p ? p->current() : nullptr};
+  rt::tls_handler_mark = {static_cast<const char*>(__builtin_frame_address(0)), rt::this_fibre_or_null()};
   if (h.info)
     reinterpret_cast<void (*)(int, siginfo_t*, void*)>(h.fn)(sig, si, context);
   else if (h.fn)

@@ -11,9 +11,7 @@ thread_local HandlerMark tls_handler_mark __attribute__((tls_model("initial-exec
 __attribute__((noinline)) bool handler_mark_holds() noexcept {
   auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
   auto frame = reinterpret_cast<std::uintptr_t>(tls_handler_mark.frame);
-  Processor* p = this_processor_at_entry();
-  const void* fibre = p ? p->current() : nullptr;
-  if (frame && sp < frame && frame - sp < kHandlerReach && fibre == tls_handler_mark.fibre) return true;
+  if (frame && sp < frame && frame - sp < kHandlerReach && this_fibre_or_null() == tls_handler_mark.fibre) return true;
   tls_handler_mark.frame = nullptr;  // left by a longjmp out of its handler
   return false;
 }
