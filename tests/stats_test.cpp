@@ -306,12 +306,13 @@ TEST(Fibres, ListingNamesJoinSleepAndDescriptors) {
     char x;
     (void)!loom::io::read(sv[0], &x, 1);
   });
-  loom::Fibre sleeper(sa, [] { loom::this_fibre::sleep_for(std::chrono::milliseconds(300)); });
+  loom::Fibre sleeper(sa, [] { loom::this_fibre::sleep_for(std::chrono::milliseconds(1000)); });
   loom::Fibre joiner(ja, [&] { sleeper.join(); });
   std::string text;
   for (int i = 0; i < 1000; ++i) {
     text = listing();
     if (line_of(text, "reader").find("blocked") != std::string::npos &&
+        line_of(text, "sleeper").find("blocked") != std::string::npos &&
         line_of(text, "joiner").find("blocked") != std::string::npos)
       break;
     loom::this_fibre::sleep_for(std::chrono::milliseconds(1));
