@@ -1,6 +1,7 @@
 // io_test — loom/io.hpp over real sockets on 127.0.0.1.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -737,6 +738,53 @@ TEST(Io, UringReadsTimeoutsAndCloses) {
     }).join();
     ::unsetenv("LOOM_IO_RING_READ");
     if (backend != "uring") GTEST_SKIP() << "io_uring unavailable here: loom fell back to " << backend;
+  }
+}
+
+// A close hangs up the peer before it returns, whichever processor armed
+// the descriptor's poll. On io_uring a removed poll holds the file until the
+// task work of the thread that submitted it runs, and that thread may be
+// busy in user mode (here: a fibre spinning on another cluster's processor,
+// which submitted the poll when it slept); close waits for the completion.
+TEST(Io, CloseHangsUpThePeerAtOnceWhoeverArmedThePoll) {
+  for (loom::IoBackend be : {loom::IoBackend::epoll, loom::IoBackend::uring}) {
+    loom::SchedConfig cfg = loom::SchedConfig::from_env();
+    cfg.io = be;
+    loom::Cluster x(1, cfg), y(1, cfg);
+    loom::FibreAttr ax, ay;
+    ax.cluster = &x;
+    ay.cluster = &y;
+    std::string backend;
+    for (int round = 0; round < 5; ++round) {
+      int p[2];
+      std::atomic<bool> spinning{false}, closed{false};
+      loom::Fibre(ay, [&] { tcp_pair(p); }).join();
+      // On x: a wait that times out (its poll stays armed, submitted by x's
+      // processor when it went to sleep), then user-mode work until the close.
+      loom::Fibre waiter(ax, [&] {
+        backend = io::backend();
+        EXPECT_EQ(io::poll_one(p[0], POLLIN, 5), 0);
+        spinning = true;
+        auto until = std::chrono::steady_clock::now() + 2s;
+        while (!closed.load(std::memory_order_relaxed) && std::chrono::steady_clock::now() < until) {
+        }
+      });
+      loom::Fibre(ay, [&] {
+        while (!spinning.load()) loom::this_fibre::sleep_for(1ms);
+        io::close(p[0]);
+        pollfd pf{p[1], POLLIN, 0};
+        EXPECT_EQ(::poll(&pf, 1, 0), 1) << "round " << round << ": the peer was not hung up when close returned";
+        EXPECT_TRUE(pf.revents & (POLLIN | POLLHUP)) << pf.revents;
+        closed = true;
+        char c;
+        EXPECT_EQ(io::read(p[1], &c, 1), 0);
+        io::close(p[1]);
+      }).join();
+      waiter.join();
+    }
+    SCOPED_TRACE(backend);
+    if (be == loom::IoBackend::uring && backend != "uring")
+      GTEST_SKIP() << "io_uring unavailable here: loom fell back to " << backend;
   }
 }
 

@@ -69,6 +69,9 @@ struct FdEntry {
   std::atomic<bool> sock{false};
   std::atomic<IoState*> registered{nullptr};  // whose epoll set holds it
   std::atomic<std::uint32_t> gen{0};
+  // io_uring: this number's requests (polls, reads) whose completions have
+  // not been reaped. Each holds the file open; close waits for them.
+  std::atomic<std::uint32_t> ring_requests{0};
   FdSide in, out;
 
   // Records what the number refers to now (a descriptor loom made, adopted

@@ -229,7 +229,7 @@ long ring_read(int fd, FdEntry& e, IoState& io, const ReadSpec& rs, Op& op, Dead
   for (;;) {
     UringWait w;
     s.ring_read.store(&w, std::memory_order_release);
-    uring_read(io, fd, rs.buf, unsigned(std::min<std::size_t>(rs.n, 1u << 30)), rs.flags,
+    uring_read(io, fd, e, rs.buf, unsigned(std::min<std::size_t>(rs.n, 1u << 30)), rs.flags,
                rs.recv || e.sock.load(std::memory_order_relaxed), w);
     this_processor()->counters.add(Stat::io_blocks);
     note_wait(WaitKind::fd_in, reinterpret_cast<const void*>(std::intptr_t(fd)));

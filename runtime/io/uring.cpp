@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include "base/sys.hpp"
 #include "io/fd_table.hpp"
 #include "io/poller.hpp"
+#include "loom/fibre.hpp"
 #include "sched/cluster.hpp"
 #include "sched/processor.hpp"
 
@@ -122,6 +124,7 @@ void deliver_one(IoState& s, const io_uring_cqe& c, unsigned& events) {
       auto* w = reinterpret_cast<UringWait*>(ud);
       tsan_acquire(w);
       w->res = c.res;
+      w->entry->ring_requests.fetch_sub(1, std::memory_order_release);  // (w is the fibre's once posted)
       w->done.post();
       ++events;
       return;
@@ -131,7 +134,9 @@ void deliver_one(IoState& s, const io_uring_cqe& c, unsigned& events) {
       bool out = (ud >> 2) & 1;
       std::uint32_t gen = std::uint32_t(ud >> 35);
       FdEntry* e = FdTable::instance().get(fd);
-      if (!e || (e->gen.load(std::memory_order_acquire) & kGenMask) != gen) return;  // a closed file's
+      if (!e) return;
+      e->ring_requests.fetch_sub(1, std::memory_order_release);
+      if ((e->gen.load(std::memory_order_acquire) & kGenMask) != gen) return;  // a closed file's
       // The poll is over: the next wait arms another (before the post, so
       // that the fibre it wakes can).
       (out ? e->out : e->in).ring_armed.store(false, std::memory_order_release);
@@ -154,6 +159,33 @@ void deliver_one(IoState& s, const io_uring_cqe& c, unsigned& events) {
       return;
     default:
       return;
+  }
+}
+
+// Waits until e's requests in the ring have completed and been reaped, or
+// for at most kCloseWaitNs (a submitter that runs one fibre for long
+// without entering the kernel must not hold a close for good). The waiter
+// reaps itself when nobody else does; between looks it yields, then sleeps.
+constexpr std::int64_t kCloseWaitNs = 200'000'000;
+
+void await_requests(IoState& s, FdEntry& e) {
+  Uring& u = *s.uring;
+  Deadline until = 0;
+  for (unsigned i = 0; e.ring_requests.load(std::memory_order_acquire) != 0; ++i) {
+    if (!u.reaping.exchange(true, std::memory_order_acquire)) {
+      uring_reap(s, kNow);
+      u.reaping.store(false, std::memory_order_release);
+      if (e.ring_requests.load(std::memory_order_acquire) == 0) return;
+    }
+    if (i == 0) {
+      until = now_ns() + kCloseWaitNs;
+    } else if (now_ns() >= until) {
+      return;
+    }
+    if (i < 16)
+      loom::this_fibre::yield();
+    else
+      loom::this_fibre::sleep_for(std::chrono::microseconds(100));
   }
 }
 
@@ -203,6 +235,7 @@ void uring_arm(IoState& s, int fd, FdEntry& e, bool out) {
   if (side.ring_armed.load(std::memory_order_acquire) || side.ring_armed.exchange(true, std::memory_order_acq_rel))
     return;  // the poll of an earlier wait is still on
   std::uint64_t key = poll_key(fd, e.gen.load(std::memory_order_acquire), out);
+  e.ring_requests.fetch_add(1, std::memory_order_relaxed);
   queue(s, [&](io_uring_sqe* sqe) {
     io_uring_prep_poll_add(sqe, fd, out ? kOutEvents : kInEvents);
     io_uring_sqe_set_data64(sqe, key);
@@ -226,6 +259,7 @@ void uring_disarm(IoState& s, int fd, FdEntry& e) {
   } else if (any) {
     uring_flush(s);  // the poll holds the file: its close must not wait for the next enter
   }
+  await_requests(s, e);
 }
 
 void uring_wake(IoState& s) {
@@ -236,7 +270,9 @@ void uring_wake(IoState& s) {
   uring_flush(s);
 }
 
-void uring_read(IoState& s, int fd, void* buf, unsigned n, int flags, bool socket, UringWait& w) {
+void uring_read(IoState& s, int fd, FdEntry& e, void* buf, unsigned n, int flags, bool socket, UringWait& w) {
+  w.entry = &e;
+  e.ring_requests.fetch_add(1, std::memory_order_relaxed);
   tsan_release(&w);
   queue(s, [&](io_uring_sqe* sqe) {
     if (socket) {

@@ -71,6 +71,7 @@ struct Uring {
 struct UringWait {
   ReadyWord done;  // posted by the reaper with res set
   int res = 0;
+  FdEntry* entry = nullptr;  // whose ring_requests counts the read
 };
 
 // Makes s's ring; false (errno set) where io_uring is unavailable.
@@ -78,8 +79,12 @@ bool uring_open(IoState& s);
 // A wait on one side of fd is about to park: queues a one-shot poll for
 // that side, unless the poll of an earlier wait is still on.
 void uring_arm(IoState& s, int fd, FdEntry& e, bool out);
-// fd is being closed: removes its polls and cancels its ring read, and
-// submits at once (each holds the file open).
+// fd is being closed: removes its polls and cancels its ring read, submits
+// at once, and waits (bounded) until their completions are reaped. Each
+// holds the file open, and the kernel completes a removed poll only in the
+// task work of the thread that submitted it: without the wait, close(2)
+// would not be the file's last reference, and its peer would not be hung
+// up until that thread next entered the kernel.
 void uring_disarm(IoState& s, int fd, FdEntry& e);
 // Wakes whoever waits in the ring: a no-op request, submitted at once. It
 // completes inside the submitting call, so no other thread has to run
@@ -88,7 +93,7 @@ void uring_disarm(IoState& s, int fd, FdEntry& e);
 void uring_wake(IoState& s);
 // Queues a read of fd into buf (recv for a socket, read otherwise) that
 // completes into w.
-void uring_read(IoState& s, int fd, void* buf, unsigned n, int flags, bool socket, UringWait& w);
+void uring_read(IoState& s, int fd, FdEntry& e, void* buf, unsigned n, int flags, bool socket, UringWait& w);
 // Queues the cancellation of the request completing into w.
 void uring_cancel(IoState& s, UringWait& w);
 // Submits what is queued (a no-op when nothing is).
