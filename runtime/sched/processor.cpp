@@ -271,12 +271,12 @@ void post_leave_queue(Processor& here, Fibre*, void*) { here.ready_queue().consu
 void Processor::yield() {
   Fibre* self = current_;
   counters.add(Stat::yields);
-  // Fast path, for a plain fibre on its own Nemesis queue: queue self and
-  // take the next in one consumer section that stays open across the switch
-  // (the next fibre's post action closes it). No thief can take self before
-  // its context is saved, and the queue never runs empty in between, so a
-  // yield costs one atomic exchange and one jump.
-  if ((tick_ & 15) != 15 && !self->background && rq_ == &own_rq_ && own_rq_.is_nemesis() &&
+  // Fast path, for a plain fibre on its own Nemesis queue: queue self on
+  // the local FIFO and take the next in one consumer section that stays open
+  // across the switch (the next fibre's post action closes it). No thief can
+  // take self before its context is saved, so a yield costs plain stores
+  // and one jump.
+  if ((tick_ & 15) != 15 && !self->background && rq_ == &own_rq_ && own_rq_.has_local() &&
       cluster_->config().placement == Placement::push) {
     if (!own_rq_.maybe_nonempty()) {
       // Nothing else to run: still count the pick, so that every 16th
@@ -291,12 +291,8 @@ void Processor::yield() {
     } else {
       ++tick_;
       own_rq_.consumer_enter();
-      own_rq_.push(self);
-      // Self is queued, so a pop succeeds once a remote producer caught
-      // between its exchange and its link (the queue looks empty then)
-      // finishes: a few instructions, the same wait Nemesis pop has.
-      Fibre* next;
-      while (!(next = own_rq_.pop_nemesis(self->priority))) cpu_relax();
+      own_rq_.push_owned(self);
+      Fibre* next = own_rq_.pop_nemesis(self->priority);  // self at worst
       if (next == self) return own_rq_.consumer_leave();
       return switch_to(next, &post_leave_queue, nullptr);
     }
@@ -306,6 +302,7 @@ void Processor::yield() {
 }
 
 void Processor::push(Fibre* f) {
+  if (rq_ == &own_rq_ && own_rq_.has_local() && this_processor() == this) return push_owned(f);
   rq_->push(f);
   if (rq_ != &own_rq_) {
     cluster_->wake_one();
@@ -321,9 +318,12 @@ void Processor::push(Fibre* f) {
 }
 
 void Processor::push_local(Fibre* f) {
+  if (rq_ == &own_rq_ && own_rq_.has_local()) return push_owned(f);
   rq_->push(f);
   if (rq_ != &own_rq_) cluster_->wake_one();
 }
+
+void Processor::push_owned(Fibre* f) { own_rq_.push_by_owner(f); }
 
 Fibre* Processor::find_work(bool last_look) {
   cluster_->fire_timers();

@@ -112,6 +112,7 @@ class Processor {
   std::atomic<Extension*> sleeping_in{nullptr};  // the extension p sleeps in (sched/extension.hpp)
 
  private:
+  void push_owned(Fibre* f);  // onto own_rq_'s local FIFO, in a section of its own
   friend void processor_idle_entry(transfer_t);
   static void* thread_main(void* self);
   void idle_loop();

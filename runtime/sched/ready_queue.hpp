@@ -18,9 +18,18 @@
 // switch, pays a plain store; a thief pays a membarrier(2). A profile of
 // yield with an atomic consumer flag had 19% of it in that exchange. The locked kind puts each level behind a spin
 // lock (the thesis's comparison variant).
+//
+// An owned Nemesis queue also has an owner-local FIFO per level: fibres the
+// owner makes ready itself (a yield, a wake-up, a new fibre) are linked
+// there with plain stores inside a consumer section (push_owned), since
+// only a consumer — the owner, or a thief past the fence — ever touches
+// it. The Nemesis push's atomic exchange was half of a yield's cycles in
+// its profile. A pop first moves what other threads pushed onto the
+// local tail, so the two keep one FIFO order as the owner sees it.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "base/membarrier.hpp"
 #include "base/nemesis.hpp"
@@ -36,9 +45,13 @@ class ReadyQueue {
   // owner_* members); others only steal. Not owned (staging, background):
   // every consumer takes the consumer lock.
   explicit ReadyQueue(QueueKind kind = QueueKind::nemesis, bool owned = false)
-      : nemesis_(kind == QueueKind::nemesis), asymmetric_(owned && nemesis_ && asymmetric_fences()) {}
+      : nemesis_(kind == QueueKind::nemesis),
+        owned_(owned && nemesis_),
+        asymmetric_(owned && nemesis_ && asymmetric_fences()) {}
 
   bool is_nemesis() const { return nemesis_; }
+  // An owned Nemesis queue: it has the owner-local FIFO (push_by_owner).
+  bool has_local() const { return owned_; }
 
   void push(Fibre* f) noexcept {
     if (nemesis_)
@@ -78,10 +91,66 @@ class ReadyQueue {
     }
     owner_busy_.store(false, std::memory_order_release);
   }
+
+  // The owner pushes f: onto its local FIFO when a section opens without
+  // waiting, else onto the Nemesis queue, lock-free as before — when a
+  // thief is in (the owner never waits behind a thief that may have been
+  // preempted) and when a signal handler interrupted the owner's own
+  // section (the local FIFO may be half-linked then; a handler runs to its
+  // end before the code it interrupted goes on, so what it sees of
+  // owner_busy_ and thief_ tells it which).
+  void push_by_owner(Fibre* f) noexcept {
+    if (asymmetric_) {
+      if (!owner_busy_.load(std::memory_order_relaxed)) {
+        owner_busy_.store(true, std::memory_order_relaxed);
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+        bool in = !thief_.is_locked();
+        if (in) push_owned(f);
+        owner_busy_.store(false, std::memory_order_release);
+        if (in) return;
+      }
+    } else if (thief_.try_lock()) {
+      push_owned(f);
+      thief_.unlock();
+      return;
+    }
+    nq_[f->priority].push(f);
+  }
+
+  // The owner, inside a consumer section: f joins the local FIFO of its
+  // level. No atomic read-modify-write.
+  void push_owned(Fibre* f) noexcept {
+    Local& l = local_[f->priority];
+    f->next.store(nullptr, std::memory_order_relaxed);
+    if (l.tail)
+      l.tail->next.store(f, std::memory_order_relaxed);
+    else
+      l.head = f;
+    l.tail = f;
+    local_n_.store(local_n_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+
   // Inside consumer_enter/leave only.
   Fibre* pop_nemesis(unsigned max_level) noexcept {
-    for (unsigned i = 0; i <= max_level; ++i)
-      if (Fibre* f = nq_[i].pop()) return f;
+    for (unsigned i = 0; i <= max_level; ++i) {
+      if (!owned_) {
+        if (Fibre* f = nq_[i].pop()) return f;
+        continue;
+      }
+      // What other threads pushed joins the local tail first: one FIFO.
+      while (nq_[i].maybe_nonempty()) {
+        Fibre* f = nq_[i].pop();
+        if (!f) break;  // a producer between its exchange and its link: next time
+        push_owned(f);
+      }
+      Local& l = local_[i];
+      if (Fibre* f = l.head) {
+        l.head = f->next.load(std::memory_order_relaxed);
+        if (!l.head) l.tail = nullptr;
+        local_n_.store(local_n_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+        return f;
+      }
+    }
     return nullptr;
   }
 
@@ -107,7 +176,7 @@ class ReadyQueue {
       heavy_fence();
       while (owner_busy_.load(std::memory_order_acquire)) cpu_relax();
     }
-    *length = 0;
+    *length = local_n_.load(std::memory_order_relaxed);
     for (auto& q : nq_) *length += q.walk(2 * max);
     for (std::size_t want = half(*length, max); k < want; ++k)
       if (!(out[k] = pop_nemesis(kPriorities - 1))) break;
@@ -116,6 +185,7 @@ class ReadyQueue {
   }
 
   bool maybe_nonempty() const noexcept {
+    if (local_n_.load(std::memory_order_relaxed)) return true;
     for (unsigned i = 0; i < kPriorities; ++i)
       if (nemesis_ ? nq_[i].maybe_nonempty() : lq_[i].maybe_nonempty()) return true;
     return false;
@@ -132,11 +202,21 @@ class ReadyQueue {
     return nullptr;
   }
 
+  struct Local {
+    Fibre* head = nullptr;
+    Fibre* tail = nullptr;
+  };
+
   const bool nemesis_;
+  const bool owned_;
   const bool asymmetric_;
   bool owner_locked_ = false;  // the owner fell back to thief_ (owner only)
   SpinLock thief_;
   std::atomic<bool> owner_busy_{false};
+  // The owner-local FIFOs (consumers only) and their length, a hint for
+  // anyone (written inside sections only).
+  Local local_[kPriorities];
+  std::atomic<std::uint32_t> local_n_{0};
   NemesisQueue<Fibre> nq_[kPriorities];
   LockedQueue<Fibre> lq_[kPriorities];
 };
