@@ -359,12 +359,7 @@ void io_busy_poll(IoState& s) {
   if (s.uring) {
     // A look at the completion queue costs no system call; the fibres'
     // requests since the last look are submitted in the same enter.
-    if (!s.uring->reaping.exchange(true, std::memory_order_acquire)) {
-      uring_reap(s, kNow);
-      s.uring->reaping.store(false, std::memory_order_release);
-    } else {
-      uring_flush(s);
-    }
+    if (!uring_try_reap(s)) uring_flush(s);
     return;
   }
   epoll_event ev[32];  // on the running fibre's stack: keep it small

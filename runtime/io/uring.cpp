@@ -169,19 +169,11 @@ void deliver_one(IoState& s, const io_uring_cqe& c, unsigned& events) {
 constexpr std::int64_t kCloseWaitNs = 200'000'000;
 
 void await_requests(IoState& s, FdEntry& e) {
-  Uring& u = *s.uring;
-  Deadline until = 0;
-  for (unsigned i = 0; e.ring_requests.load(std::memory_order_acquire) != 0; ++i) {
-    if (!u.reaping.exchange(true, std::memory_order_acquire)) {
-      uring_reap(s, kNow);
-      u.reaping.store(false, std::memory_order_release);
-      if (e.ring_requests.load(std::memory_order_acquire) == 0) return;
-    }
-    if (i == 0) {
-      until = now_ns() + kCloseWaitNs;
-    } else if (now_ns() >= until) {
-      return;
-    }
+  if (e.ring_requests.load(std::memory_order_acquire) == 0) return;
+  Deadline until = now_ns() + kCloseWaitNs;
+  for (unsigned i = 0;; ++i) {
+    uring_try_reap(s);
+    if (e.ring_requests.load(std::memory_order_acquire) == 0 || now_ns() >= until) return;
     if (i < 16)
       loom::this_fibre::yield();
     else
@@ -301,6 +293,14 @@ void uring_flush(IoState& s) {
   if (!publish(u)) return;
   int r = enter(u, kSqEntries, 0, 0, kForever);
   if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) die("io_uring_enter (submit)", -r);
+}
+
+bool uring_try_reap(IoState& s) {
+  Uring& u = *s.uring;
+  if (u.reaping.exchange(true, std::memory_order_acquire)) return false;
+  uring_reap(s, kNow);
+  u.reaping.store(false, std::memory_order_release);
+  return true;
 }
 
 int uring_reap(IoState& s, Deadline d) {

@@ -102,5 +102,7 @@ void uring_flush(IoState& s);
 // not at all, kForever: until a completion) for a completion if there is
 // none, and delivers every completion there is. Returns how many.
 int uring_reap(IoState& s, Deadline d);
+// uring_reap(s, kNow) unless another thread is reaping; false if one was.
+bool uring_try_reap(IoState& s);
 
 }  // namespace loom::rt

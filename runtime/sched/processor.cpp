@@ -302,19 +302,21 @@ void Processor::yield() {
 }
 
 void Processor::push(Fibre* f) {
-  if (rq_ == &own_rq_ && own_rq_.has_local() && this_processor() == this) return push_owned(f);
-  rq_->push(f);
   if (rq_ != &own_rq_) {
+    rq_->push(f);
     cluster_->wake_one();
-  } else if (this_processor() != this) {
+  } else if (this_processor() == this) {
+    // A fibre this processor made ready for itself wakes nobody: waking a
+    // thief here too (tried in 09a3b57) multiplied sleeps and wake-ups per
+    // iteration of the lock benchmark by ~20 and tripled its overhead.
+    push_local(f);
+  } else {
+    own_rq_.push(f);
     if (WakeDefer* d = tls_wake_defer)
       d->add(this);
     else
       cluster_->wake(*this);
   }
-  // A fibre this processor made ready for itself wakes nobody: waking a
-  // thief here too (tried in 09a3b57) multiplied sleeps and wake-ups per
-  // iteration of the lock benchmark by ~20 and tripled its overhead.
 }
 
 void Processor::push_local(Fibre* f) {
