@@ -55,6 +55,8 @@ SYSTEMS = [
     ("loom", "policy=spin", "lock_loom", ["--policy", "spin"]),
     ("loom", "policy=baton", "lock_loom", ["--policy", "baton"]),
     ("loom", "policy=hybrid", "lock_loom", ["--policy", "hybrid"]),
+    # Thieves take the queue's lock instead of a membarrier (StealFence).
+    ("loom", "fence=lock", "lock_loom", ["--policy", "blocking", "--steal-fence", "lock"]),
     ("pthread", "", "lock_pthread", []),
     # M:N over C threads with Boost's work_stealing algorithm; suspend off is
     # Boost's default (idle threads poll), on lets them sleep.

@@ -19,17 +19,20 @@ using loom::FibreAttr;
 using loom::Placement;
 using loom::Priority;
 using loom::QueueKind;
+using loom::StealFence;
 using loom::SchedConfig;
 
 struct Variant {
   QueueKind queue;
   Placement placement;
   std::size_t processors;
+  StealFence fence = StealFence::membarrier;
 };
 
 std::string variant_name(const testing::TestParamInfo<Variant>& info) {
   return std::string(loom::to_string(info.param.queue)) + "_" + loom::to_string(info.param.placement) + "_" +
-         std::to_string(info.param.processors) + "p";
+         std::to_string(info.param.processors) + "p" +
+         (info.param.fence == StealFence::lock ? "_fence_lock" : "");
 }
 
 class Sched : public testing::TestWithParam<Variant> {
@@ -38,6 +41,7 @@ class Sched : public testing::TestWithParam<Variant> {
     SchedConfig c;
     c.queue = GetParam().queue;
     c.placement = GetParam().placement;
+    c.steal_fence = GetParam().fence;
     return c;
   }
   std::unique_ptr<Cluster> make_cluster() const { return std::make_unique<Cluster>(GetParam().processors, config()); }
@@ -210,6 +214,8 @@ std::vector<Variant> all_variants() {
   for (QueueKind q : {QueueKind::nemesis, QueueKind::locked, QueueKind::shared})
     for (Placement p : {Placement::push, Placement::share})
       for (std::size_t n : {1, 2, 4, 8}) v.push_back({q, p, n});
+  // Thieves and owners on the spin lock instead of membarrier(2).
+  for (std::size_t n : {2, 4}) v.push_back({QueueKind::nemesis, Placement::push, n, StealFence::lock});
   return v;
 }
 

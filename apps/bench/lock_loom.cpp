@@ -2,7 +2,10 @@
 // loom::Cluster of C processors, L loom::Mutex of one policy.
 //
 //   --policy blocking|spin|baton|hybrid   the mutexes' MutexPolicy (default:
-//       loom::default_mutex_policy(), i.e. LOOM_MUTEX or blocking). The row's
+//       loom::default_mutex_policy(), i.e. LOOM_MUTEX or blocking).
+//   --steal-fence membarrier|lock   the cluster's SchedConfig::steal_fence
+//       (default: LOOM_STEAL_FENCE, else membarrier); a row's variant says
+//       "fence=lock" when it is not the default. The row's
 //       variant is "policy=X" unless X is blocking, the default, whose
 //       variant is "" — plus any non-default LOOM_* scheduler setting
 //       (loom_variant.hpp), so a variable left set in the shell shows.
@@ -23,6 +26,7 @@
 namespace {
 
 loom::MutexPolicy g_policy = loom::MutexPolicy::blocking;
+int g_fence = -1;  // --steal-fence, else LOOM_STEAL_FENCE
 
 struct alignas(64) LMutex {
   LMutex() : m(g_policy) {}
@@ -32,6 +36,16 @@ struct alignas(64) LMutex {
 };
 
 bool extra_flag(const char* prog, const std::string& flag, bench::ArgWalker& w) {
+  if (flag == "--steal-fence") {
+    std::string v = w.value();
+    if (v == "membarrier")
+      g_fence = int(loom::StealFence::membarrier);
+    else if (v == "lock")
+      g_fence = int(loom::StealFence::lock);
+    else
+      bench::usage_error(prog, "bad value '" + v + "' for --steal-fence (want membarrier or lock)");
+    return true;
+  }
   if (flag != "--policy") return false;
   std::string v = w.value();
   if (v == "blocking")
@@ -54,9 +68,11 @@ int main(int argc, char** argv) {
   lockbench::Config c =
       lockbench::parse("lock_loom", "loom (loom::Mutex, fibres on a loom::Cluster)", argc, argv, extra_flag,
                        "  --policy P         blocking, spin, baton or hybrid (default: LOOM_MUTEX, else blocking)\n"
+                       "  --steal-fence F    membarrier or lock (default: LOOM_STEAL_FENCE, else membarrier)\n"
                        "The scheduler configuration comes from LOOM_* variables (loom/config.hpp).\n");
   const double rate = lockbench::loop_rate(c);
-  const loom::SchedConfig config = loom::SchedConfig::from_env();
+  loom::SchedConfig config = loom::SchedConfig::from_env();
+  if (g_fence >= 0) config.steal_fence = static_cast<loom::StealFence>(g_fence);
   std::string variant = bench::loom_variant(config);
   if (g_policy != loom::MutexPolicy::blocking)
     variant = std::string("policy=") + loom::to_string(g_policy) + (variant.empty() ? "" : " ") + variant;

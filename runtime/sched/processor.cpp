@@ -156,7 +156,7 @@ void start_fibre_context(Fibre* f, void* lo, std::size_t size) { context_make(f-
 // ---- Processor ----------------------------------------------------------------
 
 Processor::Processor(Cluster& cluster, unsigned index, bool adopt)
-    : cluster_(&cluster), index_(index), pu_(topo::assign_pu()), own_rq_(cluster.config().queue, /*owned=*/true) {
+    : cluster_(&cluster), index_(index), pu_(topo::assign_pu()), own_rq_(cluster.config().queue, /*owned=*/true, cluster.config().steal_fence) {
   rq_ = cluster.shared_queue() ? cluster.shared_queue() : &own_rq_;
   idle_.cluster = &cluster;
   idle_.affinity = this;

@@ -16,8 +16,12 @@
 // The Nemesis kind keeps producers lock-free. Its consumers are serialised
 // asymmetrically (see consumer_enter): the owner, which pops on every
 // switch, pays a plain store; a thief pays a membarrier(2). A profile of
-// yield with an atomic consumer flag had 19% of it in that exchange. The locked kind puts each level behind a spin
-// lock (the thesis's comparison variant).
+// yield with an atomic consumer flag had 19% of it in that exchange. But a
+// membarrier interrupts every CPU that runs the process: on this 2-CPU VM
+// it takes ~40 µs when the other CPU is busy, and a stolen fibre arrives
+// that much later (StealFence::lock, LOOM_STEAL_FENCE=lock, makes both
+// sides take the spin lock instead). The locked kind puts each level
+// behind a spin lock (the thesis's comparison variant).
 //
 // An owned Nemesis queue also has an owner-local FIFO per level: fibres the
 // owner makes ready itself (a yield, a wake-up, a new fibre) are linked
@@ -44,10 +48,13 @@ class ReadyQueue {
   // owned: one processor is the only regular consumer (it calls pop and the
   // owner_* members); others only steal. Not owned (staging, background):
   // every consumer takes the consumer lock.
-  explicit ReadyQueue(QueueKind kind = QueueKind::nemesis, bool owned = false)
+  // fence: how thieves and the owner exclude each other (StealFence);
+  // membarrier only where the kernel has it.
+  explicit ReadyQueue(QueueKind kind = QueueKind::nemesis, bool owned = false,
+                      StealFence fence = StealFence::membarrier)
       : nemesis_(kind == QueueKind::nemesis),
         owned_(owned && nemesis_),
-        asymmetric_(owned && nemesis_ && asymmetric_fences()) {}
+        asymmetric_(owned && nemesis_ && fence == StealFence::membarrier && asymmetric_fences()) {}
 
   bool is_nemesis() const { return nemesis_; }
   // An owned Nemesis queue: it has the owner-local FIFO (push_by_owner).
