@@ -57,11 +57,11 @@ TEST(Process, EveryVariableSelectsItsVariant) {
   r = run("LOOM_STEAL=off LOOM_MUTEX=baton LOOM_POLLER=opportunistic-timeout " + probe + " config");
   EXPECT_EQ(r.out, "queue=nemesis placement=push steal=off sticky=8 spin=0 stack=64KiB "
                    "poller=opportunistic-timeout/1000us lazy=on ybr=on mutex=baton\n");
-  r = run("LOOM_STEAL_FENCE=lock " + probe + " config");
+  r = run("LOOM_STEAL_FENCE=membarrier " + probe + " config");
   EXPECT_EQ(r.out, "queue=nemesis placement=push steal=longest-busy sticky=8 spin=0 stack=64KiB poller=idle lazy=on ybr=on "
-                   "fence=lock mutex=blocking\n");
+                   "fence=membarrier mutex=blocking\n");
   r = run("LOOM_STEAL_FENCE=ipi " + probe + " config");
-  EXPECT_NE(r.out.find("loom: LOOM_STEAL_FENCE=ipi: expected membarrier|lock; using membarrier"), std::string::npos)
+  EXPECT_NE(r.out.find("loom: LOOM_STEAL_FENCE=ipi: expected lock|membarrier; using lock"), std::string::npos)
       << r.out;
   r = run("LOOM_IO=uring " + probe + " config");
   EXPECT_NE(r.out.find(" io=uring "), std::string::npos) << r.out;

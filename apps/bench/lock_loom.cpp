@@ -3,9 +3,9 @@
 //
 //   --policy blocking|spin|baton|hybrid   the mutexes' MutexPolicy (default:
 //       loom::default_mutex_policy(), i.e. LOOM_MUTEX or blocking).
-//   --steal-fence membarrier|lock   the cluster's SchedConfig::steal_fence
-//       (default: LOOM_STEAL_FENCE, else membarrier); a row's variant says
-//       "fence=lock" when it is not the default. The row's
+//   --steal-fence lock|membarrier   the cluster's SchedConfig::steal_fence
+//       (default: LOOM_STEAL_FENCE, else lock); a row's variant says
+//       "fence=membarrier" when it is not the default. The row's
 //       variant is "policy=X" unless X is blocking, the default, whose
 //       variant is "" — plus any non-default LOOM_* scheduler setting
 //       (loom_variant.hpp), so a variable left set in the shell shows.
@@ -43,7 +43,7 @@ bool extra_flag(const char* prog, const std::string& flag, bench::ArgWalker& w) 
     else if (v == "lock")
       g_fence = int(loom::StealFence::lock);
     else
-      bench::usage_error(prog, "bad value '" + v + "' for --steal-fence (want membarrier or lock)");
+      bench::usage_error(prog, "bad value '" + v + "' for --steal-fence (want lock or membarrier)");
     return true;
   }
   if (flag != "--policy") return false;
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   lockbench::Config c =
       lockbench::parse("lock_loom", "loom (loom::Mutex, fibres on a loom::Cluster)", argc, argv, extra_flag,
                        "  --policy P         blocking, spin, baton or hybrid (default: LOOM_MUTEX, else blocking)\n"
-                       "  --steal-fence F    membarrier or lock (default: LOOM_STEAL_FENCE, else membarrier)\n"
+                       "  --steal-fence F    lock or membarrier (default: LOOM_STEAL_FENCE, else lock)\n"
                        "The scheduler configuration comes from LOOM_* variables (loom/config.hpp).\n");
   const double rate = lockbench::loop_rate(c);
   loom::SchedConfig config = loom::SchedConfig::from_env();

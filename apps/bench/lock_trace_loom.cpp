@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
     const double d = double(n);
     std::printf("round %u: %s  iterations %zu  CPU/iteration %.2f µs  alternation %.3f  barging %.3f  "
                 "sleeps/it %.4f  steals/it %.3f\n",
-                round, config.steal_fence == loom::StealFence::lock ? "fence=lock" : "fence=membarrier", n, cpu / d,
+                round, config.steal_fence == loom::StealFence::membarrier ? "fence=membarrier" : "fence=lock", n, cpu / d,
                 double(other) / (d - 1), double(barged) / (d - 1), double(st1.sleeps - st0.sleeps) / d,
                 double(st1.steals - st0.steals) / d);
     summary(gap_other, "gap to the next critical section, other thread");

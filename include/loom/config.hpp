@@ -16,7 +16,7 @@
 //                              stays with its thief (0 = never sticky)
 //   LOOM_SPIN=N                polls of the queues before an idle processor
 //                              sleeps (0 = sleep at once)
-//   LOOM_STEAL_FENCE=membarrier|lock  how a thief and a processor agree on
+//   LOOM_STEAL_FENCE=lock|membarrier  how a thief and a processor agree on
 //                              the processor's ready queue (see StealFence)
 //   LOOM_STACK_SIZE=BYTES      default fibre stack size
 //   LOOM_POLLER=idle|fibre|loop|loop-sleep|opportunistic|opportunistic-timeout
@@ -60,12 +60,13 @@ enum class Placement {
 // How a thief and the owner of a processor's Nemesis ready queue exclude
 // each other (sched/ready_queue.hpp).
 enum class StealFence {
+  lock,        // both take the queue's spin lock: a locked instruction per
+               // pick for the owner, a steal costs no system call (default)
   membarrier,  // the owner pays a plain store per pick, a thief one
                // membarrier(2): cheapest for the owner, but the membarrier
                // interrupts every CPU running the process — about 40 µs
-               // on a 2-CPU VM whose other CPU is busy (1 µs when idle)
-  lock,        // both take the queue's spin lock: a locked instruction per
-               // pick for the owner, a steal costs no system call
+               // on a 2-CPU VM whose other CPU is busy (1 µs when idle),
+               // and a fibre stolen from a busy processor waits that long
 };
 
 // How a cluster polls its epoll set (thesis §3.4, figure 4.4).
@@ -101,8 +102,9 @@ struct SchedConfig {
   std::string steal_policy = "longest-busy";
   std::size_t sticky_threshold = 8;
   unsigned spin = 0;
-  // Falls back to lock where membarrier(2) is missing (and under TSan).
-  StealFence steal_fence = StealFence::membarrier;
+  // membarrier falls back to lock where membarrier(2) is missing (and
+  // under TSan).
+  StealFence steal_fence = StealFence::lock;
   std::size_t stack_size = kStackDefault;
   PollerKind poller = PollerKind::idle;
   unsigned poller_sleep_us = 1000;

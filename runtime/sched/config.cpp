@@ -41,7 +41,7 @@ SchedConfig SchedConfig::from_env() {
   c.steal_policy = policy == 0 ? "longest-busy" : "random";
   c.sticky_threshold = env_size("LOOM_STICKY", c.sticky_threshold, 0, 1 << 20);
   c.spin = unsigned(env_size("LOOM_SPIN", c.spin, 0, 1 << 24));
-  c.steal_fence = static_cast<StealFence>(env_choice("LOOM_STEAL_FENCE", {"membarrier", "lock"}, int(c.steal_fence)));
+  c.steal_fence = static_cast<StealFence>(env_choice("LOOM_STEAL_FENCE", {"lock", "membarrier"}, int(c.steal_fence)));
   c.stack_size = env_size("LOOM_STACK_SIZE", c.stack_size, kStackMin, std::size_t(1) << 30);
   c.poller = static_cast<PollerKind>(
       env_choice("LOOM_POLLER", {"idle", "fibre", "loop", "loop-sleep", "opportunistic", "opportunistic-timeout"}, int(c.poller)));
@@ -63,7 +63,7 @@ std::string SchedConfig::describe() const {
               : std::string()) +
          (io == IoBackend::uring ? " io=uring" : "") + " lazy=" + (lazy_register ? "on" : "off") + " ybr=" + (yield_before_read ? "on" : "off") +
          // Only when on: the default summary stays what scripts and process_test compare against.
-         (pin ? " pin=on" : "") + (steal_fence == StealFence::lock ? " fence=lock" : "") + (stall_ms ? " stall=" + std::to_string(stall_ms) + "ms" : std::string());
+         (pin ? " pin=on" : "") + (steal_fence == StealFence::membarrier ? " fence=membarrier" : "") + (stall_ms ? " stall=" + std::to_string(stall_ms) + "ms" : std::string());
 }
 
 }  // namespace loom

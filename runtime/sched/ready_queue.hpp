@@ -13,15 +13,16 @@
 //                  thief can decide whether the fibres stick;
 //   maybe_nonempty() a racy hint for thieves and idle checks.
 //
-// The Nemesis kind keeps producers lock-free. Its consumers are serialised
-// asymmetrically (see consumer_enter): the owner, which pops on every
-// switch, pays a plain store; a thief pays a membarrier(2). A profile of
-// yield with an atomic consumer flag had 19% of it in that exchange. But a
-// membarrier interrupts every CPU that runs the process: on this 2-CPU VM
-// it takes ~40 µs when the other CPU is busy, and a stolen fibre arrives
-// that much later (StealFence::lock, LOOM_STEAL_FENCE=lock, makes both
-// sides take the spin lock instead). The locked kind puts each level
-// behind a spin lock (the thesis's comparison variant).
+// The Nemesis kind keeps producers lock-free. Its consumers (the owner, and
+// thieves) are serialised by a spin lock, thief_ (StealFence::lock, the
+// default), or asymmetrically (StealFence::membarrier, see consumer_enter):
+// the owner, which pops on every switch, pays a plain store and a thief a
+// membarrier(2). A profile of yield with an atomic consumer flag had 19% of
+// it in that exchange. But a membarrier interrupts every CPU that runs the
+// process: on this 2-CPU VM it takes ~40 µs when the other CPU is busy,
+// which is when there is something to steal, and the stolen fibre waits
+// that long (the lock benchmark's slow rounds). The locked kind puts each
+// level behind a spin lock (the thesis's comparison variant).
 //
 // An owned Nemesis queue also has an owner-local FIFO per level: fibres the
 // owner makes ready itself (a yield, a wake-up, a new fibre) are linked
@@ -51,7 +52,7 @@ class ReadyQueue {
   // fence: how thieves and the owner exclude each other (StealFence);
   // membarrier only where the kernel has it.
   explicit ReadyQueue(QueueKind kind = QueueKind::nemesis, bool owned = false,
-                      StealFence fence = StealFence::membarrier)
+                      StealFence fence = StealFence::lock)
       : nemesis_(kind == QueueKind::nemesis),
         owned_(owned && nemesis_),
         asymmetric_(owned && nemesis_ && fence == StealFence::membarrier && asymmetric_fences()) {}
