@@ -274,8 +274,8 @@ void Processor::yield() {
   // Fast path, for a plain fibre on its own Nemesis queue: queue self on
   // the local FIFO and take the next in one consumer section that stays open
   // across the switch (the next fibre's post action closes it). No thief can
-  // take self before its context is saved, so a yield costs plain stores
-  // and one jump.
+  // take self before its context is saved, so a yield costs one consumer
+  // lock (plain stores under steal_fence=membarrier) and one jump.
   if ((tick_ & 15) != 15 && !self->background && rq_ == &own_rq_ && own_rq_.has_local() &&
       cluster_->config().placement == Placement::push) {
     if (!own_rq_.maybe_nonempty()) {
