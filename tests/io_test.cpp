@@ -270,6 +270,42 @@ TEST(Io, WriteToClosedPeerGivesEpipeNotDeath) {
   });
 }
 
+// A writer blocked on a full socket when the peer shuts down its writing
+// side: the hang-up ends an io_uring poll (the kernel adds RDHUP to every
+// poll) before the socket is writable. The writer must still go on once
+// the peer reads; on io_uring it was left waiting with no poll armed.
+TEST(Io, WriterBlockedWhenThePeerHalfClosesGoesOnWhenItReads) {
+  on_fibre([] {
+    int p[2];
+    tcp_pair(p);
+    constexpr std::size_t kTotal = 16 << 20;
+    std::atomic<std::size_t> written{0};
+    loom::Fibre writer([&] {
+      static char buf[65536];
+      while (written.load() < kTotal) {
+        ssize_t w = io::write(p[0], buf, std::min(sizeof buf, kTotal - written.load()));
+        if (w <= 0) return;
+        written.fetch_add(std::size_t(w));
+      }
+    });
+    loom::this_fibre::sleep_for(50ms);  // the writer fills the buffers and waits
+    EXPECT_LT(written.load(), kTotal);
+    ASSERT_EQ(::shutdown(p[1], SHUT_WR), 0);
+    loom::this_fibre::sleep_for(50ms);  // its poll ends with the hang-up
+    static char in[65536];
+    std::size_t got = 0;
+    while (got < kTotal) {
+      ssize_t r = io::read_until(p[1], in, sizeof in, loom::deadline_after(5s));
+      if (r <= 0) break;
+      got += std::size_t(r);
+    }
+    EXPECT_EQ(got, kTotal) << "the writer stopped at " << written.load() << " bytes";
+    io::close(p[0]);  // wakes a writer still stuck, so that it can be joined
+    writer.join();
+    io::close(p[1]);
+  });
+}
+
 TEST(Io, ConnectToClosedPortIsRefused) {
   on_fibre([] {
     int port;

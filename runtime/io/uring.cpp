@@ -141,7 +141,14 @@ void deliver_one(IoState& s, const io_uring_cqe& c, unsigned& events) {
       // that the fibre it wakes can).
       (out ? e->out : e->in).ring_armed.store(false, std::memory_order_release);
       if (c.res == -ECANCELED) return;
-      post_ready(*e, c.res > 0 ? std::uint32_t(c.res) : std::uint32_t(EPOLLERR));  // an error: waiters retry and see it
+      std::uint32_t m = c.res > 0 ? std::uint32_t(c.res) : std::uint32_t(EPOLLERR);  // an error: waiters retry and see it
+      // The kernel adds RDHUP to every poll: a write side's poll ends when
+      // the peer shuts down its writing, writable or not. Its waiter must
+      // still hear of it (it retries, and arms again if it must wait); it
+      // was left waiting with no poll on (capi_echo_loom_uring hung when
+      // the client's shutdown came while the echo's write waited).
+      if (out) m |= EPOLLOUT;
+      post_ready(*e, m);
       ++events;
       return;
     }
