@@ -18,6 +18,7 @@
 // sleeps, wakes and steals per iteration.
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "lock_harness.hpp"
 #include "loom/loom.hpp"
@@ -26,7 +27,7 @@
 namespace {
 
 loom::MutexPolicy g_policy = loom::MutexPolicy::blocking;
-int g_fence = -1;  // --steal-fence, else LOOM_STEAL_FENCE
+std::optional<loom::StealFence> g_fence;  // --steal-fence, else LOOM_STEAL_FENCE
 
 struct alignas(64) LMutex {
   LMutex() : m(g_policy) {}
@@ -38,12 +39,10 @@ struct alignas(64) LMutex {
 bool extra_flag(const char* prog, const std::string& flag, bench::ArgWalker& w) {
   if (flag == "--steal-fence") {
     std::string v = w.value();
-    if (v == "membarrier")
-      g_fence = int(loom::StealFence::membarrier);
-    else if (v == "lock")
-      g_fence = int(loom::StealFence::lock);
-    else
+    loom::StealFence f;
+    if (!bench::parse_steal_fence(v, &f))
       bench::usage_error(prog, "bad value '" + v + "' for --steal-fence (want lock or membarrier)");
+    g_fence = f;
     return true;
   }
   if (flag != "--policy") return false;
@@ -72,7 +71,7 @@ int main(int argc, char** argv) {
                        "The scheduler configuration comes from LOOM_* variables (loom/config.hpp).\n");
   const double rate = lockbench::loop_rate(c);
   loom::SchedConfig config = loom::SchedConfig::from_env();
-  if (g_fence >= 0) config.steal_fence = static_cast<loom::StealFence>(g_fence);
+  if (g_fence) config.steal_fence = *g_fence;
   std::string variant = bench::loom_variant(config);
   if (g_policy != loom::MutexPolicy::blocking)
     variant = std::string("policy=") + loom::to_string(g_policy) + (variant.empty() ? "" : " ") + variant;

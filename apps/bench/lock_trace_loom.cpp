@@ -25,6 +25,7 @@
 
 #include "lock_harness.hpp"
 #include "loom/loom.hpp"
+#include "loom_variant.hpp"
 
 namespace {
 
@@ -83,10 +84,8 @@ int main(int argc, char** argv) {
       work_us = number("--work-us", v, 1, 100000);
     else if (f == "--rounds")
       rounds = number("--rounds", v, 1, 1000);
-    else if (f == "--steal-fence" && v && std::string(v) == "membarrier")
-      config.steal_fence = loom::StealFence::membarrier;
-    else if (f == "--steal-fence" && v && std::string(v) == "lock")
-      config.steal_fence = loom::StealFence::lock;
+    else if (f == "--steal-fence" && v && bench::parse_steal_fence(v, &config.steal_fence))
+      ;
     else
       usage(("bad argument '" + f + "'").c_str());
   }
@@ -150,7 +149,7 @@ int main(int argc, char** argv) {
     const double d = double(n);
     std::printf("round %u: %s  iterations %zu  CPU/iteration %.2f µs  alternation %.3f  barging %.3f  "
                 "sleeps/it %.4f  steals/it %.3f\n",
-                round, config.steal_fence == loom::StealFence::membarrier ? "fence=membarrier" : "fence=lock", n, cpu / d,
+                round, (std::string("fence=") + loom::to_string(config.steal_fence)).c_str(), n, cpu / d,
                 double(other) / (d - 1), double(barged) / (d - 1), double(st1.sleeps - st0.sleeps) / d,
                 double(st1.steals - st0.steals) / d);
     summary(gap_other, "gap to the next critical section, other thread");

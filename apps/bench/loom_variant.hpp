@@ -27,4 +27,14 @@ inline std::string loom_variant(const loom::SchedConfig& c) {
   return v;
 }
 
+// A --steal-fence value: true, with *out set, if `v` names a StealFence.
+inline bool parse_steal_fence(const std::string& v, loom::StealFence* out) {
+  for (loom::StealFence f : {loom::StealFence::lock, loom::StealFence::membarrier})
+    if (v == loom::to_string(f)) {
+      *out = f;
+      return true;
+    }
+  return false;
+}
+
 }  // namespace bench

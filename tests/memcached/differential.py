@@ -419,16 +419,21 @@ def print_pair(what, seed, i, kind, mode, steps, ra, rb, na, nb, bname):
         print("    %s (%s): %s" % (bname, b[1], show(b[0])))
 
 
+def run_pair(ref, test, steps, mode, split_seed, nonce):
+    """One sequence against the reference, then the server under test (given
+    the reference's patience)."""
+    ra = run_sequence(ref, steps, mode, random.Random(split_seed), nonce)
+    return ra, run_sequence(test, steps, mode, random.Random(split_seed), nonce, [h for _, h in ra])
+
+
 def run_in_new_processes(ref_binary, test_binary, steps, mode, split_seed, nonce):
     """One sequence against a new reference and a new server under test."""
     servers = [Server(b, FLAGS) for b in (ref_binary, test_binary)]
     try:
-        fa = run_sequence(servers[0], steps, mode, random.Random(split_seed), nonce)
-        fb = run_sequence(servers[1], steps, mode, random.Random(split_seed), nonce, [h for _, h in fa])
+        return run_pair(servers[0], servers[1], steps, mode, split_seed, nonce)
     finally:
         for srv in servers:
             srv.stop()
-    return fa, fb
 
 
 def differential(ref, ref2, test, seed, count, verbose):
@@ -480,8 +485,7 @@ def differential(ref, ref2, test, seed, count, verbose):
             # test replays; a carried difference does not (counted unstable).
             for c in ctls:
                 flush(c)
-            ra = run_sequence(ref, steps, mode, random.Random(split_seed), nonce + 50)
-            rb = run_sequence(test, steps, mode, random.Random(split_seed), nonce + 50, [h for _, h in ra])
+            ra, rb = run_pair(ref, test, steps, mode, split_seed, nonce + 50)
             na, nb = (Norm().replies(x, binary) for x in (ra, rb))
             if na == nb:
                 unstable.append(i)
