@@ -256,7 +256,7 @@ void ColorLayer::enqueue(Color c, ColorItem* it) {
   q->work += it->work;
   q->apparent += it->apparent;
   o->items.fetch_add(1, std::memory_order_relaxed);
-  if (!q->linked && q->dispatchable()) o->link(q);
+  if (!q->linked && !q->transit && q->dispatchable()) o->link(q);  // (in transit: the thief links it)
   bool wake_runner = false, busy = false;
   if (q->linked) {
     if (o->parked && !o->stopping) {
@@ -297,6 +297,7 @@ void ColorLayer::start_fibre(Fibre* f) {
 // list if it is empty. True if o's runner must be scheduled (the caller
 // does it after unlocking).
 bool ColorLayer::requeue(ColorCore* o, ColorQueue* q, ColorCore* mine) {
+  if (q->transit) return false;  // its thief links or reaps it when it takes its own lock
   if (q->dispatchable()) {
     if (q->linked) o->unlink(q);
     o->link(q);
@@ -447,7 +448,9 @@ bool ColorLayer::steal(Processor& p, ColorCore& me, bool wait) {
       q->moved = true;
       // Between this unlock and the thief's lock the queue is unlinked and
       // may look idle: a reaper that locks its new owner first must not
-      // free it under the thief.
+      // free it under the thief. Nor may a poster or a releaser link it
+      // there meanwhile: a second thief could then steal it from under
+      // this one, and the two would write it under different locks.
       q->transit = true;
       q->owner.store(&me, std::memory_order_release);
     }

@@ -18,7 +18,8 @@
 // owner's lock by a thief (so "lock the owner, then check it is still the
 // owner" gives a stable view). A queue is on its owner's list exactly when
 // it is dispatchable: it has items, nobody holds it exclusively, and its head
-// is shared or nobody holds it at all. Mutual exclusion is therefore a
+// is shared or nobody holds it at all (and no thief has it in transit
+// between the victim's lock and its own). Mutual exclusion is therefore a
 // property of the queue, not of the processor: a queue that is held is on no
 // list, so nobody can dispatch it, nor steal it.
 //
