@@ -170,6 +170,7 @@ int acquire_slow(std::atomic<std::uint32_t>& st, Deadline d, bool spin) {
     }
     pl::ParkOps ops;
     ops.ctx = &st;
+    ops.stamp = policy() == MutexPolicy::hybrid;  // only hybrid's hand_over reads it
     ops.validate = [](void* c) {
       return static_cast<std::atomic<std::uint32_t>*>(c)->load(std::memory_order_relaxed) == (kLocked | kParked);
     };

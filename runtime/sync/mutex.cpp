@@ -107,6 +107,7 @@ int Mutex::slow_lock(Deadline d, const void* self) {
     w.ident = self;
     w.on_timeout = &mutex_on_timeout;
     w.owner_object = &waiting_;
+    if (policy_ == MutexPolicy::hybrid) w.since = rt::now_ns();
     rt::count(rt::Stat::mutex_blocks);
     rt::note_wait(rt::WaitKind::mutex, this);
     if (!rt::wait_on(waiters_, lock_, w, d)) return ETIMEDOUT;

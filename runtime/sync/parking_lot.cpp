@@ -99,7 +99,8 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
     b.lock.unlock();
     return {ParkResult::TimedOut, 0};
   }
-  w.since = now_ns();
+  if (ops.stamp) w.since = now_ns();
+  w.timed = deadline != kForever;
   WaitList::push_back(b.queue, &w);
 
   Processor* p = this_processor();
@@ -158,8 +159,7 @@ UnparkResult unpark_one(const void* key, ParkToken (*callback)(void*, UnparkResu
         break;
       }
       WaitList::remove(b.queue, w);
-      int expected = kWaiting;
-      if (w->state.compare_exchange_strong(expected, kSignalled, std::memory_order_acq_rel)) won = pw(w);
+      if (claim(w)) won = pw(w);
       // else it timed out: its timer's complete finds it unqueued.
     }
     w = next;
@@ -184,8 +184,7 @@ unsigned unpark_all(const void* key, ParkToken token) {
     Waiter* next = w->next;
     if (pw(w)->key == key) {
       WaitList::remove(b.queue, w);
-      int expected = kWaiting;
-      if (w->state.compare_exchange_strong(expected, kSignalled, std::memory_order_acq_rel)) {
+      if (claim(w)) {
         pw(w)->token = token;
         batch.add(w);
         ++n;

@@ -84,7 +84,7 @@ struct Parked {
 struct UnparkResult {
   bool unparked;       // a waiter was taken
   bool more;           // waiters on the key remain
-  std::int64_t since;  // when the unparked waiter began waiting (now_ns)
+  std::int64_t since;  // when the unparked waiter began waiting (now_ns), if it parked with ParkOps::stamp
 };
 
 namespace parking_lot {
@@ -96,6 +96,7 @@ struct ParkOps {
   bool (*validate)(void* ctx) = nullptr;
   void (*timed_out)(void* ctx, bool was_last) = nullptr;
   void* ctx = nullptr;
+  bool stamp = false;  // record when the waiter parked (UnparkResult::since); else since is 0
 };
 
 Parked park(const void* key, const ParkOps& ops, Deadline deadline);

@@ -84,8 +84,7 @@ void WaitList::remove(WaitQueue& q, Waiter* w) {
 Waiter* WaitList::signal_one(WaitQueue& q) {
   while (Waiter* w = front(q)) {
     remove(q, w);
-    int expected = kWaiting;
-    if (w->state.compare_exchange_strong(expected, kSignalled, std::memory_order_acq_rel)) return w;
+    if (claim(w)) return w;
     // It timed out: its timer's complete() finds it unqueued and moves on.
   }
   return nullptr;
@@ -103,7 +102,7 @@ void wake(Waiter* w) {
 
 bool wait_on(WaitQueue& q, SpinLock& lock, Waiter& w, Deadline d) {
   w.lock = &lock;
-  w.since = now_ns();
+  w.timed = d != kForever;
   WaitList::push_back(q, &w);
   if (Processor* p = this_processor()) {
     Fibre* self = p->current();
