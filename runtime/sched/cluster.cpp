@@ -70,8 +70,13 @@ void Cluster::place_new(Fibre* f) {
   } else if (config_.placement == Placement::share) {
     push_staging(f);
   } else {
+    // Round-robin per creating processor (from its own index), so that a
+    // processor making fibres writes no shared line; kernel threads share rr_.
     std::size_t n = size();
-    Processor* p = processor(rr_.fetch_add(1, std::memory_order_relaxed) % n);
+    Processor* here = this_processor();
+    std::size_t i = here && &here->cluster() == this ? here->index() + here->placed++
+                                                    : rr_.fetch_add(1, std::memory_order_relaxed);
+    Processor* p = processor(unsigned(i % n));
     f->affinity = p;
     p->push(f);
   }

@@ -14,6 +14,13 @@ namespace {
 
 std::atomic<std::uint64_t> fibre_ids{1};
 
+// Each kernel thread takes ids in blocks: a locked add on one shared line
+// per fibre was 6 % of create+join. Ids stay unique; across threads they are
+// only roughly in creation order.
+constexpr std::uint64_t kIdBlock = 64;
+thread_local std::uint64_t tls_id_next __attribute__((tls_model("initial-exec"))) = 0;
+thread_local std::uint64_t tls_id_end __attribute__((tls_model("initial-exec"))) = 0;
+
 inline char* align_down(char* p, std::size_t a) {
   return reinterpret_cast<char*>(reinterpret_cast<std::uintptr_t>(p) & ~(std::uintptr_t(a) - 1));
 }
@@ -32,7 +39,13 @@ void (*fibre_exit_hook)(Fibre*) = nullptr;
 void (*fibre_held_start_hook)(Fibre*) = nullptr;
 void (*fibre_held_exit_hook)(Fibre*) = nullptr;
 
-std::uint64_t next_fibre_id() noexcept { return fibre_ids.fetch_add(1, std::memory_order_relaxed); }
+std::uint64_t next_fibre_id() noexcept {
+  if (tls_id_next == tls_id_end) {
+    tls_id_next = fibre_ids.fetch_add(kIdBlock, std::memory_order_relaxed);
+    tls_id_end = tls_id_next + kIdBlock;
+  }
+  return tls_id_next++;
+}
 
 Fibre* create_fibre(const FibreAttr& attr, std::size_t payload, std::size_t align, void** payload_out) {
   if (static_cast<unsigned>(attr.priority) >= kPriorities) throw std::invalid_argument("loom: fibre priority out of range");

@@ -98,6 +98,7 @@ class Processor {
   pid_t tid = 0;  // the kernel thread's id
   std::atomic<StallProbe*> stall_probe{nullptr};  // made by the detector
   LiveFibres live;  // fibres this processor started (sched/stats.hpp)
+  unsigned placed = 0;  // new fibres it placed round-robin in its cluster (Cluster::place_new)
 
   // What others write (wakers, and the cluster under its list lock), on
   // cache lines apart from the owner's counters above and its private state.
