@@ -319,6 +319,40 @@ TEST(MutexBaton, WaitersAcquireInQueueOrder) {
   EXPECT_EQ(order, expected);
 }
 
+// Hybrid: unlock hands the mutex to a waiter queued for 100 us or more, and
+// lets the unlocker barge past a newer one. A waiter's queueing time is read
+// only for this policy, so both halves check that it is read.
+TEST(MutexHybrid, HandsOverOnlyToALongWaiter) {
+  Watchdog dog;
+  Cluster c(1);
+  Mutex m(MutexPolicy::hybrid);
+  // One attempt: the waiter queues, the unlocker waits `hold`, unlocks and
+  // tries to take the mutex straight back.
+  auto barged = [&](std::chrono::microseconds hold) {
+    bool took = false;
+    run_in(c, [&] {
+      m.lock();
+      Fibre waiter([&] {
+        m.lock();
+        m.unlock();
+      });
+      loom::this_fibre::yield();  // the waiter runs until it queues in lock()
+      if (hold.count()) loom::this_fibre::sleep_for(hold);
+      m.unlock();
+      took = m.try_lock();
+      if (took) m.unlock();
+      waiter.join();
+    });
+    return took;
+  };
+  EXPECT_FALSE(barged(2ms)) << "a waiter queued for 2 ms was not handed the mutex";
+  // A fresh waiter is passed by; a preempted attempt may take over 100 us,
+  // so one barge in 20 is enough.
+  bool any = false;
+  for (int i = 0; i < 20 && !any; ++i) any = barged(0us);
+  EXPECT_TRUE(any) << "the unlocker never barged past a waiter queued for microseconds";
+}
+
 // ---- CondVar ------------------------------------------------------------------------------
 
 class CondVarP : public testing::TestWithParam<loom::test::PolicyOnProcessors> {};

@@ -76,6 +76,34 @@ TEST(ParkingLot, FifoPerKeyWithMoreAndTokens) {
   EXPECT_EQ(pl::queued_now(), 0u);
 }
 
+// The unparker learns when its waiter parked only if the waiter asked for
+// the stamp (the hybrid mutex does); else since is 0 and no clock is read.
+TEST(ParkingLot, SinceIsStampedOnlyWhenAsked) {
+  Watchdog w;
+  Cluster c(1);
+  int key = 0;
+  for (bool stamp : {false, true}) {
+    std::int64_t before = loom::rt::now_ns(), since = -1;
+    Fibre f(on(c), [&] {
+      pl::ParkOps ops;
+      ops.validate = [](void*) { return true; };
+      ops.stamp = stamp;
+      EXPECT_EQ(pl::park(&key, ops, loom::kForever).result, ParkResult::Unparked);
+    });
+    run_in(c, [&] {
+      while (pl::queued_now() < 1) loom::this_fibre::yield();
+      since = pl::unpark_one(&key).since;
+    });
+    f.join();
+    if (stamp) {
+      EXPECT_GE(since, before);
+      EXPECT_LE(since, loom::rt::now_ns());
+    } else {
+      EXPECT_EQ(since, 0);
+    }
+  }
+}
+
 TEST(ParkingLot, TimedOutHookSaysWhoWasLast) {
   Watchdog w;
   Cluster c(2);
