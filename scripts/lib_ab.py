@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""scripts/lib_ab.py — before/after of a runtime change, in one session.
+
+Runs the same binaries against two builds of libloom.so, interleaved
+(ABBA order per round): the micro rows (micro_loom on CPU 1) and the web
+server's server CPU per request (webserver --processors 1 on CPU 1, wrk -t1
+on CPU 0: a 2 s warm-up, then 6 s measured, CPU from /proc/PID/stat).
+A "before" build is a copy of build/libloom.so* made before the change:
+
+    mkdir /tmp/before && cp -a build/libloom.so* /tmp/before/
+    ... change, rebuild ...
+    scripts/lib_ab.py --before /tmp/before [--after build] [--rounds 3] [--only micro|web]
+
+The binaries find libloom through their RUNPATH; LD_LIBRARY_PATH, which
+the dynamic linker reads first, points each run at one of the builds.
+Prints every run and the medians; asserts nothing.
+"""
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MICRO_ROWS = "yield,create_join,mutex_handoff,sem_pingpong"
+WEB_ROWS = [("keepalive", 100), ("close", 1000), ("keepalive", 1000)]
+
+
+def raise_nofile():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def cpu_ticks(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(f[11]) + int(f[12])
+
+
+def micro(build, lib):
+    env = dict(os.environ, LD_LIBRARY_PATH=lib)
+    out = subprocess.run(["taskset", "-c", "1", f"{build}/apps/bench/micro_loom", "--bench", MICRO_ROWS,
+                          "--duration", "0.3", "--warmup", "0.2", "--repeats", "3"],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    return {d["bench"]: d["ns_per_op"] for d in map(json.loads, out.splitlines())}
+
+
+def web(build, lib, mode, conns, port):
+    env = dict(os.environ, LD_LIBRARY_PATH=lib)
+    srv = subprocess.Popen(["taskset", "-c", "1", f"{build}/apps/webserver/webserver", "--processors", "1",
+                            "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, preexec_fn=raise_nofile)
+    try:
+        time.sleep(0.3)
+        cmd = ["taskset", "-c", "0", "wrk", "-t1", f"-c{conns}", "--timeout", "5s"]
+        if mode == "close":
+            cmd += ["-H", "Connection: close"]
+        url = f"http://127.0.0.1:{port}/plaintext"
+        subprocess.run(cmd + ["-d2s", url], capture_output=True, preexec_fn=raise_nofile, timeout=60)
+        time.sleep(0.2)
+        t0 = cpu_ticks(srv.pid)
+        out = subprocess.run(cmd + ["-d6s", url], capture_output=True, text=True, preexec_fn=raise_nofile,
+                             timeout=60).stdout
+        t1 = cpu_ticks(srv.pid)
+    finally:
+        srv.terminate()
+        srv.wait()
+    m = re.search(r"(\d+) requests in", out)
+    if not m or int(m.group(1)) == 0:
+        sys.exit(f"lib_ab: wrk gave no requests ({mode}, c={conns}): {out[-300:]}")
+    return (t1 - t0) * 1e6 / os.sysconf("SC_CLK_TCK") / int(m.group(1))
+
+
+def median(v):
+    v = sorted(v)
+    return v[len(v) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--before", required=True, help="directory with the before build's libloom.so*")
+    ap.add_argument("--after", default=os.path.join(ROOT, "build"), help="directory with the after build's (default build/)")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="where the binaries are (default build/)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", choices=["micro", "web"])
+    a = ap.parse_args()
+    if a.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    for d in (a.before, a.after):
+        if not os.path.exists(os.path.join(d, "libloom.so.0")):
+            ap.error(f"{d}: no libloom.so.0 there")
+    libs = {"before": a.before, "after": a.after}
+    res = {}
+    port = 18400 + os.getpid() % 1000
+    for r in range(a.rounds):
+        order = ("before", "after") if r % 2 == 0 else ("after", "before")
+        if a.only != "web":
+            for v in order:
+                for row, ns in micro(a.build, libs[v]).items():
+                    res.setdefault(("micro", row), {}).setdefault(v, []).append(ns)
+                print(f"round {r + 1} micro {v:6}: " + " ".join(
+                    f"{row}={res[('micro', row)][v][-1]:.1f}ns" for row in MICRO_ROWS.split(",")), flush=True)
+        if a.only != "micro":
+            for mode, conns in WEB_ROWS:
+                for v in order:
+                    port += 1
+                    us = web(a.build, libs[v], mode, conns, port)
+                    res.setdefault(("web", f"{mode} c={conns}"), {}).setdefault(v, []).append(us)
+                    print(f"round {r + 1} web {mode:9} c={conns:5} {v:6}: {us:.2f} µs CPU/request", flush=True)
+    print(f"medians of {a.rounds} round(s): micro ns per operation, web server CPU µs per request")
+    for (kind, row), v in res.items():
+        b, f = median(v["before"]), median(v["after"])
+        print(f"  {kind:5} {row:22} before {b:9.2f}  after {f:9.2f}  after/before {f / b:.3f}")
+
+
+if __name__ == "__main__":
+    main()
