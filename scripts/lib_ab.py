@@ -26,7 +26,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MICRO_ROWS = "yield,create_join,mutex_handoff,sem_pingpong"
-WEB_ROWS = [("keepalive", 100), ("close", 1000), ("keepalive", 1000)]
+WEB_ROWS = [("keepalive", 100), ("close", 1000), ("keepalive", 1000), ("keepalive", 10000)]
 
 
 def raise_nofile():
@@ -85,9 +85,12 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="where the binaries are (default build/)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", choices=["micro", "web"])
+    ap.add_argument("--connections", type=int, help="web: only the keep-alive row at this many connections")
     a = ap.parse_args()
     if a.rounds < 1:
         ap.error("--rounds must be at least 1")
+    if a.connections is not None and not 1 <= a.connections <= 10000:
+        ap.error("--connections must be 1 to 10000")
     for d in (a.before, a.after):
         if not os.path.exists(os.path.join(d, "libloom.so.0")):
             ap.error(f"{d}: no libloom.so.0 there")
@@ -103,7 +106,8 @@ def main():
                 print(f"round {r + 1} micro {v:6}: " + " ".join(
                     f"{row}={res[('micro', row)][v][-1]:.1f}ns" for row in MICRO_ROWS.split(",")), flush=True)
         if a.only != "micro":
-            for mode, conns in WEB_ROWS:
+            rows = [("keepalive", a.connections)] if a.connections else WEB_ROWS
+            for mode, conns in rows:
                 for v in order:
                     port += 1
                     us = web(a.build, libs[v], mode, conns, port)
