@@ -18,25 +18,17 @@ Prints every run and the medians; asserts nothing.
 import argparse
 import json
 import os
-import re
-import resource
+import statistics
 import subprocess
 import sys
 import time
 
+from bench_common import raise_nofile
+from bench_web import parse_wrk, proc_cpu_ticks, wrk_cmd
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MICRO_ROWS = "yield,create_join,mutex_handoff,sem_pingpong"
 WEB_ROWS = [("keepalive", 100), ("close", 1000), ("keepalive", 1000), ("keepalive", 10000)]
-
-
-def raise_nofile():
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def cpu_ticks(pid):
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return int(f[11]) + int(f[12])
 
 
 def micro(build, lib):
@@ -54,28 +46,19 @@ def web(build, lib, mode, conns, port):
                            stderr=subprocess.DEVNULL, preexec_fn=raise_nofile)
     try:
         time.sleep(0.3)
-        cmd = ["taskset", "-c", "0", "wrk", "-t1", f"-c{conns}", "--timeout", "5s"]
-        if mode == "close":
-            cmd += ["-H", "Connection: close"]
-        url = f"http://127.0.0.1:{port}/plaintext"
-        subprocess.run(cmd + ["-d2s", url], capture_output=True, preexec_fn=raise_nofile, timeout=60)
+        subprocess.run(wrk_cmd(port, conns, 2, mode, "0"), capture_output=True, preexec_fn=raise_nofile, timeout=60)
         time.sleep(0.2)
-        t0 = cpu_ticks(srv.pid)
-        out = subprocess.run(cmd + ["-d6s", url], capture_output=True, text=True, preexec_fn=raise_nofile,
-                             timeout=60).stdout
-        t1 = cpu_ticks(srv.pid)
+        t0 = proc_cpu_ticks(srv.pid)
+        out = subprocess.run(wrk_cmd(port, conns, 6, mode, "0"), capture_output=True, text=True,
+                             preexec_fn=raise_nofile, timeout=60).stdout
+        t1 = proc_cpu_ticks(srv.pid)
     finally:
         srv.terminate()
         srv.wait()
-    m = re.search(r"(\d+) requests in", out)
-    if not m or int(m.group(1)) == 0:
-        sys.exit(f"lib_ab: wrk gave no requests ({mode}, c={conns}): {out[-300:]}")
-    return (t1 - t0) * 1e6 / os.sysconf("SC_CLK_TCK") / int(m.group(1))
-
-
-def median(v):
-    v = sorted(v)
-    return v[len(v) // 2]
+    n = parse_wrk(out)["requests"]
+    if not n or t0 is None or t1 is None:
+        sys.exit(f"lib_ab: no requests or no server CPU figure ({mode}, c={conns}): {out[-300:]}")
+    return (t1 - t0) * 1e6 / os.sysconf("SC_CLK_TCK") / n
 
 
 def main():
@@ -115,7 +98,7 @@ def main():
                     print(f"round {r + 1} web {mode:9} c={conns:5} {v:6}: {us:.2f} µs CPU/request", flush=True)
     print(f"medians of {a.rounds} round(s): micro ns per operation, web server CPU µs per request")
     for (kind, row), v in res.items():
-        b, f = median(v["before"]), median(v["after"])
+        b, f = statistics.median(v["before"]), statistics.median(v["after"])
         print(f"  {kind:5} {row:22} before {b:9.2f}  after {f:9.2f}  after/before {f / b:.3f}")
 
 
