@@ -657,6 +657,43 @@ TEST(Io, LazyRegistrationSkipsConnectionsThatNeverBlock) {
   }
 }
 
+// A processor asleep in the poller that finds work for itself there (a
+// background fibre's socket, queued on the cluster's background queue like
+// the web server's acceptor) is awake already: it must not wake itself
+// (an eventfd write, then a spurious return of its next sleep).
+TEST(Io, AProcessorDoesNotWakeItselfForWorkItsSleepFound) {
+  loom::Cluster c(1);
+  int p[2];
+  on_fibre([&] { tcp_pair(p); });
+  loom::FibreAttr attr;
+  attr.cluster = &c;
+  attr.background = true;
+  loom::Fibre echo(attr, [&] {
+    char ch;
+    while (io::read(p[0], &ch, 1) == 1) io::write(p[0], &ch, 1);
+  });
+  // From a kernel thread, so that only the poller wakes the processor.
+  auto round_trip = [&] {
+    char ch = 'x';
+    ASSERT_EQ(io::write(p[1], &ch, 1), 1);
+    ASSERT_EQ(io::read(p[1], &ch, 1), 1);
+  };
+  round_trip();
+  std::this_thread::sleep_for(20ms);  // the processor goes back to sleep
+  std::uint64_t wakes = c.stats().wakes;
+  for (int i = 0; i < 20; ++i) {
+    round_trip();
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_EQ(c.stats().wakes - wakes, 0u);
+  ::shutdown(p[1], SHUT_WR);  // the echo loop reads end of file
+  echo.join();
+  on_fibre([&] {
+    io::close(p[0]);
+    io::close(p[1]);
+  });
+}
+
 // A fibre that spins on yield, alone in its processor's queue, must not
 // keep the fibres blocked on that processor from waking: a yield that finds
 // nobody else still lets the poller and the timers look now and then.

@@ -248,6 +248,11 @@ bool Cluster::wake_one() {
     list_append(*p, ListState::busy);
     p->idle.store(false, std::memory_order_relaxed);
   }
+  // The caller itself, still on the idle list while it delivers what its
+  // sleep in the poller found: it is awake and looks for work next. Waking
+  // it cost an eventfd write, then a return of epoll_wait and a read at its
+  // next sleep (0.8 of each per request with Connection: close at 1,000).
+  if (p == this_processor()) return true;
   p->wakes.fetch_add(1, std::memory_order_relaxed);
   p->wake_up();
   return true;
