@@ -11,6 +11,9 @@ A "before" build is a copy of build/libloom.so* made before the change:
     ... change, rebuild ...
     scripts/lib_ab.py --before /tmp/before [--after build] [--rounds 3] [--only micro|web]
 
+A variant selected by a LOOM_* variable is compared the same way, with one
+build: --before build --before-env LOOM_WAIT_FIRST=off.
+
 The binaries find libloom through their RUNPATH; LD_LIBRARY_PATH, which
 the dynamic linker reads first, points each run at one of the builds.
 Prints every run and the medians; asserts nothing.
@@ -31,16 +34,16 @@ MICRO_ROWS = "yield,create_join,mutex_handoff,sem_pingpong"
 WEB_ROWS = [("keepalive", 100), ("close", 1000), ("keepalive", 1000), ("keepalive", 10000)]
 
 
-def micro(build, lib):
-    env = dict(os.environ, LD_LIBRARY_PATH=lib)
+def micro(build, lib, extra_env):
+    env = dict(os.environ, LD_LIBRARY_PATH=lib, **extra_env)
     out = subprocess.run(["taskset", "-c", "1", f"{build}/apps/bench/micro_loom", "--bench", MICRO_ROWS,
                           "--duration", "0.3", "--warmup", "0.2", "--repeats", "3"],
                          env=env, capture_output=True, text=True, check=True).stdout
     return {d["bench"]: d["ns_per_op"] for d in map(json.loads, out.splitlines())}
 
 
-def web(build, lib, mode, conns, port):
-    env = dict(os.environ, LD_LIBRARY_PATH=lib)
+def web(build, lib, extra_env, mode, conns, port):
+    env = dict(os.environ, LD_LIBRARY_PATH=lib, **extra_env)
     srv = subprocess.Popen(["taskset", "-c", "1", f"{build}/apps/webserver/webserver", "--processors", "1",
                             "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, preexec_fn=raise_nofile)
@@ -68,8 +71,17 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="where the binaries are (default build/)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", choices=["micro", "web"])
-    ap.add_argument("--connections", type=int, help="web: only the keep-alive row at this many connections")
+    ap.add_argument("--connections", type=int, help="web: only one row (keep-alive unless --close), at this many connections")
+    ap.add_argument("--close", action="store_true", help="web: with --connections, the Connection: close row")
+    ap.add_argument("--before-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="set for the before runs only (repeatable)")
     a = ap.parse_args()
+    before_env = {}
+    for kv in a.before_env:
+        name, eq, value = kv.partition("=")
+        if not eq or not name:
+            ap.error(f"--before-env {kv!r}: expected NAME=VALUE")
+        before_env[name] = value
     if a.rounds < 1:
         ap.error("--rounds must be at least 1")
     if a.connections is not None and not 1 <= a.connections <= 10000:
@@ -78,22 +90,23 @@ def main():
         if not os.path.exists(os.path.join(d, "libloom.so.0")):
             ap.error(f"{d}: no libloom.so.0 there")
     libs = {"before": a.before, "after": a.after}
+    envs = {"before": before_env, "after": {}}
     res = {}
     port = 18400 + os.getpid() % 1000
     for r in range(a.rounds):
         order = ("before", "after") if r % 2 == 0 else ("after", "before")
         if a.only != "web":
             for v in order:
-                for row, ns in micro(a.build, libs[v]).items():
+                for row, ns in micro(a.build, libs[v], envs[v]).items():
                     res.setdefault(("micro", row), {}).setdefault(v, []).append(ns)
                 print(f"round {r + 1} micro {v:6}: " + " ".join(
                     f"{row}={res[('micro', row)][v][-1]:.1f}ns" for row in MICRO_ROWS.split(",")), flush=True)
         if a.only != "micro":
-            rows = [("keepalive", a.connections)] if a.connections else WEB_ROWS
+            rows = [("close" if a.close else "keepalive", a.connections)] if a.connections else WEB_ROWS
             for mode, conns in rows:
                 for v in order:
                     port += 1
-                    us = web(a.build, libs[v], mode, conns, port)
+                    us = web(a.build, libs[v], envs[v], mode, conns, port)
                     res.setdefault(("web", f"{mode} c={conns}"), {}).setdefault(v, []).append(us)
                     print(f"round {r + 1} web {mode:9} c={conns:5} {v:6}: {us:.2f} µs CPU/request", flush=True)
     print(f"medians of {a.rounds} round(s): micro ns per operation, web server CPU µs per request")
