@@ -657,6 +657,66 @@ TEST(Io, LazyRegistrationSkipsConnectionsThatNeverBlock) {
   }
 }
 
+// A connection's first read (io.cpp): while a listener's connections send
+// only after their accept, the first read waits for the edge instead of
+// trying (seen here as a registration of a connection whose bytes were
+// already in); once they send first, probes bring the score down and the
+// first read tries again (no registration). Every byte arrives either way.
+TEST(Io, AFirstReadWaitsWhileAListenersClientsSendLate) {
+  for (bool wait_first : {true, false}) {
+    loom::SchedConfig cfg;
+    cfg.wait_first = wait_first;
+    loom::Cluster c(1, cfg);
+    loom::FibreAttr attr;
+    attr.cluster = &c;
+    loom::Fibre(attr, [&] {
+      int port;
+      int l = listener(&port);
+      // Sends first: the byte is in before the accept.
+      auto early = [&] {
+        int a = connect_to(port);
+        EXPECT_EQ(io::write(a, "e", 1), 1);
+        int b = io::accept4(l, nullptr, nullptr, 0);
+        std::uint64_t before = c.stats().registrations;
+        char ch = 0;
+        EXPECT_EQ(io::read(b, &ch, 1), 1);
+        EXPECT_EQ(ch, 'e');
+        std::uint64_t registered = c.stats().registrations - before;
+        io::close(a);
+        io::close(b);
+        return registered;
+      };
+      // Sends late: only once the server's read has registered to wait.
+      for (int i = 0; i < 8; ++i) {
+        int a = connect_to(port);
+        int b = io::accept4(l, nullptr, nullptr, 0);
+        std::uint64_t before = c.stats().registrations;
+        std::thread late([&] {
+          while (c.stats().registrations == before) std::this_thread::sleep_for(100us);
+          EXPECT_EQ(io::write(a, "l", 1), 1);
+        });
+        char ch = 0;
+        EXPECT_EQ(io::read(b, &ch, 1), 1);
+        EXPECT_EQ(ch, 'l');
+        late.join();
+        io::close(a);
+        io::close(b);
+      }
+      // The first three after: no probe among them, so each waits first.
+      std::uint64_t waited = 0;
+      for (int i = 0; i < 3; ++i) waited += early();
+      EXPECT_EQ(waited, wait_first ? 3u : 0u);
+      // Probes find the bytes in: the score comes down within 2 probes
+      // (one connection in 16), and first reads try again.
+      for (int i = 0; i < 32; ++i) early();
+      waited = 0;
+      for (int i = 0; i < 10; ++i) waited += early();
+      EXPECT_EQ(waited, 0u);
+      io::close(l);
+    }).join();
+  }
+}
+
 // A processor asleep in the poller that finds work for itself there (a
 // background fibre's socket, queued on the cluster's background queue like
 // the web server's acceptor) is awake already: it must not wake itself

@@ -11,6 +11,7 @@
 //
 // The scheduler and I/O variants come from LOOM_* variables (config.hpp):
 // LOOM_POLLER, LOOM_POLLER_SLEEP, LOOM_LAZY_REGISTER, LOOM_YIELD_BEFORE_READ,
+// LOOM_WAIT_FIRST,
 // and the default cluster's size from LOOM_PROCESSORS or the affinity mask
 // (taskset -c 1: one processor). The row's variant names every setting that
 // differs from the default ("" for the default configuration).
@@ -48,6 +49,7 @@ std::string io_variant(const loom::SchedConfig& c) {
   if (c.lazy_register != d.lazy_register) add(std::string("lazy_register=") + (c.lazy_register ? "on" : "off"));
   if (c.yield_before_read != d.yield_before_read)
     add(std::string("yield_before_read=") + (c.yield_before_read ? "on" : "off"));
+  if (c.wait_first != d.wait_first) add(std::string("wait_first=") + (c.wait_first ? "on" : "off"));
   if (c.io != d.io) add(std::string("io=") + loom::to_string(c.io));
   if (!g_background_acceptor) add("acceptor=normal");
   return v;

@@ -29,6 +29,9 @@
 //                              longest interval between polls (µs)
 //   LOOM_LAZY_REGISTER=on|off  register an fd with epoll only once it blocks
 //   LOOM_YIELD_BEFORE_READ=on|off  input calls yield before the syscall
+//   LOOM_WAIT_FIRST=on|off     a new connection's first read waits for its
+//                              first bytes without trying, while that
+//                              listener's recent first reads found none
 //   LOOM_PIN=on|off            pin each processor's kernel thread to the PU
 //                              it was assigned (default off; see topo.hpp)
 //   LOOM_TOPOLOGY=DESC         use this hwloc synthetic topology instead of
@@ -111,6 +114,12 @@ struct SchedConfig {
   IoBackend io = IoBackend::epoll;
   bool lazy_register = true;
   bool yield_before_read = true;
+  // The first read of a connection accepted by a blocking accept waits for
+  // the socket's first edge instead of trying read(2), as long as probes
+  // of that listener (one connection in 16) find its first reads empty:
+  // clients that connect and then send each spent an EAGAIN read per
+  // connection (runtime/io/io.cpp, "A connection's first read").
+  bool wait_first = true;
   // Pin each processor's kernel thread to its PU (Processor::pu(), handed out
   // round robin over the machine's PUs in processor creation order).
   bool pin = false;

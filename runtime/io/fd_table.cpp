@@ -44,6 +44,8 @@ void FdEntry::describe(std::uint8_t k, bool user_nb, bool is_stream, bool is_sha
   in_drained.store(false, std::memory_order_relaxed);
   in_full.store(false, std::memory_order_relaxed);
   hup.store(false, std::memory_order_relaxed);
+  probe_for.store(-1, std::memory_order_relaxed);
+  first_read_score.store(0, std::memory_order_relaxed);
   registered.store(nullptr, std::memory_order_relaxed);
   in.ready.clear_token();
   out.ready.clear_token();

@@ -53,6 +53,9 @@ struct FdEntry {
   // A read returned less than asked while registered: the receive queue was
   // empty then, and any later arrival raises an edge (epoll(7)), so the next
   // read may wait for that edge instead of spending a system call on EAGAIN.
+  // Also set on a connection just accepted whose first read should wait
+  // (io.cpp, "A connection's first read"): the wait registers it, and a
+  // registration reports bytes already there.
   std::atomic<bool> in_drained{false};
   // The last read filled the caller's buffer: more is probably queued, so
   // the next read does not yield first (yield-before-read is for reads that
@@ -73,6 +76,13 @@ struct FdEntry {
   // not been reaped. Each holds the file open; close waits for them.
   std::atomic<std::uint32_t> ring_requests{0};
   FdSide in, out;
+  // After the hot part, read once per connection (io.cpp, "A connection's
+  // first read"). A connection's: the listener whose score its first read's
+  // outcome goes to (-1: none). A listener's: how often its connections'
+  // first reads found nothing lately, and its accepts mod 256.
+  std::atomic<std::int32_t> probe_for{-1};
+  std::atomic<std::int8_t> first_read_score{0};
+  std::atomic<std::uint8_t> accepts{0};
 
   // Records what the number refers to now (a descriptor loom made, adopted
   // or copied): fresh per-use hints, no token from a former holder of the

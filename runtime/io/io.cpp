@@ -272,6 +272,40 @@ void note_input(FdEntry& e, long r, std::size_t want) {
   if (full != e.in_full.load(std::memory_order_relaxed)) e.in_full.store(full, std::memory_order_relaxed);
 }
 
+// ---- A connection's first read ---------------------------------------------------
+//
+// A client connects, then sends: a server that accepts at once and reads
+// finds nothing, pays read(2) for its EAGAIN and then waits. The epoll loop
+// never tries: it adds the socket and waits for the edge. So each listener
+// keeps a score of its connections' first reads: one that found nothing
+// raises it, one that found bytes lowers it four times as fast (the
+// accept found the request already in: TCP_DEFER_ACCEPT, a backlog). At
+// kWaitFirst and above, a new connection's first read waits for the edge
+// without trying, except one connection in 16 that still tries and reports
+// (the probe that lets the score come down). Waiting on a socket that has
+// bytes costs a registration and a round through the poller, which is why
+// the score must come down fast.
+constexpr std::int8_t kWaitFirst = 4, kScoreMax = 8, kScoreMin = -8;
+
+void first_read_policy(int listener, FdEntry& l, FdEntry& e) {
+  std::uint8_t n = std::uint8_t(l.accepts.load(std::memory_order_relaxed) + 1);
+  l.accepts.store(n, std::memory_order_relaxed);
+  if (l.first_read_score.load(std::memory_order_relaxed) >= kWaitFirst && (n & 15) != 0)
+    e.in_drained.store(true, std::memory_order_relaxed);
+  else
+    e.probe_for.store(listener, std::memory_order_relaxed);
+}
+
+void first_read_seen(FdEntry& e, bool empty) {
+  int listener = e.probe_for.load(std::memory_order_relaxed);
+  e.probe_for.store(-1, std::memory_order_relaxed);
+  FdEntry* l = table().get(listener);
+  if (!l) return;
+  int s = l->first_read_score.load(std::memory_order_relaxed) + (empty ? 1 : -4);
+  l->first_read_score.store(std::int8_t(s > kScoreMax ? kScoreMax : s < kScoreMin ? kScoreMin : s),
+                            std::memory_order_relaxed);
+}
+
 // The generic wrapper; returns the result or -errno. `want`: bytes asked of
 // a plain read (0 for other calls), for the drained-queue shortcut.
 template <typename Op>
@@ -293,9 +327,11 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
   long r;
   IoState* io = e->registered.load(std::memory_order_relaxed);
   bool ring = rs && io && io->ring_reads && io == p->cluster().io.load(std::memory_order_relaxed);
-  if (want && e->in_drained.load(std::memory_order_relaxed) && !e->hup.load(std::memory_order_relaxed) && io) {
+  if (want && e->in_drained.load(std::memory_order_relaxed) && !e->hup.load(std::memory_order_relaxed)) {
     // Nothing has arrived unless the poller saw an edge: wait for it (or,
-    // on io_uring, have the ring read when it arrives).
+    // on io_uring, have the ring read when it arrives). An unregistered
+    // descriptor (a connection's first read) is registered by the wait,
+    // and a registration reports what is there already.
     e->in_drained.store(false, std::memory_order_relaxed);
     if (ring)
       r = ring_read(fd, *e, *io, *rs, op, d, timeout_err);
@@ -305,6 +341,7 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
     if (input && p->cluster().config().yield_before_read && !(want && e->in_full.load(std::memory_order_relaxed)))
       p->yield();
     r = syscall_op(op);
+    if (want && !io && e->probe_for.load(std::memory_order_relaxed) >= 0) first_read_seen(*e, r == -EAGAIN);
     if (r == -EAGAIN) {
       // Found empty: on io_uring the ring reads when bytes arrive.
       if (ring && e->registered.load(std::memory_order_relaxed) == io)
@@ -511,7 +548,13 @@ int accept4_until(int fd, sockaddr* addr, socklen_t* len, int flags, Deadline d)
       fd, kIn, [&] { return rt::sys::accept4(fd, addr, len, flags | SOCK_NONBLOCK); }, d, d == kForever ? EAGAIN : ETIMEDOUT);
   if (r >= 0) {
     rt::FdEntry* l = rt::table().get(fd);
-    rt::adopt(int(r), (flags & SOCK_NONBLOCK) != 0, !rt::lazy_here(), l && l->stream.load(std::memory_order_relaxed));
+    bool stream = l && l->stream.load(std::memory_order_relaxed);
+    rt::adopt(int(r), (flags & SOCK_NONBLOCK) != 0, !rt::lazy_here(), stream);
+    // A connection the program reads blocking, on a processor: see "A
+    // connection's first read".
+    rt::Processor* p = rt::io_processor();
+    if (stream && !(flags & SOCK_NONBLOCK) && p && p->cluster().config().wait_first)
+      if (rt::FdEntry* e = rt::table().get(int(r))) rt::first_read_policy(fd, *l, *e);
   }
   return int(finish(r));
 }

@@ -49,6 +49,7 @@ SchedConfig SchedConfig::from_env() {
   c.io = static_cast<IoBackend>(env_choice("LOOM_IO", {"epoll", "uring"}, int(c.io)));
   c.lazy_register = env_bool("LOOM_LAZY_REGISTER", c.lazy_register);
   c.yield_before_read = env_bool("LOOM_YIELD_BEFORE_READ", c.yield_before_read);
+  c.wait_first = env_bool("LOOM_WAIT_FIRST", c.wait_first);
   c.pin = env_bool("LOOM_PIN", c.pin);
   c.stall_ms = unsigned(env_size("LOOM_STALL_MS", c.stall_ms, 0, 3'600'000));
   return c;
@@ -63,7 +64,7 @@ std::string SchedConfig::describe() const {
               : std::string()) +
          (io == IoBackend::uring ? " io=uring" : "") + " lazy=" + (lazy_register ? "on" : "off") + " ybr=" + (yield_before_read ? "on" : "off") +
          // Only when on: the default summary stays what scripts and process_test compare against.
-         (pin ? " pin=on" : "") + (steal_fence == StealFence::membarrier ? " fence=membarrier" : "") + (stall_ms ? " stall=" + std::to_string(stall_ms) + "ms" : std::string());
+         (pin ? " pin=on" : "") + (wait_first ? "" : " wait_first=off") + (steal_fence == StealFence::membarrier ? " fence=membarrier" : "") + (stall_ms ? " stall=" + std::to_string(stall_ms) + "ms" : std::string());
 }
 
 }  // namespace loom
