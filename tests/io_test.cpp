@@ -215,6 +215,16 @@ void on_fibre(F&& f) {
   loom::Fibre(std::forward<F>(f)).join();
 }
 
+// Or on a fibre of a new 1-processor cluster configured so; `c` is the
+// cluster, for its counters.
+template <typename F>
+void on_fibre_configured(const loom::SchedConfig& cfg, F&& f) {
+  loom::Cluster c(1, cfg);
+  loom::FibreAttr attr;
+  attr.cluster = &c;
+  loom::Fibre(attr, [&] { f(c); }).join();
+}
+
 TEST(Io, PeerClosingMidReadGivesEof) {
   on_fibre([] {
     int p[2];
@@ -631,10 +641,7 @@ TEST(Io, LazyRegistrationSkipsConnectionsThatNeverBlock) {
   for (bool lazy : {true, false}) {
     loom::SchedConfig cfg;
     cfg.lazy_register = lazy;
-    loom::Cluster c(1, cfg);
-    loom::FibreAttr attr;
-    attr.cluster = &c;
-    loom::Fibre(attr, [&] {
+    on_fibre_configured(cfg, [&](loom::Cluster&) {
       int port;
       int l = listener(&port);
       io::Stats before = io::stats();
@@ -653,7 +660,7 @@ TEST(Io, LazyRegistrationSkipsConnectionsThatNeverBlock) {
       else
         EXPECT_GE(after.registrations - before.registrations, 40u);
       io::close(l);
-    }).join();
+    });
   }
 }
 
@@ -666,10 +673,7 @@ TEST(Io, AFirstReadWaitsWhileAListenersClientsSendLate) {
   for (bool wait_first : {true, false}) {
     loom::SchedConfig cfg;
     cfg.wait_first = wait_first;
-    loom::Cluster c(1, cfg);
-    loom::FibreAttr attr;
-    attr.cluster = &c;
-    loom::Fibre(attr, [&] {
+    on_fibre_configured(cfg, [&](loom::Cluster& c) {
       int port;
       int l = listener(&port);
       // Sends first: the byte is in before the accept.
@@ -713,7 +717,7 @@ TEST(Io, AFirstReadWaitsWhileAListenersClientsSendLate) {
       for (int i = 0; i < 10; ++i) waited += early();
       EXPECT_EQ(waited, 0u);
       io::close(l);
-    }).join();
+    });
   }
 }
 
