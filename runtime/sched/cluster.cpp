@@ -249,10 +249,13 @@ bool Cluster::wake_one() {
     p->idle.store(false, std::memory_order_relaxed);
   }
   // The caller itself, still on the idle list while it delivers what its
-  // sleep in the poller found: it is awake and looks for work next. Waking
-  // it cost an eventfd write, then a return of epoll_wait and a read at its
-  // next sleep (0.8 of each per request with Connection: close at 1,000).
-  if (p == this_processor()) return true;
+  // sleep in the poller found: it is awake and looks for work as soon as
+  // the sleep returns. Waking it cost an eventfd write, then a return of
+  // epoll_wait and a read at its next sleep (0.8 of each per request with
+  // Connection: close at 1,000). Only inside that sleep (sleeping_in set):
+  // a processor that makes work in its last look before sleeping, or in an
+  // extension's before_sleep, must get the post that stops its sleep.
+  if (p == this_processor() && p->sleeping_in.load(std::memory_order_relaxed)) return true;
   p->wakes.fetch_add(1, std::memory_order_relaxed);
   p->wake_up();
   return true;
