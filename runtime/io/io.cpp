@@ -104,9 +104,10 @@ FdTable& table() {
 
 // Sets up the entry of a descriptor loom just created: non-blocking
 // underneath, `user_nonblock` as the program asked.
-void adopt(int fd, bool user_nonblock, bool eager_register, bool stream, bool sock = true) {
+// Returns the entry (nullptr: a number beyond the table).
+FdEntry* adopt(int fd, bool user_nonblock, bool eager_register, bool stream, bool sock = true) {
   FdEntry* e = table().get(fd);
-  if (!e) return;
+  if (!e) return nullptr;
   // The number's former file was closed behind loom's back (without
   // io::close or forget): an io_uring registration still holds it open.
   if (IoState* old = e->registered.load(std::memory_order_acquire); old && old->uring) {
@@ -118,6 +119,7 @@ void adopt(int fd, bool user_nonblock, bool eager_register, bool stream, bool so
   e->sock.store(sock, std::memory_order_relaxed);
   if (eager_register)
     if (Processor* p = this_processor()) io_register(io_state(p->cluster()), fd, *e);
+  return e;
 }
 
 bool lazy_here() {
@@ -549,12 +551,12 @@ int accept4_until(int fd, sockaddr* addr, socklen_t* len, int flags, Deadline d)
   if (r >= 0) {
     rt::FdEntry* l = rt::table().get(fd);
     bool stream = l && l->stream.load(std::memory_order_relaxed);
-    rt::adopt(int(r), (flags & SOCK_NONBLOCK) != 0, !rt::lazy_here(), stream);
+    rt::FdEntry* e = rt::adopt(int(r), (flags & SOCK_NONBLOCK) != 0, !rt::lazy_here(), stream);
     // A connection the program reads blocking, on a processor: see "A
     // connection's first read".
     rt::Processor* p = rt::io_processor();
-    if (stream && !(flags & SOCK_NONBLOCK) && p && p->cluster().config().wait_first)
-      if (rt::FdEntry* e = rt::table().get(int(r))) rt::first_read_policy(fd, *l, *e);
+    if (e && stream && !(flags & SOCK_NONBLOCK) && p && p->cluster().config().wait_first)
+      rt::first_read_policy(fd, *l, *e);
   }
   return int(finish(r));
 }
