@@ -37,6 +37,7 @@
 #include "loom/fibre.hpp"
 #include "sched/cluster.hpp"
 #include "sched/processor.hpp"
+#include "sched/tls.hpp"
 
 namespace loom::capi {
 
@@ -236,6 +237,7 @@ void trampoline(void* p) {
   // (libloom-pthread makes its one kernel thread a plain one), where this
   // thread is the last: the process ends with status 0, as POSIX says.
   if (!now) std::exit(0);
+  if (now->tcb) rt::tls::run_tls_destructors();  // C++ thread_locals: before the keys, as glibc
   finish(t, now);
 }
 
@@ -469,6 +471,7 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
   fa.cluster = reinterpret_cast<loom::Cluster*>(attr->_loom_cluster);
   fa.color = attr->_loom_color;  // loom_attr_setcolor (capi/color.cpp)
   fa.color_shared = attr->_loom_color_shared != 0;
+  fa.own_tls = true;  // a thread of the program's: its own thread-locals, where they are on
   const bool detached = attr->_loom_detachstate == LOOM_CREATE_DETACHED;
   if (detached) t->state.store(kClaimed | kDetached, std::memory_order_relaxed);
   *thread = t->id;  // before the fibre can run (POSIX)

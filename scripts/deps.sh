@@ -4,7 +4,8 @@
 #                           fetch (curl, dpkg-source, xz, patch) and Debian's
 #                           memcached build-depends (libevent, SASL, OpenSSL)
 #   scripts/deps.sh test    build + GoogleTest, valgrind, gdb, curl, python3, wrk, zstd and xz
-#                           (real threaded programs run on libloom-pthread); memcached's
+#                           (real threaded programs run on libloom-pthread), perl, procps and
+#                           ripgrep (programs whose state is in thread-locals: tests/tls); memcached's
 #                           t/*.t modules, Debian's memcached, libmemcached and pymemcache
 #                           (tests/memcached)
 #   scripts/deps.sh bench   test + Boost.Fiber, wrk, nginx, Go, memcached, gnuplot,
@@ -16,6 +17,7 @@ group=${1:-test}
 build=(g++ make cmake pkg-config libboost-context-dev libhwloc-dev liburing-dev
        curl ca-certificates dpkg-dev xz-utils patch libevent-dev libsasl2-dev libssl-dev)
 test=("${build[@]}" libgtest-dev googletest valgrind gdb curl python3 libboost-fiber-dev wrk zstd xz-utils
+      perl procps ripgrep
       libio-socket-ssl-perl sasl2-bin memcached libmemcached-tools libmemcached-dev python3-pymemcache)
 bench=("${test[@]}" wrk nginx-light golang-go memcached libmemcached-tools gnuplot-nox clang libclang-rt-14-dev)
 

@@ -11,10 +11,16 @@
 //                time / 2n.
 //   sem_pingpong two threads pinned to that CPU ping-pong through two POSIX
 //                semaphores (sem_post / sem_wait); ns per pass, time / 2n.
+//
+// The same binary, unmodified, under LD_PRELOAD=libloom-pthread.so with
+// LOOM_PROCESSORS=1 is scripts/bench micro's `preload` row (and, with
+// LOOM_TLS=off, `preload-notls`): the pthread route's switch, with and
+// without installing each thread's own thread control block.
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,7 +68,10 @@ double pinned_pair(F& fn) {
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(g_cpu, &set);
-  check(pthread_attr_setaffinity_np(&attr, sizeof set, &set), "pthread_attr_setaffinity_np");
+  // Under libloom-pthread (scripts/bench's preload rows) threads are fibres
+  // and have no affinity (ENOSYS): they share the processor taskset gave it.
+  if (int e = pthread_attr_setaffinity_np(&attr, sizeof set, &set); e != ENOSYS)
+    check(e, "pthread_attr_setaffinity_np");
   Arg a0{&fn, 0}, a1{&fn, 1};
   pthread_t a, b;
   std::uint64_t t0 = bench::now_ns();

@@ -73,6 +73,7 @@
 #include "loom/loom.h"
 #include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
+#include "sched/tls.hpp"
 
 // glibc declares most pointer arguments here nonnull; the checks are kept for
 // callers that reach these through casts or dlsym (EINVAL, as loom.h does).
@@ -143,6 +144,35 @@ std::size_t loom_default_stack() {
   return n;
 }
 
+// glibc's own default for a new thread (the RLIMIT_STACK soft limit, or its
+// architecture default when that is unlimited), asked of glibc itself.
+std::size_t glibc_default_stack() {
+  static const std::size_t n = [] {
+    int (*getdefault)(pthread_attr_t*) = nullptr;
+    int (*getsize)(const pthread_attr_t*, size_t*) = nullptr;
+    int (*destroy)(pthread_attr_t*) = nullptr;
+    rt::sys::find_symbol(getdefault, "libc.so.6", "pthread_getattr_default_np");
+    rt::sys::find_symbol(getsize, "libc.so.6", "pthread_attr_getstacksize");
+    rt::sys::find_symbol(destroy, "libc.so.6", "pthread_attr_destroy");
+    std::size_t size = 0;
+    pthread_attr_t a;
+    if (getdefault && getsize && getdefault(&a) == 0) {
+      getsize(&a, &size);
+      if (destroy) destroy(&a);
+    }
+    return size ? size : std::size_t(8) << 20;
+  }();
+  return n;
+}
+
+// A thread without a stack size gets what glibc would give it, unless
+// LOOM_STACK_SIZE says otherwise: address space reserved, committed only
+// where touched, so an idle thread costs the pages it used, as on glibc.
+std::size_t thread_default_stack() {
+  static const bool loom_sized = std::getenv("LOOM_STACK_SIZE") != nullptr;
+  return loom_sized ? loom_default_stack() : glibc_default_stack();
+}
+
 // ---- glibc's own functions, for callers that are not loom's -------------------------
 
 struct Glibc {
@@ -192,6 +222,10 @@ void after_fork_in_child() {
 __attribute__((constructor(110))) void register_fork_handler() {
   __register_atfork(nullptr, nullptr, &after_fork_in_child, &__dso_handle);
 }
+
+// Every thread the program creates gets its own thread-locals (sched/tls.hpp):
+// on from here, on main(), before the program's constructors run.
+__attribute__((constructor(111))) void enable_thread_locals() { rt::tls::enable(); }
 
 // ---- glibc's cleanup buffers ---------------------------------------------------------------
 //
@@ -295,7 +329,7 @@ int pthread_attr_setstacksize(pthread_attr_t* a, size_t size) {
 int pthread_attr_getstacksize(const pthread_attr_t* a, size_t* size) {
   const Attr* r = attr_of(a);
   if (!r || !size) return EINVAL;
-  *size = r->stacksize ? r->stacksize : loom_default_stack();
+  *size = r->stacksize ? r->stacksize : thread_default_stack();
   return 0;
 }
 
@@ -319,7 +353,7 @@ int pthread_attr_getstack(const pthread_attr_t* a, void** addr, size_t* size) {
   const Attr* r = attr_of(a);
   if (!r || !addr || !size) return EINVAL;
   *addr = r->stackaddr;  // null unless the attribute came from pthread_getattr_np
-  *size = r->stacksize ? r->stacksize : loom_default_stack();
+  *size = r->stacksize ? r->stacksize : thread_default_stack();
   return 0;
 }
 
@@ -446,7 +480,7 @@ int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)
   loom_attr_t la;
   loom_attr_init(&la);
   loom_attr_setdetachstate(&la, r->detach == PTHREAD_CREATE_DETACHED ? LOOM_CREATE_DETACHED : LOOM_CREATE_JOINABLE);
-  if (r->stacksize) loom_attr_setstacksize(&la, r->stacksize);
+  loom_attr_setstacksize(&la, r->stacksize ? r->stacksize : thread_default_stack());
   loom_attr_setguardsize(&la, r->guardsize);
   int e = loom_create(thread, &la, start, arg);
   loom_attr_destroy(&la);

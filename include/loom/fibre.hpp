@@ -45,6 +45,11 @@ struct FibreAttr {
   // and holds it until it exits, also while blocked; 0: uncolored.
   std::uint32_t color = 0;
   bool color_shared = false;   // hold the color shared (overlaps other shared work)
+  // A thread control block of its own, with every module's thread-locals,
+  // as glibc gives a new thread: set by the C API's loom_create (so by
+  // libloom-pthread's pthread_create); takes effect only once per-fibre TLS
+  // is on (libloom-pthread turns it on; docs/DESIGN.md).
+  bool own_tls = false;
 };
 
 class Fibre {

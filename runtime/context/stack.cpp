@@ -76,6 +76,11 @@ Stack StackCache::get(std::size_t size) {
 
 void StackCache::put(Stack s) noexcept {
   if (slots_.size() >= kCapacity) return stack_release(s);
+  // A large stack (glibc-sized, the pthread routes' default) goes into the
+  // cache with only its top still committed, as glibc gives a finished
+  // thread's stack back to the kernel below its last frames: a thread that
+  // once recursed deep must not keep that memory for the next one.
+  if (s.size > kKeepCommittedAbove) madvise(s.lo(), s.size - kKeepCommitted, MADV_DONTNEED);
   if (slots_.capacity() == 0) {
     try {
       slots_.reserve(kCapacity);

@@ -22,6 +22,10 @@
 namespace loom::rt {
 
 inline constexpr std::size_t kGuardSize = 4096;
+// Stacks larger than this are cached with only their top kKeepCommitted
+// bytes left committed (StackCache::put).
+inline constexpr std::size_t kKeepCommittedAbove = std::size_t(1) << 20;
+inline constexpr std::size_t kKeepCommitted = std::size_t(64) << 10;
 
 struct Stack {
   char* base = nullptr;  // start of the mapping: the guard page

@@ -7,6 +7,7 @@
 #include "base/futex.hpp"
 #include "sched/cluster.hpp"
 #include "sched/processor.hpp"
+#include "sched/tls.hpp"
 
 namespace loom::rt {
 
@@ -63,9 +64,24 @@ Fibre* create_fibre(const FibreAttr& attr, std::size_t payload, std::size_t alig
 
   Processor* p = this_processor();
   if (!p) count(*c, Stat::stack_misses);
+  const std::size_t tls_bytes = attr.own_tls ? tls::reserve() : 0;
+  if (tls_bytes) size += tls_bytes;
   Stack s = p ? p->stacks().get(size) : stack_allocate(size);
   auto* f = new (align_down(s.hi() - sizeof(Fibre), 64)) Fibre;
   char* below = reinterpret_cast<char*>(f);
+  if (tls_bytes) {
+    try {
+      f->tcb = tls::make(below);
+    } catch (...) {
+      f->~Fibre();
+      if (p)
+        p->stacks().put(s);
+      else
+        stack_release(s);
+      throw;
+    }
+    below -= tls_bytes;
+  }
   if (payload) {
     below = align_down(below - payload, align < 16 ? 16 : align);
     *payload_out = below;
@@ -96,6 +112,7 @@ void start_fibre(Fibre* f, void (*fn)(void*), void* arg) {
 }
 
 void release_fibre(Fibre* f) noexcept {
+  if (f->tcb) tls::destroy(f->tcb);
   Stack s = f->stack;
   f->~Fibre();
   if (Processor* p = this_processor())

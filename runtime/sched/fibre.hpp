@@ -75,6 +75,9 @@ class Fibre {
   // places it instead of the cluster; at exit fibre_held_exit_hook runs.
   void* held = nullptr;
   bool pinned = false;  // never stolen: stays on its affinity processor
+  // Its thread control block (sched/tls.hpp), installed whenever it runs;
+  // null: it runs on its processor's home block.
+  void* tcb = nullptr;
 
   // Diagnostics: what it waits for (WaitKind) and the live-fibre list it is
   // on (sched/stats.hpp), from start to exit.

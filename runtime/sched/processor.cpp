@@ -12,6 +12,7 @@
 #include "sched/cluster.hpp"
 #include "sched/extension.hpp"
 #include "sched/overflow.hpp"
+#include "sched/tls.hpp"
 #include "topo/topo.hpp"
 
 namespace loom::rt {
@@ -108,6 +109,7 @@ void fibre_entry(transfer_t t) {
   self->wait_kind.store(WaitKind::none, std::memory_order_relaxed);
   context_arrived(self->ctx);
   after_switch(t);
+  if (self->tcb) tls::thread_start(self);
   try {
     self->fn(self->arg);
   } catch (...) {
@@ -119,6 +121,7 @@ void fibre_entry(transfer_t t) {
   if (self->held && fibre_held_exit_hook) fibre_held_exit_hook(self);
   if (stack_watermark) report_high_water(*self);
   live_remove(self);
+  if (self->tcb) tls::thread_end(self);  // last: nothing after it may malloc on this fibre
   fibre_exit();
 }
 
@@ -196,6 +199,7 @@ void Processor::retire() {
 
 void Processor::enter_thread() {
   tls_processor = this;
+  home_tcb_ = installed_tcb_ = tls::current();
   tid = pid_t(::syscall(SYS_gettid));
   altstack_ = enter_signal_stack();
   if (cluster_->config().pin) topo::pin_current_thread(pu_);
@@ -210,6 +214,12 @@ void* Processor::thread_main(void* self) {
   p->cluster_->leave(*p);
   tls_processor = nullptr;
   return nullptr;
+}
+
+void Processor::adopt_home_tcb(void* home, void* main_tcb) noexcept {
+  main_.tcb = main_tcb;
+  home_tcb_ = home;
+  installed_tcb_ = main_tcb;
 }
 
 void Processor::request_stop() {
@@ -229,6 +239,13 @@ void Processor::switch_to(Fibre* next, PostFn post, void* arg, bool dying) {
   counters.add(Stat::switches);
   running_id.store(next->id, std::memory_order_relaxed);
   running_name.store(next->name, std::memory_order_relaxed);
+  if (__builtin_expect(tls::switching, 0)) {
+    void* want = next->tcb ? next->tcb : home_tcb_;
+    if (want != installed_tcb_) {
+      tls::install(want, this);
+      installed_tcb_ = want;
+    }
+  }
   transfer_t t = context_jump(self->ctx, next->ctx, &note, dying);
   // Resumed, perhaps on another kernel thread: `this` is stale from here.
   self->wait_kind.store(WaitKind::none, std::memory_order_relaxed);

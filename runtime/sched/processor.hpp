@@ -112,6 +112,11 @@ class Processor {
   void wake_up() noexcept;
   std::atomic<Extension*> sleeping_in{nullptr};  // the extension p sleeps in (sched/extension.hpp)
 
+  // Per-fibre TLS (sched/tls.hpp), on the adopted processor: from now on its
+  // kernel thread's block `main_tcb` is main()'s, and `home` is the block of
+  // its idle loop and the runtime's fibres.
+  void adopt_home_tcb(void* home, void* main_tcb) noexcept;
+
  private:
   void push_owned(Fibre* f);  // onto own_rq_'s local FIFO, in a section of its own
   friend void processor_idle_entry(transfer_t);
@@ -137,6 +142,8 @@ class Processor {
   pthread_t thread_{};
   bool has_thread_ = false;
   void* altstack_ = nullptr;
+  void* home_tcb_ = nullptr;       // the block of fibres without one (sched/tls.hpp)
+  void* installed_tcb_ = nullptr;  // the block installed on this kernel thread now
 };
 
 // The processor the calling kernel thread is, or nullptr (out of line: see

@@ -1,0 +1,383 @@
+#include "sched/tls.hpp"
+
+#include <asm/prctl.h>
+#include <dlfcn.h>
+#include <gnu/libc-version.h>
+#include <link.h>
+#include <bits/types/res_state.h>  // struct __res_state (resolv.h would rename p_type)
+#include <sys/auxv.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "base/options.hpp"
+#include "base/spinlock.hpp"
+#include "sched/fibre.hpp"
+#include "sched/processor.hpp"
+
+namespace loom::rt::tls {
+
+bool switching = false;
+
+namespace {
+
+// The glibc this contract was read from and tested against. Another one may
+// lay out its thread control block differently: per-fibre TLS stays off.
+constexpr const char* kVerifiedGlibc = "2.36";
+
+// tcbhead_t, the start of glibc's struct pthread on x86-64 (sysdeps/x86_64/
+// nptl/tls.h): the fields a new thread copies from its creator are the ones
+// between `multiple_threads` and `feature_1`.
+constexpr std::size_t kTcbSelf0 = 0;          // void* tcb: the block itself
+constexpr std::size_t kTcbSelf16 = 16;        // void* self: the block itself
+constexpr std::size_t kCopyFrom = 24;         // multiple_threads ...
+constexpr std::size_t kGscopeFlag = 28;       // int: must start unused (0)
+constexpr std::size_t kCopyTo = 80;           // ... feature_1 and its padding
+constexpr std::size_t kStackGuard = 40;       // checked: the creator's value
+constexpr std::size_t kPointerGuard = 48;
+
+struct Contract {
+  void* (*allocate_tls)(void*) = nullptr;
+  void (*deallocate_tls)(void*, bool) = nullptr;
+  void (*static_info)(std::size_t*, std::size_t*) = nullptr;
+  void (*call_tls_dtors)() = nullptr;
+  void (*ctype_init)() = nullptr;
+  std::size_t tcb_size = 0;      // sizeof(struct pthread)
+  std::size_t tid_off = 0;       // struct pthread's tid
+  std::size_t list_off = 0;      // struct pthread's list (glibc's list of threads)
+  std::ptrdiff_t rseq_off = 0;   // the rseq area, from the thread pointer
+  unsigned rseq_size = 0;        // 0: glibc registered none
+  std::ptrdiff_t resp_off = 0;   // __resp, the thread's resolver state pointer
+  std::ptrdiff_t proc_off = 0;   // tls_processor
+  std::ptrdiff_t tcache_off = 0;  // malloc's per-thread cache pointer (static TLS: below the
+  bool tcache_known = false;     // thread pointer, so negative), when known
+  std::size_t static_size = 0;   // static TLS blocks + struct pthread
+  std::size_t static_align = 0;
+  bool wrfsbase = false;
+};
+Contract g;
+
+std::atomic<std::size_t> made{0};
+std::atomic<int> fake_tids{0};
+
+// Thread ids a kernel never hands out (pid_max is at most 2^22): a fibre's
+// struct pthread needs one of its own, because glibc's recursive locks (the
+// dynamic linker's among them) take the owner's tid as its identity.
+constexpr int kFakeTidBase = 1 << 30;
+
+// malloc caches handed back by finished threads, for the next one.
+SpinLock pool_lock;
+std::vector<void*>* pool = nullptr;
+
+template <class T>
+T at(void* base, std::ptrdiff_t off) {
+  return *reinterpret_cast<T*>(static_cast<char*>(base) + off);
+}
+template <class T>
+void put(void* base, std::ptrdiff_t off, T v) {
+  *reinterpret_cast<T*>(static_cast<char*>(base) + off) = v;
+}
+
+inline char* align_down(char* p, std::size_t a) {
+  return reinterpret_cast<char*>(reinterpret_cast<std::uintptr_t>(p) & ~(std::uintptr_t(a) - 1));
+}
+
+void say(const char* why) {
+  std::fprintf(stderr, "loom: per-fibre thread-local storage is off (%s): thread-locals stay per kernel thread\n", why);
+}
+
+template <class F>
+bool find(F& slot, const char* name, const char* version) {
+  slot = reinterpret_cast<F>(dlvsym(RTLD_DEFAULT, name, version));
+  return slot != nullptr;
+}
+
+// The resolver state a new thread's __resp points at (glibc's is inside
+// struct pthread; this one sits just below the static TLS blocks).
+struct __res_state* res_of(void* tp) {
+  char* lo = static_cast<char*>(tp) - (g.static_size - g.tcb_size);
+  return reinterpret_cast<struct __res_state*>(align_down(lo - sizeof(struct __res_state), 64));
+}
+
+void init_header(void* tp) {
+  char* cur = static_cast<char*>(current());
+  char* b = static_cast<char*>(tp);
+  std::memcpy(b + kCopyFrom, cur + kCopyFrom, kCopyTo - kCopyFrom);
+  put<int>(b, kGscopeFlag, 0);
+  put<void*>(b, kTcbSelf0, tp);
+  put<void*>(b, kTcbSelf16, tp);
+  put<pid_t>(b, std::ptrdiff_t(g.tid_off), kFakeTidBase + fake_tids.fetch_add(1, std::memory_order_relaxed));
+  // On no list of glibc's, but a list node that links to itself: the child
+  // of a fork unlinks the forking thread's node from glibc's list of
+  // threads and adds it anew (a zeroed node would be followed to null).
+  void** node = reinterpret_cast<void**>(b + g.list_off);
+  node[0] = node;
+  node[1] = node;
+  if (g.rseq_size) {
+    // No rseq area is registered for this block: sched_getcpu then asks the
+    // kernel (RSEQ_CPU_ID_UNINITIALIZED, -1).
+    put<std::uint32_t>(b, g.rseq_off, 0);
+    put<std::int32_t>(b, g.rseq_off + 4, -1);
+  }
+}
+
+// The malloc cache pool.
+void* pool_take() noexcept {
+  SpinGuard guard(pool_lock);
+  if (!pool || pool->empty()) return nullptr;
+  void* t = pool->back();
+  pool->pop_back();
+  return t;
+}
+
+void pool_give(void* t) noexcept {
+  SpinGuard guard(pool_lock);
+  if (!pool) return;  // enable() made it: never null once blocks exist
+  if (pool->size() == pool->capacity()) {
+    // Grow outside the lock's hot path only rarely: doubling.
+    try {
+      pool->reserve(pool->capacity() * 2 + 64);
+    } catch (...) {
+      return;  // keep it out of the pool: the cache is lost, nothing breaks
+    }
+  }
+  pool->push_back(t);
+}
+
+// Runs fn with `tp` installed on the calling kernel thread, then puts back
+// what was there.
+template <class F>
+void with_installed(void* tp, Processor* p, F&& fn) {
+  void* was = current();
+  install(tp, p);
+  fn();
+  install(was, p);
+}
+
+// Which word of libc's static TLS is malloc's per-thread cache pointer:
+// found by letting a fresh block make its cache and looking for the word
+// that points at a cache holding the chunk just freed. Exactly one match,
+// or the offset stays unknown (caches of finished threads are then lost, as
+// a leak the README states).
+struct LibcTls {
+  std::ptrdiff_t off = 0;
+  std::size_t size = 0;
+};
+
+int find_libc_tls(dl_phdr_info* info, std::size_t, void* data) {
+  auto* out = static_cast<LibcTls*>(data);
+  if (!info->dlpi_name || !std::strstr(info->dlpi_name, "libc.so.6") || !info->dlpi_tls_data) return 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i)
+    if (info->dlpi_phdr[i].p_type == PT_TLS) {
+      out->off = static_cast<char*>(info->dlpi_tls_data) - static_cast<char*>(current());
+      out->size = info->dlpi_phdr[i].p_memsz;
+      return 1;
+    }
+  return 0;
+}
+
+void* (*volatile malloc_fn)(std::size_t) = &std::malloc;
+void (*volatile free_fn)(void*) = &std::free;
+
+bool discover_tcache(Processor* p, std::ptrdiff_t* off) {
+  LibcTls libc;
+  dl_iterate_phdr(&find_libc_tls, &libc);
+  if (!libc.size || libc.size > 65536) return false;
+  void* tp = g.allocate_tls(nullptr);
+  if (!tp) return false;
+  init_header(tp);
+  const std::size_t words = libc.size / sizeof(void*);
+  std::vector<std::uintptr_t> before(words), after(words);
+  auto* block = reinterpret_cast<std::uintptr_t*>(static_cast<char*>(tp) + libc.off);
+  std::memcpy(before.data(), block, words * sizeof(void*));
+  void* chunk = nullptr;
+  with_installed(tp, p, [&] {
+    g.ctype_init();
+    chunk = malloc_fn(40);
+    free_fn(chunk);
+  });
+  std::memcpy(after.data(), block, words * sizeof(void*));
+  std::ptrdiff_t found = 0;
+  int matches = 0;
+  for (std::size_t i = 0; i < words; ++i) {
+    if (after[i] == before[i] || after[i] < 4096 || (after[i] & 7)) continue;
+    // A cache is a few hundred bytes of counts then entries: look for the
+    // freed chunk among its first 128 words.
+    auto* w = reinterpret_cast<const std::uintptr_t*>(after[i]);
+    for (int k = 0; k < 128; ++k)
+      if (w[k] == reinterpret_cast<std::uintptr_t>(chunk)) {
+        found = libc.off + std::ptrdiff_t(i * sizeof(void*));
+        ++matches;
+        break;
+      }
+  }
+  if (matches == 1) {
+    // The scratch block's cache is the pool's first.
+    void* t = at<void*>(tp, found);
+    put<void*>(tp, found, nullptr);
+    pool_give(t);
+  }
+  g.deallocate_tls(tp, true);
+  *off = found;
+  return matches == 1;
+}
+
+}  // namespace
+
+void* current() noexcept { return __builtin_thread_pointer(); }
+
+void install(void* tp, Processor* p) noexcept {
+  put<Processor*>(tp, g.proc_off, p);
+  if (g.wrfsbase)
+    asm volatile("wrfsbase %0" ::"r"(tp) : "memory");
+  else
+    ::syscall(SYS_arch_prctl, ARCH_SET_FS, tp);
+}
+
+std::size_t reserve() noexcept {
+  if (!switching) return 0;
+  return g.static_size + g.static_align + sizeof(struct __res_state) + 64;
+}
+
+void* make(char* top) {
+  char* tp = align_down(top - g.tcb_size, g.static_align);
+  struct __res_state* res = res_of(tp);
+  std::memset(tp, 0, g.tcb_size);
+  std::memset(static_cast<void*>(res), 0, sizeof *res);
+  if (!g.allocate_tls(tp)) throw std::bad_alloc();
+  init_header(tp);
+  made.fetch_add(1, std::memory_order_relaxed);
+  return tp;
+}
+
+void destroy(void* tp) noexcept {
+  if (g.tcache_known) {
+    // A thread that never ran (or whose cache was not handed back).
+    if (void* t = at<void*>(tp, g.tcache_off)) {
+      put<void*>(tp, g.tcache_off, nullptr);
+      pool_give(t);
+    }
+  }
+  g.deallocate_tls(tp, false);
+}
+
+void thread_start(Fibre* self) noexcept {
+  void* tp = self->tcb;
+  put<struct __res_state*>(tp, g.resp_off, res_of(tp));
+  if (g.tcache_known) put<void*>(tp, g.tcache_off, pool_take());
+  g.ctype_init();
+}
+
+void run_tls_destructors() noexcept {
+  if (switching && g.call_tls_dtors) g.call_tls_dtors();
+}
+
+void thread_end(Fibre* self) noexcept {
+  void* tp = self->tcb;
+  if (!g.tcache_known) return;
+  if (void* t = at<void*>(tp, g.tcache_off)) {
+    put<void*>(tp, g.tcache_off, nullptr);
+    pool_give(t);
+  }
+}
+
+void* make_home(Processor* p) {
+  void* tp = g.allocate_tls(nullptr);
+  if (!tp) throw std::bad_alloc();
+  init_header(tp);
+  // Its resolver state: glibc's global one, as in a block fresh from the
+  // image (__resp starts as &_res); its ctype tables set up on it.
+  with_installed(tp, p, [] { g.ctype_init(); });
+  made.fetch_add(1, std::memory_order_relaxed);
+  return tp;
+}
+
+std::size_t blocks_made() noexcept { return made.load(std::memory_order_relaxed); }
+
+bool enable() noexcept {
+  static bool tried = false;
+  if (tried) return switching;
+  tried = true;
+  if (!env_bool("LOOM_TLS", true)) return false;
+#if defined(LOOM_ASAN) || defined(LOOM_TSAN)
+  constexpr bool kSanitizer = true;
+#else
+  constexpr bool kSanitizer = false;
+#endif
+  if (kSanitizer) {
+    if (env_bool("LOOM_VERBOSE", false)) say("a sanitizer build");
+    return false;
+  }
+  Processor* p = this_processor();
+  if (!p || p->current() == &p->idle_fibre()) {
+    say("not started from a fibre");
+    return false;
+  }
+  if (std::strcmp(gnu_get_libc_version(), kVerifiedGlibc) != 0) {
+    char why[96];
+    std::snprintf(why, sizeof why, "glibc %s, verified only on %s", gnu_get_libc_version(), kVerifiedGlibc);
+    say(why);
+    return false;
+  }
+  const std::uint32_t* sizeof_pthread = nullptr;
+  const std::uint32_t* tid_field = nullptr;
+  const std::uint32_t* list_field = nullptr;
+  const std::ptrdiff_t* rseq_offset = nullptr;
+  const unsigned* rseq_size = nullptr;
+  void* resp = nullptr;
+  if (!find(g.allocate_tls, "_dl_allocate_tls", "GLIBC_PRIVATE") ||
+      !find(g.deallocate_tls, "_dl_deallocate_tls", "GLIBC_PRIVATE") ||
+      !find(g.static_info, "_dl_get_tls_static_info", "GLIBC_PRIVATE") ||
+      !find(g.call_tls_dtors, "__call_tls_dtors", "GLIBC_PRIVATE") ||
+      !find(g.ctype_init, "__ctype_init", "GLIBC_PRIVATE") ||
+      !find(sizeof_pthread, "_thread_db_sizeof_pthread", "GLIBC_PRIVATE") ||
+      !find(tid_field, "_thread_db_pthread_tid", "GLIBC_PRIVATE") ||
+      !find(list_field, "_thread_db_pthread_list", "GLIBC_PRIVATE") ||
+      !find(rseq_offset, "__rseq_offset", "GLIBC_2.35") || !find(rseq_size, "__rseq_size", "GLIBC_2.35") ||
+      !find(resp, "__resp", "GLIBC_PRIVATE")) {
+    say("a private glibc entry point is missing");
+    return false;
+  }
+  g.tcb_size = *sizeof_pthread;
+  g.tid_off = tid_field[2];
+  g.list_off = list_field[2];
+  g.rseq_off = *rseq_offset;
+  g.rseq_size = *rseq_size;
+  g.static_info(&g.static_size, &g.static_align);
+  void* tp = current();
+  g.resp_off = static_cast<char*>(resp) - static_cast<char*>(tp);
+  g.proc_off = reinterpret_cast<char*>(&tls_processor) - static_cast<char*>(tp);
+  // Check what was read against the running thread's own block.
+  if (tid_field[0] != 32 || list_field[0] != 128 || g.list_off + 16 > g.tcb_size || g.tcb_size < kCopyTo || g.tcb_size > 16384 || g.static_size <= g.tcb_size ||
+      (g.static_align & (g.static_align - 1)) != 0 || at<void*>(tp, kTcbSelf16) != tp ||
+      at<pid_t>(tp, std::ptrdiff_t(g.tid_off)) != pid_t(::syscall(SYS_gettid)) || at<std::uintptr_t>(tp, kStackGuard) == 0 ||
+      at<std::uintptr_t>(tp, kPointerGuard) == 0) {
+    say("glibc's thread control block is not laid out as expected");
+    return false;
+  }
+  g.wrfsbase = (getauxval(AT_HWCAP2) & 2) != 0;  // HWCAP2_FSGSBASE: the kernel allows wrfsbase
+  {
+    SpinGuard guard(pool_lock);
+    pool = new std::vector<void*>();
+    pool->reserve(256);
+  }
+  g.tcache_known = discover_tcache(p, &g.tcache_off);
+  if (!g.tcache_known && env_bool("LOOM_VERBOSE", false))
+    std::fprintf(stderr, "loom: malloc's per-thread cache not found: a finished thread's cache is not reused\n");
+  void* home = make_home(p);
+  p->adopt_home_tcb(home, tp);
+  switching = true;
+  if (env_bool("LOOM_VERBOSE", false))
+    std::fprintf(stderr, "loom: per-fibre thread-local storage on (%zu bytes a thread, switched by %s)\n", g.static_size,
+                 g.wrfsbase ? "wrfsbase" : "arch_prctl");
+  return true;
+}
+
+}  // namespace loom::rt::tls

@@ -1,0 +1,80 @@
+// sched/tls.hpp — a thread control block of its own for each fibre that is
+// one of the program's threads (libloom-pthread's route).
+//
+// On x86-64 every thread-local a program, libstdc++ or glibc keeps (errno,
+// `thread_local`, `__thread`, the locale, malloc's per-thread cache) is
+// found through the %fs base, which points at the thread's control block
+// (glibc's `struct pthread`, with the static TLS blocks of every module
+// below it and the dynamic-TLS vector beside it). A fibre that is one of the
+// program's threads gets such a block of its own, made the way glibc makes
+// one for a new thread, and each switch installs the block of the fibre that
+// runs next. The block sits at the top of the fibre's stack mapping, below
+// the Fibre, so it comes from the processor's stack cache with the stack.
+//
+// The contract with glibc (docs/DESIGN.md, "A thread control block per
+// fibre") is checked at start: the exact glibc version this code was verified
+// against, and every private entry point found; anything else, and per-fibre
+// TLS stays off with a one-line notice (today's behaviour: thread-locals per
+// kernel thread). Off too under the sanitizers (their runtimes keep their
+// own per-thread state in TLS and follow kernel threads) and with LOOM_TLS=off.
+//
+// The runtime's own thread-locals (tls_processor above all) then live in
+// whatever block is installed: a switch writes the processor into the
+// incoming block before installing it, so this_processor() stays right.
+// Fibres without a block of their own (the idle loop, the runtime's own
+// fibres) run on their processor's home block: the kernel thread's own, or
+// for processor 0, whose kernel thread's block stays main()'s, one made here.
+#pragma once
+
+#include <cstddef>
+
+namespace loom::rt {
+
+class Fibre;
+class Processor;
+
+namespace tls {
+
+// Per-fibre TLS is on: read on every switch.
+extern bool switching;
+
+// Turns per-fibre TLS on, from a fibre of the default cluster (libloom-
+// pthread's constructor, on main()). Returns false, having said why once on
+// stderr, when the contract cannot be kept.
+bool enable() noexcept;
+
+// Bytes a fibre's stack must set aside at its top for a block (0 when off).
+std::size_t reserve() noexcept;
+// Builds a block in [top - reserve(), top) for a fibre; returns the thread
+// pointer. Throws std::bad_alloc when glibc cannot allocate its vector.
+void* make(char* top);
+// Frees what make() allocated outside the stack (the dynamic-TLS vector and
+// blocks); the block's memory itself belongs to the stack.
+void destroy(void* tp) noexcept;
+
+// The thread pointer of the calling kernel thread's block now installed.
+void* current() noexcept;
+// Installs `tp` on the calling kernel thread, having written `p` into the
+// block's copy of tls_processor first.
+void install(void* tp, Processor* p) noexcept;
+
+// On the fibre, first thing: what glibc's thread start does in a new thread
+// (its locale's ctype tables, its resolver state).
+void thread_start(Fibre* self) noexcept;
+// On the fibre after its start routine: C++ thread_local destructors
+// (glibc runs them before the POSIX key destructors).
+void run_tls_destructors() noexcept;
+// On the fibre, last: hands its malloc cache to the pool the next thread
+// takes it from (glibc frees it at thread exit through a call it does not
+// export).
+void thread_end(Fibre* self) noexcept;
+
+// A block for a processor whose kernel thread's own block belongs to main()
+// (processor 0); made on that processor.
+void* make_home(Processor* p);
+
+// Statistics for tests and the benchmark.
+std::size_t blocks_made() noexcept;
+
+}  // namespace tls
+}  // namespace loom::rt
