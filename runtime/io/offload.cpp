@@ -3,9 +3,13 @@
 // A fibre that must make such a call migrates to a cluster of its own
 // processors (LOOM_OFFLOAD_PROCESSORS, default 2) and back: only those
 // kernel threads ever block in the kernel, and the caller's processors keep
-// running its other fibres.
+// running its other fibres. It comes back to the processor it left (woken
+// there, if that one sleeps), not to whichever the cluster would place a new
+// fibre on: a program that never creates a thread keeps running on one
+// kernel thread, as it would on glibc.
 #include <signal.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -38,15 +42,37 @@ void* offload_enter() {
   loom::Cluster& off = offload_cluster();
   if (home == &off.impl()) return nullptr;
   p->counters.add(Stat::offloads);
+  // The processor it leaves, if it belongs to the fibre's own cluster (a
+  // fibre visiting another cluster returns to its cluster's placement).
+  Processor* from = &p->cluster() == home ? p : nullptr;
   this_fibre::migrate(off);
-  return home;
+  // The token: the processor with its low bit set (a Processor is 64-byte
+  // aligned), or the cluster's facade.
+  if (from) return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(from) | 1);
+  return home->facade;
 }
+
+namespace {
+void post_return(Processor&, Fibre* prev, void* arg) {
+  auto* to = static_cast<Processor*>(arg);
+  prev->cluster->fibres.fetch_sub(1, std::memory_order_relaxed);
+  to->cluster().fibres.fetch_add(1, std::memory_order_relaxed);
+  prev->cluster = &to->cluster();
+  prev->affinity = to;
+  to->push(prev);
+}
+}  // namespace
 
 void offload_leave(void* token) noexcept {
   if (!token) return;
-  auto* home = static_cast<Cluster*>(token);
-  this_fibre::migrate(*home->facade);
+  auto bits = reinterpret_cast<std::uintptr_t>(token);
+  if (bits & 1) {
+    this_processor()->suspend(&post_return, reinterpret_cast<void*>(bits & ~std::uintptr_t(1)));
+    return;
+  }
+  this_fibre::migrate(*static_cast<loom::Cluster*>(token));
 }
+
 
 void io_boot() {
   const char* keep = std::getenv("LOOM_SIGPIPE");
