@@ -1,4 +1,5 @@
 #include "sched/processor.hpp"
+#include "base/check.hpp"
 #include "base/sys.hpp"
 
 #include <sys/syscall.h>
@@ -44,7 +45,9 @@ inline void after_switch(transfer_t t) {
 // were new: under work sharing that is the staging queue, or two fibres that
 // yield to each other through the local queue would starve staged ones.
 void post_requeue(Processor& here, Fibre* prev, void*) {
-  if (prev->background)
+  if (prev->pinned)
+    here.push_local(prev);  // never to staging: another processor would take it
+  else if (prev->background)
     prev->cluster->push_background(prev);
   else if (prev->cluster->config().placement == Placement::share)
     prev->cluster->push_staging(prev);
@@ -128,7 +131,12 @@ void fibre_entry(transfer_t t) {
   p->counters.add(Stat::fibres_finished);
   std::uintptr_t w = self->join.load(std::memory_order_acquire);
   auto* joiner = reinterpret_cast<Fibre*>(w);
-  if (w > kJoinForeign && joiner->cluster == &p->cluster() && !joiner->background) {
+  // A pinned joiner (a color runner) is never handed a foreign processor:
+  // it would run on this kernel thread while it serves its own processor's
+  // color core, and push colored fibres onto a queue it does not own (issue
+  // 25, bug 1). post_exit schedules it on its own processor instead.
+  if (w > kJoinForeign && joiner->cluster == &p->cluster() && !joiner->background &&
+      (!joiner->pinned || joiner->affinity == p)) {
     // The joiner is parked (it registered after its context was saved):
     // hand the processor straight to it.
     joiner->affinity = p;
@@ -320,6 +328,12 @@ void Processor::push(Fibre* f) {
 }
 
 void Processor::push_local(Fibre* f) {
+  LOOM_CHECK(this_processor() == this, "fibre %llu (%s) pushed onto processor %u's own queue from %s %d",
+             (unsigned long long)f->id, f->name ? f->name : "unnamed", index_,
+             this_processor() ? "processor" : "a kernel thread that is no processor",
+             this_processor() ? int(this_processor()->index()) : -1);
+  LOOM_CHECK(!f->pinned || f->affinity == this, "pinned fibre %llu (%s) queued on processor %u, not its own",
+             (unsigned long long)f->id, f->name ? f->name : "unnamed", index_);
   if (rq_ == &own_rq_ && own_rq_.has_local()) return push_owned(f);
   rq_->push(f);
   if (rq_ != &own_rq_) cluster_->wake_one();
