@@ -354,7 +354,7 @@ void ColorLayer::run(ColorCore& me) {
         it->hold.queue = q;
         me.fibres_started.store(me.fibres_started.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         it->fibre->affinity = me.proc;
-        me.proc->push_local(it->fibre);
+        me.proc->push(it->fibre);  // (on me.proc: the runner is pinned; a sleeper may steal it)
         break;
       }
       me.hold.color = q->color;

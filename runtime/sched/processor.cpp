@@ -314,10 +314,24 @@ void Processor::push(Fibre* f) {
     rq_->push(f);
     cluster_->wake_one();
   } else if (this_processor() == this) {
-    // A fibre this processor made ready for itself wakes nobody: waking a
-    // thief here too (tried in 09a3b57) multiplied sleeps and wake-ups per
-    // iteration of the lock benchmark by ~20 and tripled its overhead.
     push_local(f);
+    // f waits behind the fibre running here, which may not reach a
+    // scheduling point for long: it may busy-wait for f's work, as redis's
+    // main thread waits for its I/O threads (issue 25, bug 3: a livelock
+    // with the other processor asleep). The rule (DESIGN.md, "No waiting
+    // behind a running fibre"): a ready fibre never waits behind a running
+    // one while a processor of its cluster sleeps. So a sleeper is woken
+    // to steal — one thief at a time (wake_thief), and only when some
+    // processor sleeps: with all busy it costs a fence and a load; with one
+    // processor, one load.
+    // (09a3b57 woke a thief on every local push, without the one-thief
+    // gate and the idle count, and tripled the lock benchmark's overhead.)
+    // The fence orders the push before the look at the idle count (invariant
+    // 3: a processor going idle announces itself, then looks at our queue).
+    if (cluster_->size() > 1) {
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (cluster_->idle_processors_relaxed() > 0) cluster_->wake_thief();
+    }
   } else {
     own_rq_.push(f);
     if (WakeDefer* d = tls_wake_defer)
