@@ -20,6 +20,7 @@
 #include "io/poller.hpp"
 #include "loom/fibre.hpp"
 #include "sched/cluster.hpp"
+#include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
 
 namespace loom::rt {
@@ -249,10 +250,34 @@ void deliver_one(IoState& s, const io_uring_cqe& c, unsigned& events) {
 // for at most kCloseWaitNs (a submitter that runs one fibre for long
 // without entering the kernel must not hold a close for good). The waiter
 // reaps itself when nobody else does; between looks it yields, then sleeps.
+//
+// Only where the caller may switch fibres (issue 25, bug 7). A close made
+// inside a delivery — a when_ready callback that closes its descriptor —
+// holds the reaper's flag, so only it could reap what it would wait for,
+// and it runs on the idle loop, inside a busy processor's look for work or
+// on a poller thread; a close in a signal handler has the interrupted code
+// below it; the idle loop is no fibre to park. There close does not wait:
+// it takes one look at the ring (unless it is the reaper), and what is
+// left is reaped with the next look; the peer then sees the hang-up when
+// the kernel completes the removal, soon after close returns.
 constexpr std::int64_t kCloseWaitNs = 200'000'000;
+
+// The thread is delivering a ring's completions (uring_reap), callbacks
+// included.
+thread_local int tls_delivering __attribute__((tls_model("initial-exec"))) = 0;
+
+bool may_switch() {
+  if (tls_delivering || in_signal_handler()) return false;
+  Processor* p = this_processor();
+  return !p || p->current() != &p->idle_fibre();  // (a kernel thread waits blocking)
+}
 
 void await_requests(IoState& s, FdEntry& e) {
   if (e.ring_requests.load(std::memory_order_acquire) == 0) return;
+  if (!may_switch()) {
+    if (!tls_delivering) uring_try_reap(s);
+    return;
+  }
   Deadline until = now_ns() + kCloseWaitNs;
   for (unsigned i = 0;; ++i) {
     uring_try_reap(s);
@@ -409,11 +434,13 @@ int uring_reap(IoState& s, Deadline d) {
   WakeDefer defer;
   unsigned events = 0, seen = 0, head;
   io_uring_cqe* cqe;
+  ++tls_delivering;
   io_uring_for_each_cqe(&u.ring, head, cqe) {
     io_uring_cqe c = *cqe;
     ++seen;
     deliver_one(s, c, events);
   }
+  --tls_delivering;
   io_uring_cq_advance(&u.ring, seen);
   if (events) {
     count(*s.cluster, Stat::poller_wakeups);
