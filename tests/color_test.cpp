@@ -726,7 +726,8 @@ TEST(Colors, RunnerThatJoinsAFibreStaysOnItsProcessor) {
         },
         &cl);
     ASSERT_TRUE(wait_for(r.events_done, round + 1));
-    ASSERT_TRUE(wait_for(r.colored_ran, round + 1, std::chrono::seconds(5))) << "round " << round << ": the colored fibre stalled";
+    ASSERT_TRUE(wait_for(r.colored_ran, round + 1, std::chrono::seconds(5)))
+        << "round " << round << ": the colored fibre stalled";
   }
   EXPECT_GT(r.children_on_1.load(), 0) << "no child ran on processor 1: the test did not test";
   EXPECT_EQ(r.runner_moved.load(), 0) << "the runner moved to another processor after a join";

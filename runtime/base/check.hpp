@@ -16,8 +16,8 @@ namespace loom::rt {
 
 #if defined(LOOM_CHECKS)
 inline constexpr bool kChecks = true;
-#define LOOM_CHECK(cond, ...)                                                                \
-  do {                                                                                       \
+#define LOOM_CHECK(cond, ...)                                                                           \
+  do {                                                                                                  \
     if (__builtin_expect(!(cond), 0)) ::loom::rt::check_failed(__FILE__, __LINE__, #cond, __VA_ARGS__); \
   } while (0)
 #else

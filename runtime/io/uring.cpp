@@ -182,7 +182,8 @@ void deliver_out_epoll(IoState& s, int res, unsigned& events) {
     n = sys::epoll_wait(ep, ev, 64, 0);
     for (int i = 0; i < n; ++i) {
       FdEntry* e = table.get(int(std::uint32_t(ev[i].data.u64)));
-      if (!e || e->gen.load(std::memory_order_acquire) != std::uint32_t(ev[i].data.u64 >> 32)) continue;  // closed since
+      if (!e || e->gen.load(std::memory_order_acquire) != std::uint32_t(ev[i].data.u64 >> 32))
+        continue;  // closed since
       post_ready(*e, ev[i].events & (EPOLLOUT | EPOLLHUP | EPOLLERR));
       ++events;
     }

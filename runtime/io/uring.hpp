@@ -79,8 +79,8 @@ struct Uring {
   std::atomic<unsigned long> removes_again{0};  // removals refused with EALREADY, queued again
   // The write-side epoll set (above): made on first use, never closed.
   std::atomic<int> out_epfd{-1};
-  SpinLock out_epfd_lock;                  // making it
-  std::atomic<bool> out_armed{false};      // its ring poll is on
+  SpinLock out_epfd_lock;              // making it
+  std::atomic<bool> out_armed{false};  // its ring poll is on
 };
 
 // A fibre's read through the ring: the completion record on its stack.
