@@ -370,7 +370,12 @@ Fibre* Processor::find_work(bool last_look) {
   return cluster_->pop_background(*this);
 }
 
-void Processor::run(Fibre* f) { switch_to(f, nullptr, nullptr); }
+void Processor::run(Fibre* f) {
+  LOOM_CHECK(!f->pinned || f->affinity == this, "pinned fibre %llu (%s) of processor %d about to run on processor %u",
+             (unsigned long long)f->id, f->name ? f->name : "unnamed", f->affinity ? int(f->affinity->index()) : -1,
+             index_);
+  switch_to(f, nullptr, nullptr);
+}
 
 namespace {
 constexpr std::int64_t kTrimAfterNs = 50'000'000;  // 50 ms idle: the burst is over
