@@ -328,7 +328,10 @@ void Processor::push(Fibre* f) {
     // gate and the idle count, and tripled the lock benchmark's overhead.)
     // The fence orders the push before the look at the idle count (invariant
     // 3: a processor going idle announces itself, then looks at our queue).
-    if (cluster_->size() > 1) {
+    // Not from the idle loop (the poller delivering to its own fibres as
+    // its sleep ends): nothing runs here that f would wait behind, and a
+    // thief woken for each delivery would be a wake-up per request.
+    if (cluster_->size() > 1 && current_ != &idle_) {
       std::atomic_thread_fence(std::memory_order_seq_cst);
       if (cluster_->idle_processors_relaxed() > 0) cluster_->wake_thief();
     }
