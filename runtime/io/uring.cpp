@@ -171,7 +171,7 @@ void arm_out_epoll(IoState& s, int fd, FdEntry& e) {
 void deliver_out_epoll(IoState& s, int res, unsigned& events) {
   Uring& u = *s.uring;
   int ep = u.out_epfd.load(std::memory_order_acquire);
-  if (res == -ECANCELED || ep < 0) {
+  if (res < 0 || ep < 0) {  // cancelled (the ring goes away), or refused: the next wait arms it again
     u.out_armed.store(false, std::memory_order_release);
     return;
   }
