@@ -33,9 +33,9 @@ void spin_for(std::chrono::microseconds d) {
   }
 }
 
-// Waits (from a fibre or main) until `n` reaches `want`, or 60 s.
-bool wait_for(const std::atomic<long>& n, long want) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+// Waits (from a fibre or main) until `n` reaches `want`, or `limit`.
+bool wait_for(const std::atomic<long>& n, long want, std::chrono::seconds limit = std::chrono::seconds(60)) {
+  auto end = std::chrono::steady_clock::now() + limit;
   while (n.load() < want) {
     if (std::chrono::steady_clock::now() > end) return false;
     loom::this_fibre::yield();
@@ -678,6 +678,60 @@ INSTANTIATE_TEST_SUITE_P(Penalty, ColorPenalty,
                                               : info.param == PenaltyFrom::programmer ? "programmer"
                                                                                       : "measured");
                          });
+
+// Issue 25, bug 1: a color runner that joins a fibre stays on its own
+// processor. An event on processor 0's runner starts fibres (round robin:
+// one lands on processor 1) and joins them while they sleep; the one that
+// exits on processor 1 used to hand that processor to the parked runner,
+// which then served processor 0's color core from processor 1's kernel
+// thread and queued the next colored fibre on processor 0 unwoken (it
+// stalled while processor 0 slept). Deterministic: the runner reports
+// where it runs after each join.
+struct JoinRound {
+  std::atomic<int> runner_moved{0};
+  std::atomic<int> children_on_1{0};
+  std::atomic<long> colored_ran{0};
+  std::atomic<long> events_done{0};
+};
+
+TEST(Colors, RunnerThatJoinsAFibreStaysOnItsProcessor) {
+  Cluster cl(2, loom::SchedConfig{});
+  ASSERT_TRUE(loom::set_color_policy(cl, "none"));  // colors stay where hashed
+  // Hash placement: (c * odd) % 2 keeps c's parity, so even colors are
+  // processor 0's.
+  constexpr Color kEvent = 2, kColored = 4;
+  JoinRound r;
+  const long kRounds = 10;
+  for (long round = 0; round < kRounds; ++round) {
+    loom::post(
+        kEvent,
+        [&r] {
+          EXPECT_EQ(loom::this_fibre::processor_index(), 0);
+          std::vector<loom::Fibre> kids;
+          for (int i = 0; i < 2; ++i)
+            kids.emplace_back([&r, i] {
+              loom::this_fibre::sleep_for(std::chrono::milliseconds(5 * (i + 1)));  // the runner parks in join first
+              if (loom::this_fibre::processor_index() == 1) r.children_on_1.fetch_add(1);
+            });
+          for (auto& k : kids) {
+            k.join();
+            if (loom::this_fibre::processor_index() != 0) r.runner_moved.fetch_add(1);
+          }
+          // A colored fibre of a color of processor 0: the runner starts it
+          // after this event, from its own processor.
+          loom::FibreAttr a;
+          a.color = kColored;
+          loom::Fibre(a, [&r] { r.colored_ran.fetch_add(1); }).detach();
+          r.events_done.fetch_add(1);
+        },
+        &cl);
+    ASSERT_TRUE(wait_for(r.events_done, round + 1));
+    ASSERT_TRUE(wait_for(r.colored_ran, round + 1, std::chrono::seconds(5)))
+        << "round " << round << ": the colored fibre stalled";
+  }
+  EXPECT_GT(r.children_on_1.load(), 0) << "no child ran on processor 1: the test did not test";
+  EXPECT_EQ(r.runner_moved.load(), 0) << "the runner moved to another processor after a join";
+}
 
 TEST(Colors, PolicyNamesAndBadInput) {
   Cluster cl(1, loom::SchedConfig{});

@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "loom/loom.hpp"
+#include "sched/processor.hpp"
 #include "test_util.hpp"
 
 namespace io = loom::io;
@@ -314,6 +315,68 @@ TEST_P(WhenReady, CloseInvokesAnArmedCallbackOnceAfterClosing) {
       ::close(p[1]);
       settle();
       EXPECT_EQ(c.n.load(), 1) << "invoked again after close";
+    }
+  });
+}
+
+// Issue 25, bug 7: a callback that closes its own descriptor runs inside
+// the poller's delivery (on io_uring with the reaper's flag held, so its
+// close cannot reap the completions it would wait for). The close must not
+// switch fibres there: the callback may run on the idle loop, inside a
+// busy processor's look for work, or on a poller thread. The descriptor has
+// a write-side poll still on (its send buffer full), which on io_uring the
+// close removes and used to wait for, yielding and sleeping up to 200 ms.
+struct CloseInCallback {
+  int fd = -1;
+  std::atomic<int> rc{1};
+  std::atomic<int> switched{-1};
+  std::atomic<int> n{0};
+};
+
+void close_in_callback(void* p) {
+  auto* c = static_cast<CloseInCallback*>(p);
+  loom::rt::Processor* proc = loom::rt::this_processor();
+  loom::rt::Fibre* self = loom::rt::this_fibre_or_null();
+  std::uint64_t s0 = proc ? proc->counters.get(loom::rt::Stat::switches) : 0;
+  c->rc.store(io::close(c->fd));
+  bool moved = loom::rt::this_processor() != proc || loom::rt::this_fibre_or_null() != self ||
+               (proc && proc->counters.get(loom::rt::Stat::switches) != s0);
+  c->switched.store(moved ? 1 : 0);
+  c->n.fetch_add(1);
+}
+
+TEST_P(WhenReady, CloseFromItsOwnCallbackDoesNotSwitchFibres) {
+  run([] {
+    for (int round = 0; round < 3; ++round) {
+      int p[2];
+      tcp_pair(p);
+      int small = 4096;
+      ::setsockopt(p[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+      ::setsockopt(p[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+      Hits out;
+      std::vector<char> chunk(65536, 'w');
+      for (;;) {  // full, with a write-side callback armed (not fired): its poll stays on
+        while (io::write(p[0], chunk.data(), chunk.size()) > 0) {
+        }
+        int before = out.n.load();
+        ASSERT_EQ(io::when_ready(p[0], POLLOUT, &hit, &out), 0);
+        if (out.n.load() == before) break;
+      }
+      CloseInCallback c;
+      c.fd = p[0];
+      ASSERT_EQ(io::when_ready(p[0], POLLIN, &close_in_callback, &c), 0);
+      ASSERT_EQ(c.n.load(), 0);
+      put(p[1], "x");
+      auto end = std::chrono::steady_clock::now() + 5s;
+      while (c.n.load() == 0 && std::chrono::steady_clock::now() < end) loom::this_fibre::sleep_for(1ms);
+      ASSERT_EQ(c.n.load(), 1) << "round " << round;
+      EXPECT_EQ(c.rc.load(), 0);
+      EXPECT_EQ(c.switched.load(), 0) << "round " << round << ": the close switched fibres inside the callback";
+      ASSERT_TRUE(reach(out, 1)) << "the close invokes the armed write-side callback";
+      // The peer sees the end (a reset: it did not read what was sent).
+      pollfd pf{p[1], POLLIN, 0};
+      EXPECT_EQ(::poll(&pf, 1, 5000), 1);
+      ::close(p[1]);
     }
   });
 }

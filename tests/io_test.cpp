@@ -316,6 +316,70 @@ TEST(Io, WriterBlockedWhenThePeerHalfClosesGoesOnWhenItReads) {
   });
 }
 
+// Issue 25, bug 2: a writer blocked on a full socket whose peer shut down
+// its writing and does not read waits quietly. On io_uring the kernel adds
+// RDHUP to every poll and RDHUP stays set: each write-side poll ended at
+// once, the write found EAGAIN and armed again (a spin of 10^5 wake-ups
+// per 0.5 s). Counted, not timed: the writer's waits over 300 ms of the
+// peer not reading. Then the peer reads and the writer goes on, and a
+// real hang-up (the peer's close) still wakes it.
+TEST(Io, WriterWhosePeerHalfClosedAndDoesNotReadWaitsQuietly) {
+  for (loom::IoBackend be : {loom::IoBackend::epoll, loom::IoBackend::uring}) {
+    loom::SchedConfig cfg = loom::SchedConfig::from_env();
+    cfg.io = be;
+    loom::Cluster c(1, cfg);
+    loom::FibreAttr attr;
+    attr.cluster = &c;
+    std::string backend;
+    loom::Fibre(attr, [&] {
+      backend = io::backend();
+      int p[2];
+      tcp_pair(p);
+      constexpr std::size_t kChunk = 65536;
+      std::atomic<std::size_t> written{0};
+      std::atomic<int> stop{0};
+      std::atomic<long> result{1};
+      loom::Fibre writer(attr, [&] {
+        static char buf[kChunk];
+        while (!stop.load()) {
+          ssize_t w = io::send(p[0], buf, sizeof buf, MSG_NOSIGNAL);
+          if (w <= 0) {
+            result = w < 0 ? -err() : 0;
+            return;
+          }
+          written.fetch_add(std::size_t(w));
+        }
+      });
+      loom::this_fibre::sleep_for(50ms);  // the writer fills the buffers and waits
+      ASSERT_EQ(::shutdown(p[1], SHUT_WR), 0);
+      loom::this_fibre::sleep_for(50ms);  // its poll ends with the peer's FIN
+      std::uint64_t waits0 = c.stats().io_blocks;
+      std::size_t w0 = written.load();
+      loom::this_fibre::sleep_for(300ms);
+      std::uint64_t waits = c.stats().io_blocks - waits0;
+      EXPECT_EQ(written.load(), w0) << "the peer did not read: nothing could be written";
+      EXPECT_LE(waits, 10u) << backend << ": the writer woke " << waits << " times while the peer did not read";
+      // The peer reads (what was written, and on): the writer goes on.
+      static char in[kChunk];
+      std::size_t got = 0;
+      while (got <= w0) {
+        ssize_t r = io::read_until(p[1], in, sizeof in, loom::deadline_after(5s));
+        if (r <= 0) break;
+        got += std::size_t(r);
+      }
+      EXPECT_GT(got, w0) << backend << ": the writer did not go on once the peer read";
+      // A real hang-up wakes it: the peer closes with unread bytes (a reset).
+      stop = 1;
+      loom::this_fibre::sleep_for(20ms);  // the writer has filled the buffers again, or stopped
+      io::close(p[1]);
+      writer.join();  // (a writer stuck here would hang the test: ctest's timeout ends it)
+      io::close(p[0]);
+    }).join();
+    if (be == loom::IoBackend::uring && backend != "uring")
+      GTEST_SKIP() << "io_uring unavailable here: loom fell back to " << backend;
+  }
+}
+
 TEST(Io, ConnectToClosedPortIsRefused) {
   on_fibre([] {
     int port;

@@ -1,6 +1,7 @@
 // Work stealing, driven from inside: fibres are pushed straight onto one
 // processor's queue to build the imbalance stealing exists for.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -154,6 +155,48 @@ TEST(StealOff, SharedQueueNeedsNoStealing) {
   }
   EXPECT_EQ(c.stats().steals, 0u);
   EXPECT_GT(on_second, 0) << "both processors serve the one shared queue";
+}
+
+// Issue 25, bug 3 (and issue 24 item 5, redis --io-threads 2 under the
+// preload): a mutex unlock makes the waiter ready on the unlocker's own
+// processor (its affinity), and the unlocker then busy-waits on an atomic
+// for the waiter's work. The waiter must not wait behind the spinner while
+// the other processor sleeps: that processor is woken to steal it. Without
+// the wake it was a livelock (here bounded: the spinner gives up after 5 s).
+TEST(StealWake, AWaiterWokenBehindASpinnerRunsWhileAProcessorSleeps) {
+  Cluster c(1, with_stealing(true, 0));  // one processor: both fibres' affinity is processor 0
+  loom::FibreAttr attr;
+  attr.cluster = &c;
+  const int rounds = int(loom::test::scaled(20)) + 1;
+  int stuck = 0;  // the first round whose waiter stayed behind the spinner, from 1
+  loom::Fibre(attr, [&] {
+    for (int round = 0; round < rounds; ++round) {
+      loom::Mutex m;
+      std::atomic<int> started{0}, done{0};
+      m.lock();
+      loom::Fibre waiter(attr, [&] {
+        started = 1;
+        m.lock();  // parks: the spinner holds it
+        done = 1;
+        m.unlock();
+      });
+      while (!started.load()) loom::this_fibre::yield();  // the waiter ran and parked on m
+      if (round == 0) c.add_processors(1);
+      // Until the second processor sleeps (bounded).
+      for (int i = 0; i < 5000 && c.impl().idle_processors() == 0; ++i) ::usleep(200);
+      EXPECT_EQ(c.impl().idle_processors(), 1) << "round " << round;
+      m.unlock();  // the waiter is ready on this processor, behind this fibre
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+      }
+      waiter.join();
+      if (!done.load()) {
+        stuck = round + 1;
+        break;
+      }
+    }
+  }).join();
+  EXPECT_EQ(stuck, 0) << "in that round (from 1), the woken waiter stayed behind the spinner for 5 s";
 }
 
 TEST(StealPolicy, UnknownNameFallsBackToTheDefault) {

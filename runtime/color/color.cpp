@@ -2,6 +2,7 @@
 // public API of loom/color.hpp. The structures and the lock order are in
 // color/color.hpp.
 #include "color/color.hpp"
+#include "base/check.hpp"
 
 #include <x86intrin.h>
 
@@ -327,6 +328,10 @@ void ColorLayer::release(ColorHold& h) {
 
 void ColorLayer::run(ColorCore& me) {
   for (;;) {
+    // The runner is pinned: it serves its own processor's core from that
+    // processor's kernel thread only (DESIGN.md, "Runners").
+    LOOM_CHECK(this_processor() == me.proc, "color runner of processor %u runs on processor %d", me.proc->index(),
+               this_processor() ? int(this_processor()->index()) : -1);
     me.lock.lock();
     ColorQueue* q = me.head;
     if (!q) {
@@ -354,7 +359,7 @@ void ColorLayer::run(ColorCore& me) {
         it->hold.queue = q;
         me.fibres_started.store(me.fibres_started.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         it->fibre->affinity = me.proc;
-        me.proc->push_local(it->fibre);
+        me.proc->push(it->fibre);  // (on me.proc: the runner is pinned; a sleeper may steal it)
         break;
       }
       me.hold.color = q->color;

@@ -44,6 +44,10 @@ struct FdSide {
   std::atomic<UringWait*> ring_read{nullptr};
   // io_uring: a one-shot poll for this side is submitted or queued.
   std::atomic<bool> ring_armed{false};
+  // io_uring, write side: the peer shut down its writing, and the RDHUP the
+  // kernel adds to every ring poll would end each one at once: this side
+  // waits in the ring's write-side epoll set instead (io/uring.hpp).
+  std::atomic<bool> ring_epoll{false};
 };
 
 struct FdEntry {

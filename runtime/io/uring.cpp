@@ -20,6 +20,7 @@
 #include "io/poller.hpp"
 #include "loom/fibre.hpp"
 #include "sched/cluster.hpp"
+#include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
 
 namespace loom::rt {
@@ -51,6 +52,10 @@ constexpr unsigned kCqEntries = 16384;
 // bits with what it is about above them.
 enum : std::uint64_t { kTagWait = 0, kTagReg = 1, kTagRemove = 2, kTagIgnore = 3, kTagMask = 3 };
 constexpr std::uint32_t kGenMask = 0x1fffffff;
+
+// The ring poll on the write-side epoll set (kTagIgnore's tag, told apart
+// by the bits above it).
+constexpr std::uint64_t kEpollPoll = (1u << 2) | kTagIgnore;
 
 // What a side's poll asks for (hang-ups and errors come with either).
 constexpr unsigned kInEvents = EPOLLIN | EPOLLPRI | EPOLLRDHUP;
@@ -117,6 +122,75 @@ void queue(IoState& s, Prep&& prep) {
   if (!this_processor()) uring_flush(s);
 }
 
+// ---- the write-side epoll set (uring.hpp) ----------------------------------------
+
+int out_epoll(Uring& u) {
+  int ep = u.out_epfd.load(std::memory_order_acquire);
+  if (ep >= 0) return ep;
+  SpinGuard g(u.out_epfd_lock);
+  ep = u.out_epfd.load(std::memory_order_relaxed);
+  if (ep < 0) {
+    ep = ::epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) die("epoll_create1 (io_uring write sides)", errno);
+    u.out_epfd.store(ep, std::memory_order_release);
+  }
+  return ep;
+}
+
+void arm_out_epoll_poll(IoState& s, int ep) {
+  queue(s, [&](io_uring_sqe* sqe) {
+    io_uring_prep_poll_add(sqe, ep, POLLIN);
+    io_uring_sqe_set_data64(sqe, kEpollPoll);
+  });
+}
+
+// A write wait on fd (its side moved to the set) is about to park.
+void arm_out_epoll(IoState& s, int fd, FdEntry& e) {
+  Uring& u = *s.uring;
+  int ep = out_epoll(u);
+  epoll_event ev{};
+  ev.events = EPOLLOUT | EPOLLONESHOT;
+  ev.data.u64 = (std::uint64_t(e.gen.load(std::memory_order_acquire)) << 32) | std::uint32_t(fd);
+  int r = ::epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev);
+  if (r < 0 && errno == ENOENT) {
+    r = ::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+    if (r < 0 && errno == EEXIST) r = ::epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev);
+  }
+  if (r < 0) {
+    post_ready(e, EPOLLOUT | EPOLLERR);  // (EBADF: closed meanwhile) the waiter retries and sees it
+    return;
+  }
+  if (!u.out_armed.load(std::memory_order_acquire) && !u.out_armed.exchange(true, std::memory_order_acq_rel))
+    arm_out_epoll_poll(s, ep);
+}
+
+// The ring poll on the set completed: deliver what the set has, and arm the
+// poll again. Its one-shot entries report once per wait, so a set with
+// nothing new does not complete the next poll; a wait registered while
+// this runs is seen by the new poll, which looks at the level when armed.
+void deliver_out_epoll(IoState& s, int res, unsigned& events) {
+  Uring& u = *s.uring;
+  int ep = u.out_epfd.load(std::memory_order_acquire);
+  if (res < 0 || ep < 0) {  // cancelled (the ring goes away), or refused: the next wait arms it again
+    u.out_armed.store(false, std::memory_order_release);
+    return;
+  }
+  FdTable& table = FdTable::instance();
+  epoll_event ev[64];
+  int n;
+  do {
+    n = sys::epoll_wait(ep, ev, 64, 0);
+    for (int i = 0; i < n; ++i) {
+      FdEntry* e = table.get(int(std::uint32_t(ev[i].data.u64)));
+      if (!e || e->gen.load(std::memory_order_acquire) != std::uint32_t(ev[i].data.u64 >> 32))
+        continue;  // closed since
+      post_ready(*e, ev[i].events & (EPOLLOUT | EPOLLHUP | EPOLLERR));
+      ++events;
+    }
+  } while (n == 64);
+  arm_out_epoll_poll(s, ep);
+}
+
 void deliver_one(IoState& s, const io_uring_cqe& c, unsigned& events) {
   std::uint64_t ud = c.user_data;
   switch (ud & kTagMask) {
@@ -146,7 +220,10 @@ void deliver_one(IoState& s, const io_uring_cqe& c, unsigned& events) {
       // the peer shuts down its writing, writable or not. Its waiter must
       // still hear of it (it retries, and arms again if it must wait); it
       // was left waiting with no poll on (capi_echo_loom_uring hung when
-      // the client's shutdown came while the echo's write waited).
+      // the client's shutdown came while the echo's write waited). Its next
+      // waits go through the write-side epoll set: a ring poll would end at
+      // once again, for as long as the peer does not read (uring.hpp).
+      if (out && !(m & (EPOLLOUT | EPOLLHUP | EPOLLERR))) e->out.ring_epoll.store(true, std::memory_order_relaxed);
       if (out) m |= EPOLLOUT;
       post_ready(*e, m);
       ++events;
@@ -165,6 +242,7 @@ void deliver_one(IoState& s, const io_uring_cqe& c, unsigned& events) {
       }
       return;
     default:
+      if (ud == kEpollPoll) deliver_out_epoll(s, c.res, events);
       return;
   }
 }
@@ -173,10 +251,34 @@ void deliver_one(IoState& s, const io_uring_cqe& c, unsigned& events) {
 // for at most kCloseWaitNs (a submitter that runs one fibre for long
 // without entering the kernel must not hold a close for good). The waiter
 // reaps itself when nobody else does; between looks it yields, then sleeps.
+//
+// Only where the caller may switch fibres (issue 25, bug 7). A close made
+// inside a delivery — a when_ready callback that closes its descriptor —
+// holds the reaper's flag, so only it could reap what it would wait for,
+// and it runs on the idle loop, inside a busy processor's look for work or
+// on a poller thread; a close in a signal handler has the interrupted code
+// below it; the idle loop is no fibre to park. There close does not wait:
+// it takes one look at the ring (unless it is the reaper), and what is
+// left is reaped with the next look; the peer then sees the hang-up when
+// the kernel completes the removal, soon after close returns.
 constexpr std::int64_t kCloseWaitNs = 200'000'000;
+
+// The thread is delivering a ring's completions (uring_reap), callbacks
+// included.
+thread_local int tls_delivering __attribute__((tls_model("initial-exec"))) = 0;
+
+bool may_switch() {
+  if (tls_delivering || in_signal_handler()) return false;
+  Processor* p = this_processor();
+  return !p || p->current() != &p->idle_fibre();  // (a kernel thread waits blocking)
+}
 
 void await_requests(IoState& s, FdEntry& e) {
   if (e.ring_requests.load(std::memory_order_acquire) == 0) return;
+  if (!may_switch()) {
+    if (!tls_delivering) uring_try_reap(s);
+    return;
+  }
   Deadline until = now_ns() + kCloseWaitNs;
   for (unsigned i = 0;; ++i) {
     uring_try_reap(s);
@@ -231,6 +333,7 @@ bool uring_open(IoState& s) {
 
 void uring_arm(IoState& s, int fd, FdEntry& e, bool out) {
   FdSide& side = out ? e.out : e.in;
+  if (out && side.ring_epoll.load(std::memory_order_relaxed)) return arm_out_epoll(s, fd, e);
   if (side.ring_armed.load(std::memory_order_acquire) || side.ring_armed.exchange(true, std::memory_order_acq_rel))
     return;  // the poll of an earlier wait is still on
   std::uint64_t key = poll_key(fd, e.gen.load(std::memory_order_acquire), out);
@@ -243,6 +346,10 @@ void uring_arm(IoState& s, int fd, FdEntry& e, bool out) {
 
 void uring_disarm(IoState& s, int fd, FdEntry& e) {
   std::uint32_t gen = e.gen.load(std::memory_order_acquire);
+  if (e.out.ring_epoll.exchange(false, std::memory_order_relaxed)) {
+    epoll_event ev{};  // (close(2) would also remove it, unless a dup keeps the file open)
+    ::epoll_ctl(s.uring->out_epfd.load(std::memory_order_acquire), EPOLL_CTL_DEL, fd, &ev);
+  }
   bool any = false;
   for (bool out : {false, true}) {
     if (!(out ? e.out : e.in).ring_armed.exchange(false, std::memory_order_acq_rel)) continue;
@@ -328,11 +435,13 @@ int uring_reap(IoState& s, Deadline d) {
   WakeDefer defer;
   unsigned events = 0, seen = 0, head;
   io_uring_cqe* cqe;
+  ++tls_delivering;
   io_uring_for_each_cqe(&u.ring, head, cqe) {
     io_uring_cqe c = *cqe;
     ++seen;
     deliver_one(s, c, events);
   }
+  --tls_delivering;
   io_uring_cq_advance(&u.ring, seen);
   if (events) {
     count(*s.cluster, Stat::poller_wakeups);

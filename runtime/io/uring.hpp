@@ -40,6 +40,18 @@
 // submitted by a processor that then runs one fibre for long without a
 // system call completes when that fibre yields or calls the kernel.
 //
+// Write sides whose peer shut down its writing. The kernel adds RDHUP (and
+// HUP and ERR) to every ring poll, and RDHUP stays set once the peer's FIN
+// is in: a writer waiting on a full socket whose peer does not read would
+// have each poll end at once, find EAGAIN and arm again — 120,000 to
+// 260,000 useless wake-ups per 0.5 s (issue 25, bug 2). The first such poll
+// (RDHUP without OUT, HUP or ERR) moves the side to the ring's write-side
+// epoll set (made on first use): there a wait is EPOLLOUT|EPOLLONESHOT, so
+// only writability, a hang-up or an error ends it, and one ring poll on the
+// set itself (always re-armed once made: it completes only when the set has
+// something to report) delivers what the set sees. A close takes the
+// descriptor out of the set.
+//
 // Where io_uring_setup fails (an old kernel, kernel.io_uring_disabled, a
 // seccomp filter), the cluster falls back to epoll with a one-line notice.
 #pragma once
@@ -65,6 +77,10 @@ struct Uring {
   std::atomic<bool> pending{false};  // SQEs queued and not yet submitted
   std::atomic<bool> reaping{false};  // taking completions: one thread at a time
   std::atomic<unsigned long> removes_again{0};  // removals refused with EALREADY, queued again
+  // The write-side epoll set (above): made on first use, never closed.
+  std::atomic<int> out_epfd{-1};
+  SpinLock out_epfd_lock;              // making it
+  std::atomic<bool> out_armed{false};  // its ring poll is on
 };
 
 // A fibre's read through the ring: the completion record on its stack.

@@ -70,6 +70,8 @@ class Cluster {
   // p is busy, one idle processor to steal from it.
   void wake(Processor& p);
   int idle_processors() const { return idle_count_.load(std::memory_order_seq_cst); }
+  // The same as a hint, without ordering (a pusher's cheap first look).
+  int idle_processors_relaxed() const { return idle_count_.load(std::memory_order_relaxed); }
   // Wakes the processor at the front of the idle list, if any.
   bool wake_one();
   // After publishing work behind a busy processor: wakes a sleeper to steal.

@@ -1,4 +1,5 @@
 #include "sched/processor.hpp"
+#include "base/check.hpp"
 #include "base/sys.hpp"
 
 #include <sys/syscall.h>
@@ -45,7 +46,9 @@ inline void after_switch(transfer_t t) {
 // were new: under work sharing that is the staging queue, or two fibres that
 // yield to each other through the local queue would starve staged ones.
 void post_requeue(Processor& here, Fibre* prev, void*) {
-  if (prev->background)
+  if (prev->pinned)
+    here.push_local(prev);  // never to staging: another processor would take it
+  else if (prev->background)
     prev->cluster->push_background(prev);
   else if (prev->cluster->config().placement == Placement::share)
     prev->cluster->push_staging(prev);
@@ -131,7 +134,12 @@ void fibre_entry(transfer_t t) {
   p->counters.add(Stat::fibres_finished);
   std::uintptr_t w = self->join.load(std::memory_order_acquire);
   auto* joiner = reinterpret_cast<Fibre*>(w);
-  if (w > kJoinForeign && joiner->cluster == &p->cluster() && !joiner->background) {
+  // A pinned joiner (a color runner) is never handed a foreign processor:
+  // it would run on this kernel thread while it serves its own processor's
+  // color core, and push colored fibres onto a queue it does not own (issue
+  // 25, bug 1). post_exit schedules it on its own processor instead.
+  if (w > kJoinForeign && joiner->cluster == &p->cluster() && !joiner->background &&
+      (!joiner->pinned || joiner->affinity == p)) {
     // The joiner is parked (it registered after its context was saved):
     // hand the processor straight to it.
     joiner->affinity = p;
@@ -323,10 +331,27 @@ void Processor::push(Fibre* f) {
     rq_->push(f);
     cluster_->wake_one();
   } else if (this_processor() == this) {
-    // A fibre this processor made ready for itself wakes nobody: waking a
-    // thief here too (tried in 09a3b57) multiplied sleeps and wake-ups per
-    // iteration of the lock benchmark by ~20 and tripled its overhead.
     push_local(f);
+    // f waits behind the fibre running here, which may not reach a
+    // scheduling point for long: it may busy-wait for f's work, as redis's
+    // main thread waits for its I/O threads (issue 25, bug 3: a livelock
+    // with the other processor asleep). The rule (DESIGN.md, "No waiting
+    // behind a running fibre"): a ready fibre never waits behind a running
+    // one while a processor of its cluster sleeps. So a sleeper is woken
+    // to steal — one thief at a time (wake_thief), and only when some
+    // processor sleeps: with all busy it costs a fence and a load; with one
+    // processor, one load.
+    // (09a3b57 woke a thief on every local push, without the one-thief
+    // gate and the idle count, and tripled the lock benchmark's overhead.)
+    // The fence orders the push before the look at the idle count (invariant
+    // 3: a processor going idle announces itself, then looks at our queue).
+    // Not from the idle loop (the poller delivering to its own fibres as
+    // its sleep ends): nothing runs here that f would wait behind, and a
+    // thief woken for each delivery would be a wake-up per request.
+    if (cluster_->size() > 1 && current_ != &idle_) {
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (cluster_->idle_processors_relaxed() > 0) cluster_->wake_thief();
+    }
   } else {
     own_rq_.push(f);
     if (WakeDefer* d = tls_wake_defer)
@@ -337,6 +362,12 @@ void Processor::push(Fibre* f) {
 }
 
 void Processor::push_local(Fibre* f) {
+  LOOM_CHECK(this_processor() == this, "fibre %llu (%s) pushed onto processor %u's own queue from %s %d",
+             (unsigned long long)f->id, f->name ? f->name : "unnamed", index_,
+             this_processor() ? "processor" : "a kernel thread that is no processor",
+             this_processor() ? int(this_processor()->index()) : -1);
+  LOOM_CHECK(!f->pinned || f->affinity == this, "pinned fibre %llu (%s) queued on processor %u, not its own",
+             (unsigned long long)f->id, f->name ? f->name : "unnamed", index_);
   if (rq_ == &own_rq_ && own_rq_.has_local()) return push_owned(f);
   rq_->push(f);
   if (rq_ != &own_rq_) cluster_->wake_one();
@@ -359,7 +390,12 @@ Fibre* Processor::find_work(bool last_look) {
   return cluster_->pop_background(*this);
 }
 
-void Processor::run(Fibre* f) { switch_to(f, nullptr, nullptr); }
+void Processor::run(Fibre* f) {
+  LOOM_CHECK(!f->pinned || f->affinity == this, "pinned fibre %llu (%s) of processor %d about to run on processor %u",
+             (unsigned long long)f->id, f->name ? f->name : "unnamed", f->affinity ? int(f->affinity->index()) : -1,
+             index_);
+  switch_to(f, nullptr, nullptr);
+}
 
 namespace {
 constexpr std::int64_t kTrimAfterNs = 50'000'000;  // 50 ms idle: the burst is over

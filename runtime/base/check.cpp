@@ -1,0 +1,19 @@
+#include "base/check.hpp"
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+
+namespace loom::rt {
+
+void check_failed(const char* file, int line, const char* cond, const char* fmt, ...) noexcept {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "loom: invariant broken: %s (%s, at %s:%d)\n", msg, cond, file, line);
+  std::abort();
+}
+
+}  // namespace loom::rt
