@@ -4,6 +4,8 @@
 // perturbation to the race's window (LOOM_CHAOS_ONLY) and stalls there on
 // every pass, so that it fails within a few seeds when the fix is missing,
 // where a plain run found it about once in four TSan runs.
+#include "base/chaos.hpp"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -14,6 +16,9 @@
 
 #include "loom/color.hpp"
 #include "loom/loom.hpp"
+#include "sched/cluster.hpp"
+#include "sched/fibre.hpp"
+#include "sched/processor.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -104,5 +109,30 @@ TEST(ColorTransit, AQueueInTransitIsLinkedOnlyByItsThief) {
   ASSERT_TRUE(wait_for(cs.done, per_poster * kPosters)) << cs.done.load() << " of " << per_poster * kPosters;
   EXPECT_EQ(cs.violations.load(), 0);
 }
+
+#if defined(LOOM_CHECKS_ON)
+// The checking builds' invariants report the breach, naming who, and abort.
+// (White-box: the runtime's own calls never break them on purpose.)
+TEST(Checks, PushLocalFromAnotherThreadIsReported) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Cluster cl(1, loom::SchedConfig{});
+  loom::rt::Processor* p = cl.impl().processor(0);
+  // main runs on the default cluster's processor, not on cl's.
+  EXPECT_DEATH(p->push_local(nullptr),
+               "invariant broken: push_local on processor 0 of cluster [0-9]+ from processor 0");
+}
+
+TEST(Checks, APinnedFibreSwitchedToElsewhereIsReported) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  loom::rt::Fibre f;
+  f.id = 77;
+  f.name = "runner";
+  f.pinned = true;
+  f.affinity = nullptr;  // pinned elsewhere
+  loom::rt::Processor* here = loom::rt::this_processor();
+  ASSERT_NE(here, nullptr);
+  EXPECT_DEATH(LOOM_CHECK_SWITCH(&f, *here), "pinned fibre 77 \"runner\" switched to on processor");
+}
+#endif
 
 }  // namespace

@@ -33,13 +33,6 @@ bool start_runtime_thread(const char* name, void* (*fn)(void*));
 
 namespace {
 
-std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64's finaliser
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 void start_wait_watch();
 
 }  // namespace
@@ -54,6 +47,13 @@ constexpr const char* kNames[] = {
 #undef LOOM_CHAOS_NAME
 };
 constexpr unsigned kPoints = unsigned(Point::count);
+
+std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64's finaliser
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
 
 struct Settings {
   bool on = true;
