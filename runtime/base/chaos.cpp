@@ -189,10 +189,7 @@ void on_switch(const Fibre* next, const Processor& p) noexcept {
     fail("pinned fibre %llu \"%s\" switched to on processor %u of cluster %u; its processor is %d",
          (unsigned long long)next->id, name_of(next), p.index(), p.cluster().id(),
          next->affinity ? int(next->affinity->index()) : -1);
-#if !defined(LOOM_CHAOS)
-  static std::once_flag once;
-  std::call_once(once, start_wait_watch);
-#endif
+  start_wait_watch();
 }
 
 void on_owner(const Processor& p, const char* what) noexcept {
@@ -286,7 +283,7 @@ void* wait_watch_main(void*) {
 
 void start_wait_watch() {
   static std::atomic<bool> started{false};
-  if (started.exchange(true, std::memory_order_acq_rel)) return;
+  if (started.load(std::memory_order_relaxed) || started.exchange(true, std::memory_order_acq_rel)) return;
   wait_bound_ns = std::int64_t(env_size("LOOM_CHECK_WAIT_MS", 2000, 0, 3'600'000)) * 1000000;
   if (wait_bound_ns && !start_runtime_thread("loom-check", &wait_watch_main))
     std::fprintf(stderr, "loom: invariant checks: cannot start the waiting-fibre watch; off\n");
