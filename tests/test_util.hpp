@@ -37,7 +37,7 @@ inline long scaled(long n) {
 }
 
 constexpr bool sanitized() {
-#if defined(LOOM_ASAN) || defined(LOOM_TSAN)
+#if defined(LOOM_ASAN) || defined(LOOM_TSAN) || defined(LOOM_CHAOS)  // (chaos: slow, like them)
   return true;
 #else
   return false;

@@ -1,4 +1,5 @@
 #include "base/check.hpp"
+#include "base/chaos.hpp"
 
 #include <cstdarg>
 #include <cstdio>
@@ -13,6 +14,9 @@ void check_failed(const char* file, int line, const char* cond, const char* fmt,
   std::vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   std::fprintf(stderr, "loom: invariant broken: %s (%s, at %s:%d)\n", msg, cond, file, line);
+#if defined(LOOM_CHAOS)
+  std::fprintf(stderr, "loom: chaos seed %llu (replay: LOOM_CHAOS=%llu)\n", chaos::seed(), chaos::seed());
+#endif
   std::abort();
 }
 

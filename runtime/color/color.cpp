@@ -11,6 +11,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "base/chaos.hpp"
 #include "base/options.hpp"
 #include "loom/fibre.hpp"
 #include "sched/cluster.hpp"
@@ -97,6 +98,8 @@ void ColorCore::link(ColorQueue* q, bool front) noexcept {
     (tail ? tail->next : head) = q;
     tail = q;
   }
+  LOOM_CHECK(!q->transit && q->owner.load(std::memory_order_relaxed) == this, "color %u linked %s", q->color,
+             q->transit ? "in transit" : "by a core not its owner");
   q->linked = true;
   ++listed;
 }
@@ -240,6 +243,7 @@ ColorCore* ColorLayer::place(Color c) {
 }
 
 void ColorLayer::enqueue(Color c, ColorItem* it) {
+  LOOM_CHAOS_POINT(color_enqueue);
   Shard& s = shard(c);
   s.lock.lock();
   ColorQueue*& slot = s.map[c];
@@ -321,6 +325,7 @@ void ColorLayer::release_queue(ColorQueue* q, bool shared, ColorCore* mine) {
 }
 
 void ColorLayer::release(ColorHold& h) {
+  LOOM_CHAOS_POINT(color_release);
   ColorItem* it = reinterpret_cast<ColorItem*>(reinterpret_cast<char*>(&h) - offsetof(ColorItem, hold));
   release_queue(h.queue, h.shared, nullptr);
   delete it;
@@ -461,6 +466,7 @@ bool ColorLayer::steal(Processor& p, ColorCore& me, bool wait) {
     }
     v.lock.unlock();
     if (!q) continue;
+    LOOM_CHAOS_POINT(color_transit);
     me.lock.lock();
     me.items.fetch_add(count, std::memory_order_relaxed);
     q->transit = false;

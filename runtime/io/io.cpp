@@ -27,6 +27,7 @@
 #include <cerrno>
 
 #include "io/fd_table.hpp"
+#include "base/chaos.hpp"
 #include "base/sys.hpp"
 #include "io/poller.hpp"
 #include "io/uring.hpp"
@@ -187,6 +188,7 @@ long wait_and_retry(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeo
       this_processor()->counters.add(Stat::io_blocks);
       note_wait(side == kIn ? WaitKind::fd_in : WaitKind::fd_out, reinterpret_cast<const void*>(std::intptr_t(fd)));
       io_arm(fd, e, side == kOut);
+      LOOM_CHAOS_POINT(io_park);
       int rc = s.ready.wait(d);
       if (e.gen.load(std::memory_order_acquire) != gen) {
         r = -EBADF;
@@ -381,6 +383,7 @@ void retire(int fd, Disarmed& d) {
   else
     e->registered.store(nullptr, std::memory_order_relaxed);  // close(2) deregisters
   e->gen.fetch_add(1, std::memory_order_acq_rel);
+  LOOM_CHAOS_POINT(close_retire);
   e->kind.store(kFdUnknown, std::memory_order_release);
   e->in.ready.take_or_post(d.fn[0], d.arg[0]);
   e->out.ready.take_or_post(d.fn[1], d.arg[1]);
@@ -692,6 +695,7 @@ int getaddrinfo(const char* node, const char* service, const addrinfo* hints, ad
 int close(int fd) {
   rt::Disarmed d;
   rt::retire(fd, d);
+  LOOM_CHAOS_POINT(close_syscall);
   long r = syscall_op([&] { return rt::sys::close(fd); });
   d.fire();  // after close(2): the owner's next call on fd fails with EBADF
   return int(finish(r));

@@ -15,6 +15,7 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
+#include "base/chaos.hpp"
 #include "base/sys.hpp"
 #include "io/fd_table.hpp"
 #include "io/poller.hpp"
@@ -192,6 +193,7 @@ void deliver_out_epoll(IoState& s, int res, unsigned& events) {
 }
 
 void deliver_one(IoState& s, const io_uring_cqe& c, unsigned& events) {
+  LOOM_CHAOS_POINT(uring_complete);
   std::uint64_t ud = c.user_data;
   switch (ud & kTagMask) {
     case kTagWait: {
@@ -338,6 +340,7 @@ void uring_arm(IoState& s, int fd, FdEntry& e, bool out) {
     return;  // the poll of an earlier wait is still on
   std::uint64_t key = poll_key(fd, e.gen.load(std::memory_order_acquire), out);
   e.ring_requests.fetch_add(1, std::memory_order_relaxed);
+  LOOM_CHAOS_POINT(uring_arm);
   queue(s, [&](io_uring_sqe* sqe) {
     io_uring_prep_poll_add(sqe, fd, out ? kOutEvents : kInEvents);
     io_uring_sqe_set_data64(sqe, key);

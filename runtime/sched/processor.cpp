@@ -1,5 +1,6 @@
 #include "sched/processor.hpp"
 #include "base/check.hpp"
+#include "base/chaos.hpp"
 #include "base/sys.hpp"
 
 #include <sys/syscall.h>
@@ -86,6 +87,7 @@ namespace {
 void post_exit(Processor&, Fibre* prev, void*) {
   prev->cluster->fibres.fetch_sub(1, std::memory_order_relaxed);
   context_destroy(prev->ctx);
+  LOOM_CHAOS_POINT(post_exit);
   std::uintptr_t w = prev->join.exchange(kJoinDone, std::memory_order_acq_rel);
   if (w == kJoinDetached) {
     release_fibre(prev);
@@ -134,6 +136,7 @@ void fibre_entry(transfer_t t) {
   p->counters.add(Stat::fibres_finished);
   std::uintptr_t w = self->join.load(std::memory_order_acquire);
   auto* joiner = reinterpret_cast<Fibre*>(w);
+  LOOM_CHAOS_POINT(exit_handover);
   // A pinned joiner (a color runner) is never handed a foreign processor:
   // it would run on this kernel thread while it serves its own processor's
   // color core, and push colored fibres onto a queue it does not own (issue
@@ -243,6 +246,7 @@ void Processor::join_thread() {
 void Processor::switch_to(Fibre* next, PostFn post, void* arg, bool dying) {
   Fibre* self = current_;
   SwitchNote note{self, post, arg, this};
+  LOOM_CHECK_SWITCH(next, *this);
   current_ = next;
   counters.add(Stat::switches);
   running_id.store(next->id, std::memory_order_relaxed);
@@ -354,6 +358,7 @@ void Processor::push(Fibre* f) {
     }
   } else {
     own_rq_.push(f);
+    LOOM_CHAOS_POINT(push_wake);
     if (WakeDefer* d = tls_wake_defer)
       d->add(this);
     else
@@ -373,7 +378,10 @@ void Processor::push_local(Fibre* f) {
   if (rq_ != &own_rq_) cluster_->wake_one();
 }
 
-void Processor::push_owned(Fibre* f) { own_rq_.push_by_owner(f); }
+void Processor::push_owned(Fibre* f) {
+  LOOM_CHECK_OWNER(*this, "push_owned");
+  own_rq_.push_by_owner(f);
+}
 
 Fibre* Processor::find_work(bool last_look) {
   cluster_->fire_timers();
@@ -412,9 +420,12 @@ void Processor::idle_loop() {
     }
     if (!f) {
       if (stop_.load(std::memory_order_acquire)) return;
+      LOOM_CHAOS_POINT(idle_announce);
       cluster_->go_idle(*this);
+      LOOM_CHAOS_POINT(idle_last_look);
       f = find_work(/*last_look=*/true);  // after announcing idle
       if (!f && !stop_.load(std::memory_order_acquire)) {
+        LOOM_CHAOS_POINT(idle_sleep);
         counters.add(Stat::sleeps);
         // One idle processor (the keeper) sleeps only until the earliest
         // timer; the others sleep until woken.

@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "base/chaos.hpp"
 #include "base/membarrier.hpp"
 #include "base/nemesis.hpp"
 #include "base/spinlock.hpp"
@@ -184,6 +185,7 @@ class ReadyQueue {
       heavy_fence();
       while (owner_busy_.load(std::memory_order_acquire)) cpu_relax();
     }
+    LOOM_CHAOS_POINT(steal_locked);
     *length = local_n_.load(std::memory_order_relaxed);
     for (auto& q : nq_) *length += q.walk(2 * max);
     for (std::size_t want = half(*length, max); k < want; ++k)
