@@ -7,7 +7,28 @@
 
 #include <cerrno>
 
+#include "base/sys.hpp"
+
 namespace loom::rt {
+
+namespace {
+using SyscallFn = long (*)(long, ...);
+SyscallFn libc_syscall_fn = nullptr;  // looked up at load, or at the first use before that
+
+SyscallFn libc_syscall() noexcept {
+  SyscallFn f = __atomic_load_n(&libc_syscall_fn, __ATOMIC_ACQUIRE);
+  if (__builtin_expect(!f, 0)) {
+    sys::find_symbol(f, "libc.so.6", "syscall");
+    __atomic_store_n(&libc_syscall_fn, f, __ATOMIC_RELEASE);
+  }
+  return f;
+}
+__attribute__((constructor)) void look_up_libc_syscall() { libc_syscall(); }
+}  // namespace
+
+long sys_futex(void* addr, int op, std::uint32_t val, const void* timeout, void* addr2, std::uint32_t val3) noexcept {
+  return libc_syscall()(SYS_futex, addr, op, val, timeout, addr2, val3);
+}
 
 void futex_wait(std::atomic<int>* addr, int expected, std::int64_t deadline_ns) {
   timespec ts;
@@ -18,12 +39,11 @@ void futex_wait(std::atomic<int>* addr, int expected, std::int64_t deadline_ns) 
     tsp = &ts;
   }
   // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline.
-  syscall(SYS_futex, reinterpret_cast<int*>(addr), FUTEX_WAIT_BITSET_PRIVATE, expected, tsp, nullptr,
-          FUTEX_BITSET_MATCH_ANY);
+  sys_futex(addr, FUTEX_WAIT_BITSET_PRIVATE, std::uint32_t(expected), tsp, nullptr, FUTEX_BITSET_MATCH_ANY);
 }
 
 void futex_wake(std::atomic<int>* addr, int count) {
-  syscall(SYS_futex, reinterpret_cast<int*>(addr), FUTEX_WAKE_PRIVATE, count, nullptr, nullptr, 0);
+  sys_futex(addr, FUTEX_WAKE_PRIVATE, std::uint32_t(count), nullptr, nullptr, 0);
 }
 
 bool WakeFlag::wait(std::int64_t deadline_ns) noexcept {

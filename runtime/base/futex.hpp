@@ -15,6 +15,11 @@ namespace loom::rt {
 
 void futex_wait(std::atomic<int>* addr, int expected, std::int64_t deadline_ns = -1);
 void futex_wake(std::atomic<int>* addr, int count);
+// futex(2) through glibc's own syscall(2), never an interposer's:
+// libloom-pthread defines syscall to park fibres on the program's own futex
+// waits (capi/pthread/futex.cpp), and loom's futexes are not the program's.
+// -1 and errno, as syscall(2).
+long sys_futex(void* addr, int op, std::uint32_t val, const void* timeout, void* addr2, std::uint32_t val3) noexcept;
 
 class WakeFlag {
  public:
