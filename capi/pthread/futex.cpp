@@ -24,12 +24,15 @@
 //   anything else — every other system call, futexes in shared memory
 //   (another process may wake them), other futex operations, a bitset that
 //   is not "any", a kernel thread's wait, a signal handler's —
-//       glibc's syscall(2), as is.
+//       the system call itself, as glibc's syscall(2) makes it (no lookup:
+//       jemalloc calls syscall from inside dlopen, before any constructor).
 //
 // The runtime's own system calls reach this function too (base/sys.hpp
 // calls syscall by name); they are not futex waits on a fibre (processors
 // sleep on their futex from the scheduler, not from a fibre), so they pass
 // through, at the cost of one comparison.
+#include "base/futex.hpp"
+
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -52,19 +55,15 @@
 namespace loom::capi::pthread_futex {
 namespace {
 
-using SyscallFn = long (*)(long, ...);
-
-SyscallFn glibc_fn = nullptr;  // looked up at load, or at the first call before that
-
-SyscallFn glibc_syscall() {
-  SyscallFn f = __atomic_load_n(&glibc_fn, __ATOMIC_ACQUIRE);
-  if (__builtin_expect(!f, 0)) {
-    rt::sys::find_symbol(f, "libc.so.6", "syscall");
-    __atomic_store_n(&glibc_fn, f, __ATOMIC_RELEASE);
+// glibc's syscall(2), as it is: the instruction, -1 and errno on failure.
+long kernel(long n, long a0, long a1, long a2, long a3, long a4, long a5) {
+  long r = rt::raw_syscall(n, a0, a1, a2, a3, a4, a5);
+  if (r < 0 && r > -4096) {
+    errno = int(-r);
+    return -1;
   }
-  return f;
+  return r;
 }
-__attribute__((constructor(101))) void look_up_glibc_syscall() { glibc_syscall(); }
 
 // ---- shared futexes on private memory --------------------------------------------------
 //
@@ -98,14 +97,14 @@ bool remembered(std::uintptr_t a) {
 // Whether a lies in a private mapping, from /proc/self/maps.
 bool private_mapping(std::uintptr_t a) {
   if (remembered(a)) return true;
-  int fd = int(glibc_syscall()(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC));
+  int fd = int(kernel(SYS_openat, AT_FDCWD, long("/proc/self/maps"), O_RDONLY | O_CLOEXEC, 0, 0, 0));
   if (fd < 0) return false;
   char buf[4096];
   std::size_t have = 0;
   bool found = false, priv = false;
   Range hit{};
   for (;;) {
-    long n = glibc_syscall()(SYS_read, fd, buf + have, sizeof buf - have);
+    long n = kernel(SYS_read, fd, long(buf + have), long(sizeof buf - have), 0, 0, 0);
     if (n <= 0) break;
     have += std::size_t(n);
     std::size_t start = 0;
@@ -128,7 +127,7 @@ bool private_mapping(std::uintptr_t a) {
     have -= start;
     if (have == sizeof buf) have = 0;  // (no line is that long)
   }
-  glibc_syscall()(SYS_close, fd);
+  kernel(SYS_close, fd, 0, 0, 0, 0, 0);
   if (found && priv) {
     rt::SpinGuard g(ranges_lock);
     ranges[next_range] = hit;
@@ -165,7 +164,7 @@ long fibre_wait(const std::uint32_t* addr, std::uint32_t val, const timespec* t,
 
 // Wakes up to n waiters on addr: fibres first, then the kernel's.
 long wake(std::uint32_t* addr, int op, int n, long a3, long a4, long a5) {
-  if (n <= 0) return glibc_syscall()(SYS_futex, addr, op, n, a3, a4, a5);
+  if (n <= 0) return kernel(SYS_futex, long(addr), op, n, a3, a4, a5);
   long woken = 0;
   if (n == INT_MAX) {
     woken = rt::parking_lot::unpark_all(addr);
@@ -173,7 +172,7 @@ long wake(std::uint32_t* addr, int op, int n, long a3, long a4, long a5) {
     while (woken < n && rt::parking_lot::unpark_one(addr).unparked) ++woken;
   }
   if (woken >= n) return woken;
-  long more = glibc_syscall()(SYS_futex, addr, op, n == INT_MAX ? n : n - woken, a3, a4, a5);
+  long more = kernel(SYS_futex, long(addr), op, n == INT_MAX ? n : n - woken, a3, a4, a5);
   return more < 0 ? (woken ? woken : more) : woken + more;
 }
 
@@ -205,5 +204,5 @@ extern "C" long syscall(long number, ...) {
       return fibre_wait(addr, std::uint32_t(a2), reinterpret_cast<const timespec*>(a3), cmd == FUTEX_WAIT_BITSET,
                         (op & FUTEX_CLOCK_REALTIME) != 0);
   }
-  return glibc_syscall()(number, a0, a1, a2, a3, a4, a5);
+  return kernel(number, a0, a1, a2, a3, a4, a5);
 }

@@ -7,27 +7,43 @@
 
 #include <cerrno>
 
-#include "base/sys.hpp"
-
 namespace loom::rt {
 
-namespace {
-using SyscallFn = long (*)(long, ...);
-SyscallFn libc_syscall_fn = nullptr;  // looked up at load, or at the first use before that
-
-SyscallFn libc_syscall() noexcept {
-  SyscallFn f = __atomic_load_n(&libc_syscall_fn, __ATOMIC_ACQUIRE);
-  if (__builtin_expect(!f, 0)) {
-    sys::find_symbol(f, "libc.so.6", "syscall");
-    __atomic_store_n(&libc_syscall_fn, f, __ATOMIC_RELEASE);
-  }
-  return f;
+#if defined(__x86_64__)
+long raw_syscall(long n, long a0, long a1, long a2, long a3, long a4, long a5) noexcept {
+  register long r10 __asm__("r10") = a3;
+  register long r8 __asm__("r8") = a4;
+  register long r9 __asm__("r9") = a5;
+  long r;
+  __asm__ volatile("syscall"
+                   : "=a"(r)
+                   : "a"(n), "D"(a0), "S"(a1), "d"(a2), "r"(r10), "r"(r8), "r"(r9)
+                   : "rcx", "r11", "memory");
+  return r;
 }
-__attribute__((constructor)) void look_up_libc_syscall() { libc_syscall(); }
-}  // namespace
+#elif defined(__aarch64__)
+long raw_syscall(long n, long a0, long a1, long a2, long a3, long a4, long a5) noexcept {
+  register long x8 __asm__("x8") = n;
+  register long x0 __asm__("x0") = a0;
+  register long x1 __asm__("x1") = a1;
+  register long x2 __asm__("x2") = a2;
+  register long x3 __asm__("x3") = a3;
+  register long x4 __asm__("x4") = a4;
+  register long x5 __asm__("x5") = a5;
+  __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5) : "memory");
+  return x0;
+}
+#else
+#error "loom: raw_syscall needs this architecture's system call instruction"
+#endif
 
 long sys_futex(void* addr, int op, std::uint32_t val, const void* timeout, void* addr2, std::uint32_t val3) noexcept {
-  return libc_syscall()(SYS_futex, addr, op, val, timeout, addr2, val3);
+  long r = raw_syscall(SYS_futex, long(addr), op, long(val), long(timeout), long(addr2), long(val3));
+  if (r < 0 && r > -4096) {
+    errno = int(-r);
+    return -1;
+  }
+  return r;
 }
 
 void futex_wait(std::atomic<int>* addr, int expected, std::int64_t deadline_ns) {
