@@ -7,7 +7,7 @@
 #                           (real threaded programs run on libloom-pthread), perl, procps and
 #                           ripgrep (programs whose state is in thread-locals: tests/tls); memcached's
 #                           t/*.t modules, Debian's memcached, libmemcached and pymemcache
-#                           (tests/memcached)
+#                           (tests/memcached); git and redis (tests/pthread_proc)
 #   scripts/deps.sh bench   test + Boost.Fiber, wrk, nginx, Go, memcached, gnuplot,
 #                           clang with libFuzzer (make fuzz)
 # Idempotent: a second run installs nothing and does not touch the network.
@@ -18,7 +18,8 @@ build=(g++ make cmake pkg-config libboost-context-dev libhwloc-dev liburing-dev
        curl ca-certificates dpkg-dev xz-utils patch libevent-dev libsasl2-dev libssl-dev)
 test=("${build[@]}" libgtest-dev googletest valgrind gdb curl python3 libboost-fiber-dev wrk zstd xz-utils
       perl procps ripgrep
-      libio-socket-ssl-perl sasl2-bin memcached libmemcached-tools libmemcached-dev python3-pymemcache)
+      libio-socket-ssl-perl sasl2-bin memcached libmemcached-tools libmemcached-dev python3-pymemcache
+      git redis-server redis-tools)
 bench=("${test[@]}" wrk nginx-light golang-go memcached libmemcached-tools gnuplot-nox clang libclang-rt-14-dev)
 
 case "$group" in

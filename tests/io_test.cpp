@@ -684,6 +684,43 @@ TEST(Io, DupAndFcntlKeepTheProgramsView) {
   });
 }
 
+// The descriptor rule (io/io.cpp): a socket or pipe loom did not make keeps
+// the kernel's flags the program gave it, while a fibre's read on it waits
+// through the poller (a read that blocked the processor would hang the
+// writer, on one processor) and fcntl reports the truth.
+TEST(Io, ForeignDescriptorsKeepTheirFlags) {
+  loom::Cluster c(1);
+  loom::FibreAttr attr;
+  attr.cluster = &c;
+  loom::Fibre(attr, [&] {
+    int sp[2], pp[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+    ASSERT_EQ(::pipe(pp), 0);
+    for (auto [rd, wr] : {std::pair{sp[0], sp[1]}, std::pair{pp[0], pp[1]}}) {
+      loom::Fibre w([wr = wr] {
+        loom::this_fibre::sleep_for(20ms);
+        EXPECT_EQ(io::write(wr, "f", 1), 1);
+      });
+      char c = 0;
+      EXPECT_EQ(io::read(rd, &c, 1), 1);
+      EXPECT_EQ(c, 'f');
+      w.join();
+      EXPECT_EQ(::fcntl(rd, F_GETFL) & O_NONBLOCK, 0);  // the kernel's own answer
+      EXPECT_EQ(::fcntl(wr, F_GETFL) & O_NONBLOCK, 0);
+      EXPECT_EQ(io::fcntl(rd, F_GETFL) & O_NONBLOCK, 0);
+      // The program's O_NONBLOCK is the kernel's, and EAGAIN is its to see.
+      ASSERT_EQ(io::fcntl(rd, F_SETFL, O_NONBLOCK), 0);
+      EXPECT_NE(::fcntl(rd, F_GETFL) & O_NONBLOCK, 0);
+      EXPECT_EQ(io::read(rd, &c, 1), -1);
+      EXPECT_EQ(err(), EAGAIN);
+      ASSERT_EQ(io::fcntl(rd, F_SETFL, 0), 0);
+      EXPECT_EQ(::fcntl(rd, F_GETFL) & O_NONBLOCK, 0);
+      io::close(rd);
+      io::close(wr);
+    }
+  }).join();
+}
+
 TEST(Io, KernelThreadsBlockOnLoomDescriptors) {
   int p[2] = {-1, -1};
   on_fibre([&] { tcp_pair(p); });

@@ -17,10 +17,9 @@
 // saw the change. Kernel-thread waiters have the futex's own guarantee, and
 // the notify always makes the futex call too.
 //
-// Not covered: C++20's atomic::wait, std::latch, std::barrier and
-// std::counting_semaphore make the futex call in code inlined into the
-// program (no exported function to define): they still block the processor
-// (README).
+// C++20's atomic::wait, std::latch, std::barrier and std::counting_semaphore
+// make the futex call in code inlined into the program: futex.cpp defines
+// syscall(2) for them.
 #include <bits/atomic_futex.h>
 #include <dlfcn.h>
 

@@ -15,11 +15,10 @@
 //                                        waits, its processor runs others;
 //   anyone else (a kernel thread that is not a processor, a call before the
 //   runtime started, a fork child: thread.cpp marks it so)
-//                                        the kernel's, except on a
-//                                        descriptor loom made non-blocking
-//                                        underneath, whose calls loom emulates
-//                                        as blocking (loom/io.hpp), and
-//                                        close/dup/fcntl, which always keep
+//                                        the kernel's (loom changes no
+//                                        descriptor's flags on these routes:
+//                                        io/io.cpp, "The descriptor rule"),
+//                                        but close/dup/fcntl, which always keep
 //                                        loom's table right (but for close
 //                                        and dup2/dup3 in a fork child: see
 //                                        in_child below).
@@ -64,6 +63,7 @@
 
 #include "capi.hpp"
 #include "io/fd_table.hpp"
+#include "io/poller.hpp"
 #include "loom/loom.h"
 #include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
@@ -173,27 +173,11 @@ __attribute__((constructor)) void register_fork_handler() {
 }
 bool keep_table() { return hooks_on() && !in_child.load(std::memory_order_relaxed); }
 
-// dup2/dup3 in a fork child, the way a program hands a pipe or socket to
-// the program it is about to exec as its standard input or output: if loom
-// made `from` non-blocking underneath (the program sees it blocking), the
-// copy is made blocking again — the exec'd program knows nothing of loom,
-// and would fail with EAGAIN on a full pipe. (O_NONBLOCK belongs to the open
-// file, so a copy the parent still uses would then block its processor;
-// parents close their copy of the child's end.) Not reached by
-// posix_spawn's file actions, which glibc makes inside the library.
-int for_exec(int from, int to) {
-  if (to >= 0 && in_child.load(std::memory_order_relaxed) && hooks_on()) {
-    rt::FdEntry* e = rt::FdTable::instance().get(from);
-    if (e && e->kind.load(std::memory_order_acquire) == rt::kFdPollable &&
-        !e->user_nonblock.load(std::memory_order_relaxed)) {
-      int saved = errno;
-      int fl = k::fcntl(to, F_GETFL, 0);
-      if (fl >= 0 && (fl & O_NONBLOCK)) k::fcntl(to, F_SETFL, fl & ~O_NONBLOCK);
-      errno = saved;
-    }
-  }
-  return to;
-}
+// Descriptors keep the flags the program set (io/io.cpp, "The descriptor
+// rule"): loom makes none non-blocking underneath on these routes, so a
+// kernel thread's call, a fork child's and an exec'd program's are the
+// kernel's on the file as the program left it.
+__attribute__((constructor(101))) void keep_descriptor_flags() { rt::io_keep_flags(); }
 
 // The caller is a fibre, not inside a signal handler, and the hooks are on.
 bool fibre() {
@@ -201,17 +185,7 @@ bool fibre() {
   return p && p->current() != &p->idle_fibre() && hooks_on() && !rt::in_signal_handler();
 }
 
-// fd is one loom made non-blocking underneath while the program sees it
-// blocking: a kernel thread's call on it must go through loom, which waits
-// with poll(2) (the kernel's call would fail with EAGAIN).
-bool loom_nonblocked(int fd) {
-  if (!hooks_on()) return false;
-  rt::FdEntry* e = rt::FdTable::instance().get(fd);
-  return e && e->kind.load(std::memory_order_acquire) == rt::kFdPollable &&
-         !e->user_nonblock.load(std::memory_order_relaxed);
-}
-
-bool by_loom(int fd) { return fibre() || loom_nonblocked(fd); }
+bool by_loom(int) { return fibre(); }
 
 // A descriptor the kernel gave a caller off the fibre path: whatever loom
 // knew of a former descriptor under that number is dropped.
@@ -264,12 +238,12 @@ int do_fcntl(int fd, int cmd, long arg) {
   }
 }
 
-// sendfile on a fibre. loom has no wrapper of its own: the kernel's call on
-// the non-blocking socket loom keeps underneath, and on EAGAIN a wait for
+// sendfile on a fibre. loom has no wrapper of its own: on a socket the
+// program made non-blocking, the kernel's call, and on EAGAIN a wait for
 // writability through loom. A descriptor loom does not know yet is
 // classified first (a zero-length readv: loom's first use of a number looks
-// at what it is; reading nothing consumes nothing); one that is not a socket
-// (a pipe, a file) gets the kernel's call on the offload cluster.
+// at what it is; reading nothing consumes nothing); any other (a blocking
+// socket, a pipe, a file) gets the kernel's call on the offload cluster.
 ssize_t fibre_sendfile(int out, int in, off_t* off, size_t n) {
   rt::FdEntry* e = rt::FdTable::instance().get(out);
   if (!e) return k::sendfile(out, in, off, n);
@@ -281,7 +255,9 @@ ssize_t fibre_sendfile(int out, int in, off_t* off, size_t n) {
   ErrnoKeeper keep;
   ssize_t r;
   std::uint8_t kind = e->kind.load(std::memory_order_acquire);
-  if (kind != rt::kFdPollable) {
+  // sendfile(2) has no per-call form: on a blocking socket (the program's
+  // flags, io/io.cpp's descriptor rule) it waits in the kernel.
+  if (kind != rt::kFdPollable || e->per_call()) {
     int err = 0;
     r = loom::offload([&] {
       ssize_t v = k::sendfile(out, in, off, n);
@@ -350,14 +326,7 @@ int sendmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags) {
 }
 
 ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) noexcept {
-  if (fibre()) return fibre_sendfile(out_fd, in_fd, offset, count);
-  // A kernel thread on a socket loom made non-blocking: wait as loom would.
-  for (;;) {
-    ssize_t r = k::sendfile(out_fd, in_fd, offset, count);
-    if (r >= 0 || errno != EAGAIN || !loom_nonblocked(out_fd)) return r;
-    pollfd p{out_fd, POLLOUT, 0};
-    if (k::poll(&p, 1, -1) < 0 && errno != EINTR) return -1;
-  }
+  return fibre() ? fibre_sendfile(out_fd, in_fd, offset, count) : k::sendfile(out_fd, in_fd, offset, count);
 }
 ssize_t sendfile64(int out_fd, int in_fd, off64_t* offset, size_t count) noexcept {
   return sendfile(out_fd, in_fd, reinterpret_cast<off_t*>(offset), count);
@@ -415,11 +384,11 @@ int close(int fd) { return keep_table() ? loom_close(fd) : k::close(fd); }
 int dup(int fd) noexcept { return hooks_on() ? loom_dup(fd) : k::dup(fd); }
 int dup2(int fd, int newfd) noexcept {
   if (keep_table()) return loom_dup2(fd, newfd);
-  return for_exec(fd, k::dup2(fd, newfd));
+  return k::dup2(fd, newfd);
 }
 int dup3(int fd, int newfd, int flags) noexcept {
   if (keep_table()) return loom_dup3(fd, newfd, flags);
-  return for_exec(fd, k::dup3(fd, newfd, flags));
+  return k::dup3(fd, newfd, flags);
 }
 
 int fcntl(int fd, int cmd, ...) {

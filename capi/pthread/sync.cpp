@@ -526,7 +526,7 @@ constexpr std::uint64_t kOneWaiter = std::uint64_t(1) << 32;
 
 long futex(void* addr, int op, int private_flag, std::uint32_t val, const timespec* t) {
   int flags = private_flag == kFutexShared ? 0 : FUTEX_PRIVATE_FLAG;
-  return ::syscall(SYS_futex, addr, op | flags, val, t, nullptr, FUTEX_BITSET_MATCH_ANY);
+  return rt::sys_futex(addr, op | flags, val, t, nullptr, FUTEX_BITSET_MATCH_ANY);
 }
 
 // glibc's own protocol (nptl/sem_waitcommon.c), for kernel threads and for

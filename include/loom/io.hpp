@@ -6,8 +6,12 @@
 //
 // Every function has the signature, return convention (-1 and errno) and
 // errors of the system call it is named after, and the *blocking* semantics
-// a program expects from a blocking descriptor. Underneath, the descriptor is
-// non-blocking: the call is tried at once; on EAGAIN the fd is registered
+// a program expects from a blocking descriptor. Underneath, the call is
+// tried at once without waiting (the sockets and pipes loom::io makes are
+// non-blocking in the kernel, and fcntl through loom hides it; on one it did
+// not make, or on the pthread routes, which change no descriptor's flags,
+// the attempt asks not to wait itself: MSG_DONTWAIT, RWF_NOWAIT — see
+// docs/DESIGN.md, "The descriptor rule"); on EAGAIN the fd is registered
 // with the cluster's epoll set (edge-triggered, in and out at once, only the
 // first time it would block: lazy registration) and the fibre waits on the
 // fd's readiness semaphore until the poller posts it, then retries.

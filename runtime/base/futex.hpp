@@ -15,6 +15,18 @@ namespace loom::rt {
 
 void futex_wait(std::atomic<int>* addr, int expected, std::int64_t deadline_ns = -1);
 void futex_wake(std::atomic<int>* addr, int count);
+// A system call made by the instruction itself: the kernel's result (-errno
+// on failure), errno untouched. For code that must not reach any function
+// named syscall — libloom-pthread defines one (capi/pthread/futex.cpp),
+// whose pass-through this is; no lookup, so it works before any
+// constructor has run (jemalloc calls syscall from inside dlopen's malloc).
+long raw_syscall(long n, long a0, long a1, long a2, long a3, long a4, long a5) noexcept;
+
+// futex(2) through glibc's own syscall(2), never an interposer's:
+// libloom-pthread defines syscall to park fibres on the program's own futex
+// waits (capi/pthread/futex.cpp), and loom's futexes are not the program's.
+// -1 and errno, as syscall(2).
+long sys_futex(void* addr, int op, std::uint32_t val, const void* timeout, void* addr2, std::uint32_t val3) noexcept;
 
 class WakeFlag {
  public:

@@ -53,6 +53,13 @@ struct FdSide {
 struct FdEntry {
   std::atomic<std::uint8_t> kind{kFdUnknown};
   std::atomic<bool> user_nonblock{false};  // the program asked for O_NONBLOCK
+  // loom set O_NONBLOCK on the open file underneath (a descriptor the native
+  // API made; never on the pthread routes, nor on one loom did not make).
+  // Otherwise the kernel's flag is the program's, and a pollable entry the
+  // program sees blocking is tried one call at a time without waiting
+  // (io.cpp, "The descriptor rule"). Written before describe() publishes
+  // the kind.
+  std::atomic<bool> loom_nb{false};
   std::atomic<bool> stream{false};  // byte stream: a short read drains it
   // A read returned less than asked while registered: the receive queue was
   // empty then, and any later arrival raises an edge (epoll(7)), so the next
@@ -93,6 +100,12 @@ struct FdEntry {
   // number, no registration; the kind is published last.
   void describe(std::uint8_t kind, bool user_nonblock, bool stream, bool shared) noexcept;
   void clear_timeouts() noexcept;  // a new descriptor under the number
+  // A pollable entry whose open file is blocking: each attempt must ask
+  // the kernel itself not to wait (RWF_NOWAIT, MSG_DONTWAIT).
+  bool per_call() const noexcept {
+    return !loom_nb.load(std::memory_order_relaxed) && !user_nonblock.load(std::memory_order_relaxed) &&
+           kind.load(std::memory_order_relaxed) == kFdPollable;
+  }
 };
 
 class FdTable {

@@ -1,8 +1,10 @@
 // io/io.cpp — the generic I/O wrapper and the calls built on it.
 //
-//   call(fd, side, op):
-//     kernel thread (no processor)  → op, and if the fd is non-blocking only
-//                                     because of loom, poll(2) and retry
+//   call(fd, side, op):            (op: one attempt that does not wait —
+//                                     the descriptor rule, below)
+//     kernel thread (no processor)  → op, and if it would block where the
+//                                     program's call would wait, poll(2)
+//                                     and retry
 //     file or foreign descriptor    → op on the offload cluster
 //     program's own O_NONBLOCK      → op
 //     input and yield-before-read   → yield first
@@ -16,10 +18,12 @@
 // A compiler may keep errno's address (a thread-local) across a call that
 // switches fibres, and the fibre may resume on another kernel thread.
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -39,32 +43,73 @@
 
 namespace loom::rt {
 
-// First use of a descriptor loom did not create: sockets become
-// non-blocking underneath (the program's view is kept); pipes and anonymous
-// descriptors (eventfd, timerfd, signalfd, epoll) the program made
-// non-blocking itself are waited on like sockets, their flags untouched;
-// anything else (a regular file, a terminal shared with the parent, a
-// blocking pipe) is left as it is and its calls are offloaded.
+// ---- The descriptor rule -------------------------------------------------------------
+//
+// O_NONBLOCK belongs to the open file, not to the number: a program shares
+// it with every number it dups and every process it forks, and a child that
+// knows nothing of loom (exec'd, preloaded or not) reads and writes through
+// it. So loom changes no status flag on a descriptor it did not make, and on
+// the pthread routes (libloom-pthread, keep_flags below) not on the ones it
+// makes for the program either: a blocking descriptor stays blocking in the
+// kernel, and each attempt asks the kernel itself not to wait — MSG_DONTWAIT
+// on a socket, preadv2/pwritev2 with RWF_NOWAIT on a pipe (Linux 5.9's
+// pipes; probed once, pipes_nowait) — while readiness comes from the poller
+// as for any descriptor. What cannot be tried without waiting goes to the
+// offload cluster: named FIFOs and terminals (no RWF_NOWAIT), regular
+// files, connect(2) on a blocking socket. accept(2) has no per-call flag:
+// on a blocking listener loom looks (poll, zero timeout) and accepts when a
+// connection is queued — another process that takes it first leaves the
+// accept waiting in the kernel, on the processor, for the next one.
+// The native API (loom::io) keeps making its own sockets and pipes
+// non-blocking underneath (loom_nb), which saves the per-call forms and the
+// look before accept; fcntl(F_GETFL) through loom hides it.
+namespace {
+bool keep_flags = false;  // the pthread routes: loom never sets O_NONBLOCK
+}  // namespace
+
+void io_keep_flags() { keep_flags = true; }
+
+// RWF_NOWAIT works on pipes (Linux >= 5.9): an empty pipe answers EAGAIN.
+bool pipes_nowait() {
+  static const bool ok = [] {
+    int p[2];
+    if (sys::pipe2(p, O_CLOEXEC) != 0) return false;
+    char c;
+    iovec v{&c, 1};
+    bool r = sys::preadv2(p[0], &v, 1, RWF_NOWAIT) < 0 && errno == EAGAIN;
+    sys::close(p[0]);
+    sys::close(p[1]);
+    return r;
+  }();
+  return ok;
+}
+
+// First use of a descriptor loom did not create: sockets, and pipes where
+// RWF_NOWAIT works, are waited on through the poller (their flags as they
+// are: the program's); named FIFOs, terminals and anonymous descriptors
+// (eventfd, timerfd, signalfd, epoll) the program made non-blocking itself
+// are too; anything else (a regular file, a blocking terminal or FIFO, a
+// blocking anonymous descriptor) is left as it is and its calls are
+// offloaded.
 std::uint8_t classify(int fd, FdEntry& e) {
   // Not made by loom: another number or process may share the file.
   struct stat st {};
-  bool ok = fstat(fd, &st) == 0;
-  if (ok && (S_ISFIFO(st.st_mode) || (st.st_mode & S_IFMT) == 0)) {
-    int fl = rt::sys::fcntl(fd, F_GETFL);
-    if (fl >= 0 && (fl & O_NONBLOCK)) {
-      e.describe(kFdPollable, true, S_ISFIFO(st.st_mode), /*shared=*/true);
-      return kFdPollable;
-    }
+  int fl = fstat(fd, &st) == 0 ? rt::sys::fcntl(fd, F_GETFL) : -1;
+  bool nb = fl >= 0 && (fl & O_NONBLOCK);
+  e.loom_nb.store(false, std::memory_order_relaxed);
+  if (fl >= 0 && S_ISSOCK(st.st_mode)) {
+    int type = 0;
+    socklen_t len = sizeof type;
+    bool stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM;
+    e.describe(kFdPollable, nb, stream, /*shared=*/true);
+    e.sock.store(true, std::memory_order_relaxed);
+    return kFdPollable;
   }
-  if (ok && S_ISSOCK(st.st_mode)) {
-    int fl = rt::sys::fcntl(fd, F_GETFL);
-    if (fl >= 0) {
-      int type = 0;
-      socklen_t len = sizeof type;
-      bool stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM;
-      if (!(fl & O_NONBLOCK)) rt::sys::fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-      e.describe(kFdPollable, (fl & O_NONBLOCK) != 0, stream, /*shared=*/true);
-      e.sock.store(true, std::memory_order_relaxed);
+  if (fl >= 0 && (S_ISFIFO(st.st_mode) || (st.st_mode & S_IFMT) == 0)) {
+    struct statfs fs {};
+    bool pipe = S_ISFIFO(st.st_mode) && fstatfs(fd, &fs) == 0 && fs.f_type == PIPEFS_MAGIC && pipes_nowait();
+    if (nb || pipe) {
+      e.describe(kFdPollable, nb, S_ISFIFO(st.st_mode), /*shared=*/true);
       return kFdPollable;
     }
   }
@@ -104,7 +149,7 @@ FdTable& table() {
 }
 
 // Sets up the entry of a descriptor loom just created: non-blocking
-// underneath, `user_nonblock` as the program asked.
+// underneath unless keep_flags, `user_nonblock` as the program asked.
 // Returns the entry (nullptr: a number beyond the table).
 FdEntry* adopt(int fd, bool user_nonblock, bool eager_register, bool stream, bool sock = true) {
   FdEntry* e = table().get(fd);
@@ -116,11 +161,82 @@ FdEntry* adopt(int fd, bool user_nonblock, bool eager_register, bool stream, boo
     e->gen.fetch_add(1, std::memory_order_acq_rel);
   }
   e->clear_timeouts();
+  e->loom_nb.store(!keep_flags, std::memory_order_relaxed);
   e->describe(kFdPollable, user_nonblock, stream, /*shared=*/false);
   e->sock.store(sock, std::memory_order_relaxed);
   if (eager_register)
     if (Processor* p = this_processor()) io_register(io_state(p->cluster()), fd, *e);
   return e;
+}
+
+// The single attempts (the descriptor rule): on a descriptor whose open
+// file is blocking, the form that does not wait; otherwise the plain call
+// (which is also what the offload cluster and a file get).
+bool nowait(int fd) {
+  FdEntry* e = table().get(fd);
+  return e && e->per_call();
+}
+bool nowait_sock(int fd) { return table().get(fd)->sock.load(std::memory_order_relaxed); }
+
+long read_op(int fd, void* b, std::size_t n) {
+  if (!nowait(fd)) return sys::read(fd, b, n);
+  if (nowait_sock(fd)) return sys::recv(fd, b, n, MSG_DONTWAIT);
+  iovec v{b, n};
+  return sys::preadv2(fd, &v, 1, RWF_NOWAIT);
+}
+long write_op(int fd, const void* b, std::size_t n) {
+  if (!nowait(fd)) return sys::write(fd, b, n);
+  if (nowait_sock(fd)) return sys::send(fd, b, n, MSG_DONTWAIT);  // (write(2)'s SIGPIPE as well)
+  iovec v{const_cast<void*>(b), n};
+  return sys::pwritev2(fd, &v, 1, RWF_NOWAIT);
+}
+long readv_op(int fd, const iovec* iov, int cnt) {
+  if (!nowait(fd)) return sys::readv(fd, iov, cnt);
+  if (nowait_sock(fd)) {
+    msghdr m{};
+    m.msg_iov = const_cast<iovec*>(iov);
+    m.msg_iovlen = std::size_t(cnt);
+    return sys::recvmsg(fd, &m, MSG_DONTWAIT);
+  }
+  return sys::preadv2(fd, iov, cnt, RWF_NOWAIT);
+}
+long writev_op(int fd, const iovec* iov, int cnt) {
+  if (!nowait(fd)) return sys::writev(fd, iov, cnt);
+  if (nowait_sock(fd)) {
+    msghdr m{};
+    m.msg_iov = const_cast<iovec*>(iov);
+    m.msg_iovlen = std::size_t(cnt);
+    return sys::sendmsg(fd, &m, MSG_DONTWAIT);
+  }
+  return sys::pwritev2(fd, iov, cnt, RWF_NOWAIT);
+}
+// accept(2) has no per-call form: on a blocking listener, accept only when
+// a connection is queued (the descriptor rule says what that leaves open).
+long accept_op(int fd, sockaddr* addr, socklen_t* len, int flags) {
+  if (nowait(fd)) {
+    pollfd q{fd, POLLIN, 0};
+    int n = sys::poll(&q, 1, 0);
+    if (n <= 0) {
+      if (n == 0) errno = EAGAIN;
+      return -1;
+    }
+  }
+  return sys::accept4(fd, addr, len, flags);
+}
+
+// A blocking descriptor's write is whole (POSIX, for pipes; Linux, for
+// stream sockets): where loom tries per call on one the program sees
+// blocking, a short write goes on with the rest, as the kernel's would.
+// `next(done)` writes from byte `done`; an error after some bytes leaves
+// their count, as the kernel's does.
+template <typename Next>
+long whole(int fd, std::size_t n, long r, Next next) {
+  while (r > 0 && std::size_t(r) < n && nowait(fd) && table().get(fd)->stream.load(std::memory_order_relaxed)) {
+    long more = next(std::size_t(r));
+    if (more <= 0) break;
+    r += more;
+  }
+  return r;
 }
 
 bool lazy_here() {
@@ -398,16 +514,24 @@ void copy_view(int from, int to) {
   if (kind == kFdUnknown) return;  // classified on first use
   a->shared.store(true, std::memory_order_relaxed);
   b->clear_timeouts();
+  b->loom_nb.store(a->loom_nb.load(std::memory_order_relaxed), std::memory_order_relaxed);
   b->describe(kind, a->user_nonblock.load(std::memory_order_relaxed), a->stream.load(std::memory_order_relaxed),
            /*shared=*/true);
   b->sock.store(a->sock.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 long connect_wait(int fd, const sockaddr* addr, socklen_t len, Deadline d, int timeout_err) {
-  long r = syscall_op([&] { return rt::sys::connect(fd, addr, len); });
-  if (r != -EINPROGRESS) return r;
   FdEntry* e = table().get(fd);
   Processor* p = io_processor();
+  auto op = [&] { return rt::sys::connect(fd, addr, len); };
+  if (e && p) {
+    std::uint8_t kind = e->kind.load(std::memory_order_acquire);
+    if (kind == kFdUnknown) classify(fd, *e);
+    // A blocking socket (the descriptor rule): connect(2) waits in the kernel.
+    if (e->per_call()) return offloaded(op);
+  }
+  long r = syscall_op(op);
+  if (r != -EINPROGRESS) return r;
   if (!e || e->kind.load(std::memory_order_acquire) != kFdPollable || e->user_nonblock.load(std::memory_order_relaxed))
     return r;
   // Done when writable; SO_ERROR then says how it ended.
@@ -526,22 +650,30 @@ using rt::kOut;
 using rt::syscall_op;
 
 int socket(int domain, int type, int protocol) {
-  long fd = syscall_op([&] { return rt::sys::socket(domain, type | SOCK_NONBLOCK, protocol); });
+  int nb = rt::keep_flags ? 0 : SOCK_NONBLOCK;
+  long fd = syscall_op([&] { return rt::sys::socket(domain, type | nb, protocol); });
   if (fd >= 0) rt::adopt(int(fd), (type & SOCK_NONBLOCK) != 0, !rt::lazy_here(), (type & 0xf) == SOCK_STREAM);
   return int(finish(fd));
 }
 
 int socketpair(int domain, int type, int protocol, int sv[2]) {
-  long r = syscall_op([&] { return rt::sys::socketpair(domain, type | SOCK_NONBLOCK, protocol, sv); });
+  int nb = rt::keep_flags ? 0 : SOCK_NONBLOCK;
+  long r = syscall_op([&] { return rt::sys::socketpair(domain, type | nb, protocol, sv); });
   if (r == 0)
     for (int i = 0; i < 2; ++i) rt::adopt(sv[i], (type & SOCK_NONBLOCK) != 0, !rt::lazy_here(), (type & 0xf) == SOCK_STREAM);
   return int(finish(r));
 }
 
 int pipe2(int fds[2], int flags) {
-  long r = syscall_op([&] { return rt::sys::pipe2(fds, flags | O_NONBLOCK); });
+  int nb = rt::keep_flags ? 0 : O_NONBLOCK;
+  long r = syscall_op([&] { return rt::sys::pipe2(fds, flags | nb); });
   if (r == 0)
-    for (int i = 0; i < 2; ++i) rt::adopt(fds[i], (flags & O_NONBLOCK) != 0, !rt::lazy_here(), true, /*sock=*/false);
+    for (int i = 0; i < 2; ++i) {
+      // A blocking pipe where RWF_NOWAIT does not work: its calls are offloaded.
+      bool file = !((flags | nb) & O_NONBLOCK) && !rt::pipes_nowait();
+      rt::FdEntry* e = rt::adopt(fds[i], (flags & O_NONBLOCK) != 0, !file && !rt::lazy_here(), true, /*sock=*/false);
+      if (e && file) e->describe(rt::kFdFile, false, false, /*shared=*/false);
+    }
   return int(finish(r));
 }
 
@@ -549,8 +681,9 @@ int bind(int fd, const sockaddr* addr, socklen_t len) { return ::bind(fd, addr, 
 int listen(int fd, int backlog) { return ::listen(fd, backlog); }
 
 int accept4_until(int fd, sockaddr* addr, socklen_t* len, int flags, Deadline d) {
+  int nb = rt::keep_flags ? 0 : SOCK_NONBLOCK;
   long r = call(
-      fd, kIn, [&] { return rt::sys::accept4(fd, addr, len, flags | SOCK_NONBLOCK); }, d, d == kForever ? EAGAIN : ETIMEDOUT);
+      fd, kIn, [&] { return rt::accept_op(fd, addr, len, flags | nb); }, d, d == kForever ? EAGAIN : ETIMEDOUT);
   if (r >= 0) {
     rt::FdEntry* l = rt::table().get(fd);
     bool stream = l && l->stream.load(std::memory_order_relaxed);
@@ -575,52 +708,69 @@ int connect_until(int fd, const sockaddr* addr, socklen_t len, Deadline d) {
 
 ssize_t read(int fd, void* buf, size_t n) {
   rt::ReadSpec rs{buf, n, 0, false};
-  return finish(call(fd, kIn, [&] { return rt::sys::read(fd, buf, n); }, kForever, EAGAIN, true, n, &rs));
+  return finish(call(
+      fd, kIn, [&] { return rt::read_op(fd, buf, n); }, kForever, EAGAIN, true, n, &rs));
 }
 ssize_t read_until(int fd, void* buf, size_t n, Deadline d) {
-  return finish(call(fd, kIn, [&] { return rt::sys::read(fd, buf, n); }, d, ETIMEDOUT, true));
+  return finish(call(
+      fd, kIn, [&] { return rt::read_op(fd, buf, n); }, d, ETIMEDOUT, true));
 }
 ssize_t write(int fd, const void* buf, size_t n) {
-  return finish(call(fd, kOut, [&] { return rt::sys::write(fd, buf, n); }));
+  auto from = [&](std::size_t done) {
+    return call(fd, kOut, [&] { return rt::write_op(fd, static_cast<const char*>(buf) + done, n - done); });
+  };
+  return finish(rt::whole(fd, n, from(0), from));
 }
 ssize_t write_until(int fd, const void* buf, size_t n, Deadline d) {
-  return finish(call(fd, kOut, [&] { return rt::sys::write(fd, buf, n); }, d, ETIMEDOUT));
+  return finish(call(
+      fd, kOut, [&] { return rt::write_op(fd, buf, n); }, d, ETIMEDOUT));
 }
 ssize_t readv(int fd, const iovec* iov, int iovcnt) {
-  return finish(call(fd, kIn, [&] { return rt::sys::readv(fd, iov, iovcnt); }, kForever, EAGAIN, true));
+  return finish(call(
+      fd, kIn, [&] { return rt::readv_op(fd, iov, iovcnt); }, kForever, EAGAIN, true));
 }
 ssize_t writev(int fd, const iovec* iov, int iovcnt) {
-  return finish(call(fd, kOut, [&] { return rt::sys::writev(fd, iov, iovcnt); }));
+  return finish(call(fd, kOut, [&] { return rt::writev_op(fd, iov, iovcnt); }));
 }
 
 // MSG_DONTWAIT asks for this one call not to wait: the system call as is.
+// (loom's own attempts add it too: the descriptor rule.)
 ssize_t recv(int fd, void* buf, size_t n, int flags) {
   if (flags & MSG_DONTWAIT) return rt::sys::recv(fd, buf, n, flags);
   rt::ReadSpec rs{buf, n, flags, true};
-  return finish(call(fd, kIn, [&] { return rt::sys::recv(fd, buf, n, flags); }, kForever, EAGAIN, true, flags ? 0 : n, &rs));
+  return finish(call(
+      fd, kIn, [&] { return rt::sys::recv(fd, buf, n, flags | MSG_DONTWAIT); }, kForever, EAGAIN, true, flags ? 0 : n,
+      &rs));
 }
 ssize_t send(int fd, const void* buf, size_t n, int flags) {
   flags |= MSG_NOSIGNAL;
   if (flags & MSG_DONTWAIT) return rt::sys::send(fd, buf, n, flags);
-  return finish(call(fd, kOut, [&] { return rt::sys::send(fd, buf, n, flags); }));
+  auto from = [&](std::size_t done) {
+    return call(fd, kOut, [&] {
+      return rt::sys::send(fd, static_cast<const char*>(buf) + done, n - done, flags | MSG_DONTWAIT);
+    });
+  };
+  return finish(rt::whole(fd, n, from(0), from));
 }
 ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* from, socklen_t* len) {
   if (flags & MSG_DONTWAIT) return rt::sys::recvfrom(fd, buf, n, flags, from, len);
-  return finish(call(fd, kIn, [&] { return rt::sys::recvfrom(fd, buf, n, flags, from, len); }, kForever, EAGAIN, true));
+  return finish(call(
+      fd, kIn, [&] { return rt::sys::recvfrom(fd, buf, n, flags | MSG_DONTWAIT, from, len); }, kForever, EAGAIN, true));
 }
 ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* to, socklen_t len) {
   flags |= MSG_NOSIGNAL;
   if (flags & MSG_DONTWAIT) return rt::sys::sendto(fd, buf, n, flags, to, len);
-  return finish(call(fd, kOut, [&] { return rt::sys::sendto(fd, buf, n, flags, to, len); }));
+  return finish(call(fd, kOut, [&] { return rt::sys::sendto(fd, buf, n, flags | MSG_DONTWAIT, to, len); }));
 }
 ssize_t recvmsg(int fd, msghdr* msg, int flags) {
   if (flags & MSG_DONTWAIT) return rt::sys::recvmsg(fd, msg, flags);
-  return finish(call(fd, kIn, [&] { return rt::sys::recvmsg(fd, msg, flags); }, kForever, EAGAIN, true));
+  return finish(call(
+      fd, kIn, [&] { return rt::sys::recvmsg(fd, msg, flags | MSG_DONTWAIT); }, kForever, EAGAIN, true));
 }
 ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
   flags |= MSG_NOSIGNAL;
   if (flags & MSG_DONTWAIT) return rt::sys::sendmsg(fd, msg, flags);
-  return finish(call(fd, kOut, [&] { return rt::sys::sendmsg(fd, msg, flags); }));
+  return finish(call(fd, kOut, [&] { return rt::sys::sendmsg(fd, msg, flags | MSG_DONTWAIT); }));
 }
 
 // recvmmsg(2) on a blocking socket, datagram by datagram as the kernel's
@@ -649,7 +799,7 @@ int recvmmsg(int fd, mmsghdr* vec, unsigned vlen, int flags, timespec* timeout) 
     auto op = [&] {
       timespec t, *tp = nullptr;
       if (timeout) left(*(tp = &t));
-      return rt::sys::recvmmsg(fd, vec + got, vlen - got, f, tp);
+      return rt::sys::recvmmsg(fd, vec + got, vlen - got, f | MSG_DONTWAIT, tp);
     };
     r = wait ? call(fd, kIn, op, kForever, EAGAIN, true) : syscall_op(op);
     if (r <= 0) break;
@@ -669,7 +819,7 @@ int sendmmsg(int fd, mmsghdr* vec, unsigned vlen, int flags) {
   unsigned sent = 0;
   long r = 0;
   while (sent < vlen) {
-    r = call(fd, kOut, [&] { return rt::sys::sendmmsg(fd, vec + sent, vlen - sent, flags); });
+    r = call(fd, kOut, [&] { return rt::sys::sendmmsg(fd, vec + sent, vlen - sent, flags | MSG_DONTWAIT); });
     if (r <= 0) break;
     sent += unsigned(r);
   }
@@ -721,16 +871,22 @@ int dup2(int fd, int newfd) {
 
 int fcntl(int fd, int cmd, long arg) {
   rt::FdEntry* e = rt::table().get(fd);
-  bool ours = e && e->kind.load(std::memory_order_acquire) == rt::kFdPollable;
+  std::uint8_t kind = e ? e->kind.load(std::memory_order_acquire) : std::uint8_t(rt::kFdUnknown);
+  bool ours = kind == rt::kFdPollable;
+  // O_NONBLOCK set underneath by loom (a native descriptor): hidden, kept.
+  bool loom_nb = ours && e->loom_nb.load(std::memory_order_relaxed);
   switch (cmd) {
     case F_GETFL: {
       long r = syscall_op([&] { return rt::sys::fcntl(fd, cmd); });
-      if (r >= 0 && ours && !e->user_nonblock.load(std::memory_order_relaxed)) r &= ~long(O_NONBLOCK);
+      if (r >= 0 && loom_nb && !e->user_nonblock.load(std::memory_order_relaxed)) r &= ~long(O_NONBLOCK);
       return int(finish(r));
     }
     case F_SETFL: {
-      long r = syscall_op([&] { return rt::sys::fcntl(fd, cmd, ours ? arg | O_NONBLOCK : arg); });
+      long r = syscall_op([&] { return rt::sys::fcntl(fd, cmd, loom_nb ? arg | O_NONBLOCK : arg); });
       if (r >= 0 && ours) e->user_nonblock.store((arg & O_NONBLOCK) != 0, std::memory_order_relaxed);
+      // An offloaded descriptor (a blocking FIFO, eventfd...) made
+      // non-blocking may be pollable now: looked at again on next use.
+      if (r >= 0 && kind == rt::kFdFile) e->kind.store(rt::kFdUnknown, std::memory_order_release);
       return int(finish(r));
     }
     case F_DUPFD:

@@ -142,4 +142,10 @@ inline int ms_until(Deadline d) {
 // use and recorded in e (io.cpp says what each kind means).
 std::uint8_t classify(int fd, FdEntry& e);
 
+// libloom-pthread, at load: loom makes no descriptor non-blocking
+// underneath, not even its own (io.cpp, "The descriptor rule").
+void io_keep_flags();
+// preadv2/pwritev2 with RWF_NOWAIT work on pipes (probed once).
+bool pipes_nowait();
+
 }  // namespace loom::rt

@@ -1,9 +1,8 @@
 /* fork_pipe.c — pipe, fork, dup2 onto standard output, exec: the exec'd
  * program (head, which knows nothing of loom) writes 1,000,000 bytes into a
- * pipe the parent drains slowly. Under loom the program's pipe is
- * non-blocking underneath; the child's dup2 must hand head a blocking one,
- * or head fails with EAGAIN once the pipe is full. Same output on glibc and
- * preloaded. */
+ * pipe the parent drains slowly. loom must leave the program's pipe
+ * blocking (io/io.cpp, the descriptor rule), or head fails with EAGAIN once
+ * the pipe is full. Same output on glibc and preloaded. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <sys/wait.h>

@@ -1,7 +1,7 @@
 /* hook_off.c — what LOOM_HOOK_IO=0 changes, seen from a plain glibc program:
  * a socket pair, a poll that times out, a write and a read. Prints whether
- * the socket is non-blocking underneath (loom makes the sockets it creates
- * so, keeping the program's blocking view) and, when libloom is in the
+ * the socket is non-blocking underneath (never, on these routes: loom keeps
+ * the program's flags, io/io.cpp's descriptor rule) and, when libloom is in the
  * process (dlsym), how many times the I/O of main's cluster waited through
  * loom. hook_off.sh runs it plainly, under LD_PRELOAD, and under LD_PRELOAD
  * with LOOM_HOOK_IO=0. */

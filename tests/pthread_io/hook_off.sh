@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # hook_off.sh PROG LIB — hook_off.c three ways: glibc; LD_PRELOAD (loom's
-# calls: the socket is non-blocking underneath, the poll waited through
-# loom); LD_PRELOAD with LOOM_HOOK_IO=0 (the system's calls: nothing of
-# loom's I/O moves).
+# calls: the poll waited through loom, the socket's flags untouched);
+# LD_PRELOAD with LOOM_HOOK_IO=0 (the system's calls: nothing of loom's I/O
+# moves).
 set -euo pipefail
 prog=$1 lib=$2
 expect() {  # NAME OUTPUT PATTERN
@@ -12,7 +12,7 @@ out=$("$prog")
 expect glibc "$out" "poll 0, program sees O_NONBLOCK 0, underneath 0"
 expect glibc "$out" "no loom"
 out=$(LD_PRELOAD=$lib "$prog")
-expect preload "$out" "poll 0, program sees O_NONBLOCK 0, underneath 1"
+expect preload "$out" "poll 0, program sees O_NONBLOCK 0, underneath 0"
 expect preload "$out" "loom blocks [1-9][0-9]*"
 out=$(LD_PRELOAD=$lib LOOM_HOOK_IO=0 "$prog")
 expect LOOM_HOOK_IO=0 "$out" "poll 0, program sees O_NONBLOCK 0, underneath 0"

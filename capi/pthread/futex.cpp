@@ -1,0 +1,208 @@
+// capi/pthread/futex.cpp — futex waits compiled into the program, on fibres.
+//
+// C++20's atomic::wait/notify, std::latch, std::barrier and
+// std::counting_semaphore are inline in libstdc++'s headers, and end in
+// syscall(SYS_futex, ...) made by the program itself (bits/atomic_wait.h,
+// bits/atomic_timed_wait.h): FUTEX_WAIT, FUTEX_WAKE and FUTEX_WAIT_BITSET
+// with FUTEX_BITSET_MATCH_ANY (an absolute time, FUTEX_CLOCK_REALTIME for
+// system_clock), private or not depending on how libstdc++ was built. Made by a fibre, that call would
+// block its processor, and on two processors two waiters stop everything.
+// So this library defines syscall(2) by its glibc name:
+//
+//   SYS_futex, a WAIT or WAIT_BITSET (any bit), from a fibre, private, or
+//   shared on an address in a private mapping (below)
+//       the fibre parks in loom's parking lot on the address, if the word
+//       still holds the expected value (checked under the bucket lock, so a
+//       waker that changes the word and then wakes cannot be missed — the
+//       kernel's own argument, parking_lot.hpp's contract); EAGAIN if it
+//       does not, ETIMEDOUT at the deadline, 0 when woken. A fibre's wait is
+//       never interrupted by a signal (no EINTR), as loom's other waits.
+//   SYS_futex, a WAKE or WAKE_BITSET (any bit), from anyone
+//       up to n fibres parked on the address, then the kernel's wake for the
+//       rest (kernel threads that are not processors wait in the kernel);
+//       the count woken, as the kernel's.
+//   anything else — every other system call, futexes in shared memory
+//   (another process may wake them), other futex operations, a bitset that
+//   is not "any", a kernel thread's wait, a signal handler's —
+//       the system call itself, as glibc's syscall(2) makes it (no lookup:
+//       jemalloc calls syscall from inside dlopen, before any constructor).
+//
+// The runtime's own system calls reach this function too (base/sys.hpp
+// calls syscall by name); they are not futex waits on a fibre (processors
+// sleep on their futex from the scheduler, not from a fibre), so they pass
+// through, at the cost of one comparison.
+#include "base/futex.hpp"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "base/spinlock.hpp"
+#include "base/sys.hpp"
+#include "capi.hpp"
+#include "sched/in_handler.hpp"
+#include "sched/processor.hpp"
+#include "sync/parking_lot.hpp"
+
+namespace loom::capi::pthread_futex {
+namespace {
+
+// glibc's syscall(2), as it is: the instruction, -1 and errno on failure.
+long kernel(long n, long a0, long a1, long a2, long a3, long a4, long a5) {
+  long r = rt::raw_syscall(n, a0, a1, a2, a3, a4, a5);
+  if (r < 0 && r > -4096) {
+    errno = int(-r);
+    return -1;
+  }
+  return r;
+}
+
+// ---- shared futexes on private memory --------------------------------------------------
+//
+// libstdc++ as Debian builds it (no _GLIBCXX_HAVE_LINUX_FUTEX_PRIVATE) makes
+// its waits with the shared operations (FUTEX_WAIT, not FUTEX_WAIT_PRIVATE),
+// on atomics in the program's own memory. A shared futex in memory no other
+// process maps is the process's alone (the kernel keys it by mm and address,
+// as a private one), so a fibre may park on it; one in a MAP_SHARED mapping
+// may be woken from another process, through the kernel only, and stays the
+// kernel's. Which mapping an address is in comes from /proc/self/maps, read
+// on a miss; the private ranges found are remembered (kRanges of them,
+// replaced in turn). A private range unmapped and replaced by a shared one
+// at the same address would be taken for private: a program that maps shared
+// memory where it unmapped private memory, and then waits there from a
+// thread, is the case this leaves open.
+constexpr int kRanges = 32;
+struct Range {
+  std::uintptr_t lo, hi;
+};
+Range ranges[kRanges];
+int next_range = 0;
+rt::SpinLock ranges_lock;
+
+bool remembered(std::uintptr_t a) {
+  rt::SpinGuard g(ranges_lock);
+  for (const Range& r : ranges)
+    if (a >= r.lo && a < r.hi) return true;
+  return false;
+}
+
+// Whether a lies in a private mapping, from /proc/self/maps.
+bool private_mapping(std::uintptr_t a) {
+  if (remembered(a)) return true;
+  int fd = int(kernel(SYS_openat, AT_FDCWD, long("/proc/self/maps"), O_RDONLY | O_CLOEXEC, 0, 0, 0));
+  if (fd < 0) return false;
+  char buf[4096];
+  std::size_t have = 0;
+  bool found = false, priv = false;
+  Range hit{};
+  for (;;) {
+    long n = kernel(SYS_read, fd, long(buf + have), long(sizeof buf - have), 0, 0, 0);
+    if (n <= 0) break;
+    have += std::size_t(n);
+    std::size_t start = 0;
+    for (std::size_t i = 0; i < have; ++i) {
+      if (buf[i] != '\n') continue;
+      // "lo-hi perms ...": perms[3] is 'p' (private) or 's' (shared).
+      char* end = nullptr;
+      std::uintptr_t lo = std::strtoull(buf + start, &end, 16);
+      std::uintptr_t hi = end && *end == '-' ? std::strtoull(end + 1, &end, 16) : 0;
+      if (a >= lo && a < hi && end && end + 4 < buf + i) {
+        found = true;
+        priv = end[4] == 'p';
+        hit = Range{lo, hi};
+        break;
+      }
+      start = i + 1;
+    }
+    if (found) break;
+    std::memmove(buf, buf + start, have - start);
+    have -= start;
+    if (have == sizeof buf) have = 0;  // (no line is that long)
+  }
+  kernel(SYS_close, fd, 0, 0, 0, 0, 0);
+  if (found && priv) {
+    rt::SpinGuard g(ranges_lock);
+    ranges[next_range] = hit;
+    next_range = (next_range + 1) % kRanges;
+  }
+  return found && priv;
+}
+
+bool on_fibre() {
+  rt::Processor* p = rt::this_processor_at_entry();
+  return p && p->current() != &p->idle_fibre() && !rt::in_signal_handler();
+}
+
+// A fibre's wait: 0, or -1 with errno (EAGAIN, ETIMEDOUT, EINVAL).
+long fibre_wait(const std::uint32_t* addr, std::uint32_t val, const timespec* t, bool absolute, bool realtime) {
+  ErrnoKeeper k;
+  Deadline d = kForever;
+  if (t) {
+    if (t->tv_sec < 0 || t->tv_nsec < 0 || t->tv_nsec >= 1'000'000'000) {
+      k.done(EINVAL);
+      return -1;
+    }
+    if (absolute)
+      d = deadline_of(realtime ? CLOCK_REALTIME : CLOCK_MONOTONIC, *t);
+    else
+      d = rt::now_ns() + std::int64_t(t->tv_sec) * 1'000'000'000 + t->tv_nsec;
+  }
+  rt::Parked r = rt::parking_lot::park_if(
+      addr, [addr, val] { return __atomic_load_n(addr, __ATOMIC_SEQ_CST) == val; }, d);
+  int e = r.result == rt::ParkResult::Invalid ? EAGAIN : r.result == rt::ParkResult::TimedOut ? ETIMEDOUT : 0;
+  k.done(e);
+  return e ? -1 : 0;
+}
+
+// Wakes up to n waiters on addr: fibres first, then the kernel's.
+long wake(std::uint32_t* addr, int op, int n, long a3, long a4, long a5) {
+  if (n <= 0) return kernel(SYS_futex, long(addr), op, n, a3, a4, a5);
+  long woken = 0;
+  if (n == INT_MAX) {
+    woken = rt::parking_lot::unpark_all(addr);
+  } else {
+    while (woken < n && rt::parking_lot::unpark_one(addr).unparked) ++woken;
+  }
+  if (woken >= n) return woken;
+  long more = kernel(SYS_futex, long(addr), op, n == INT_MAX ? n : n - woken, a3, a4, a5);
+  return more < 0 ? (woken ? woken : more) : woken + more;
+}
+
+}  // namespace
+}  // namespace loom::capi::pthread_futex
+
+using namespace loom::capi::pthread_futex;
+
+extern "C" long syscall(long number, ...) {
+  va_list ap;
+  va_start(ap, number);
+  long a0 = va_arg(ap, long), a1 = va_arg(ap, long), a2 = va_arg(ap, long);
+  long a3 = va_arg(ap, long), a4 = va_arg(ap, long), a5 = va_arg(ap, long);
+  va_end(ap);
+  // futex(2)'s op, val and val3 are ints: a caller passes them as such, and
+  // the upper half of what va_arg reads as a long is not defined.
+  int op = int(a1);
+  if (__builtin_expect(number == SYS_futex, 0)) {
+    auto* addr = reinterpret_cast<std::uint32_t*>(a0);
+    int cmd = op & FUTEX_CMD_MASK;
+    // (val3, the bitset, is read only by the _BITSET forms: a plain WAIT's
+    // caller may not pass it at all.)
+    bool any = cmd == FUTEX_WAIT || cmd == FUTEX_WAKE || std::uint32_t(a5) == FUTEX_BITSET_MATCH_ANY;
+    // A wake reaches the fibres parked here (only ever on private memory)
+    // and the kernel's waiters.
+    if (any && (cmd == FUTEX_WAKE || cmd == FUTEX_WAKE_BITSET)) return wake(addr, op, int(a2), a3, a4, a5);
+    if (any && (cmd == FUTEX_WAIT || cmd == FUTEX_WAIT_BITSET) && on_fibre() &&
+        ((op & FUTEX_PRIVATE_FLAG) || private_mapping(std::uintptr_t(a0))))
+      return fibre_wait(addr, std::uint32_t(a2), reinterpret_cast<const timespec*>(a3), cmd == FUTEX_WAIT_BITSET,
+                        (op & FUTEX_CLOCK_REALTIME) != 0);
+  }
+  return kernel(number, a0, a1, a2, a3, a4, a5);
+}
