@@ -39,10 +39,12 @@
 // is slower but still right. If the set itself cannot be made (EMFILE), the
 // whole call is made as is on the offload cluster.
 //
-// Signal masks (ppoll, pselect, epoll_pwait). A fibre has no signal mask
-// of its own: signals go to whichever processor's kernel thread does not
-// block them, and a fibre's wait is never interrupted (loom invents no
-// EINTR). The mask is passed to every look — the kernel applies it for that
+// Signal masks (ppoll, pselect, epoll_pwait). The kernel knows no fibre's
+// mask (libloom-pthread keeps one per thread: capi/pthread/sigthread.cpp):
+// signals go to whichever processor's kernel thread does not block them,
+// and a fibre's wait is never interrupted (loom invents no EINTR; under
+// libloom-pthread a handler sent to the fibre runs when the call returns).
+// The mask is passed to every look — the kernel applies it for that
 // zero-timeout call, so a signal the mask unblocks that is pending at a look
 // is delivered then and the call fails with EINTR, as the system's would —
 // but not to the waits between looks. A program that waits in pselect for

@@ -128,6 +128,13 @@ static void* pauser(void* arg) {
   return NULL;
 }
 
+static void* sleeper(void* arg) {
+  (void)arg;
+  while (!handled) usleep(5000);
+  printf("usleep: handler ran on the sleeping thread %d\n", pthread_equal(handled_on, pthread_self()));
+  return NULL;
+}
+
 static void suspends(void) {
   struct sigaction a;
   memset(&a, 0, sizeof a);
@@ -154,6 +161,12 @@ static void suspends(void) {
   handled = 0;
   pthread_t p;
   pthread_create(&p, NULL, pauser, NULL);
+  usleep(20000);
+  pthread_kill(p, SIGUSR2);
+  pthread_join(p, NULL);
+
+  handled = 0;
+  pthread_create(&p, NULL, sleeper, NULL);
   usleep(20000);
   pthread_kill(p, SIGUSR2);
   pthread_join(p, NULL);
