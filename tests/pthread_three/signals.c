@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void block(int how, int sig) {
@@ -185,12 +186,45 @@ static void suspends(void) {
   printf("unblock: handled %d\n", (int)handled);
 }
 
-int main(void) {
+// ---- a default action still acts when one thread does not block the signal ------------------
+
+static void* idler(void* arg) {
+  (void)arg;
+  for (;;) usleep(10000);
+  return NULL;
+}
+
+// The program again, as "die": main blocks SIGTERM, another thread does
+// not; a SIGTERM to the process kills it (the default action), as on glibc.
+static int die(void) {
+  pthread_t t;
+  pthread_create(&t, NULL, idler, NULL);
+  block(SIG_BLOCK, SIGTERM);
+  kill(getpid(), SIGTERM);
+  sleep(10);
+  return 0;
+}
+
+static void default_action(const char* self) {
+  fflush(stdout);
+  pid_t c = fork();
+  if (c == 0) {
+    execl(self, self, "die", (char*)NULL);
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(c, &st, 0);
+  printf("default action: child killed by signal %d\n", WIFSIGNALED(st) ? WTERMSIG(st) : -WEXITSTATUS(st));
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "die") == 0) return die();
   setvbuf(stdout, NULL, _IOLBF, 0);
   alarm(30);
   masks();
   waits();
   suspends();
+  default_action("/proc/self/exe");
   printf("done\n");
   return 0;
 }
