@@ -223,6 +223,18 @@ R delivered(R r) {
   return r;
 }
 
+// loom's send family adds MSG_NOSIGNAL (loom/io.hpp); a program that did
+// not ask for it gets what the kernel gives: EPIPE and a SIGPIPE to the
+// calling thread (raise, sigthread.cpp: per-thread mask and disposition).
+template <class R>
+R piped(R r, int flags) {
+  if (r < 0 && !(flags & MSG_NOSIGNAL) && *errno_slot() == EPIPE) {
+    ::raise(SIGPIPE);
+    *errno_slot() = EPIPE;
+  }
+  return r;
+}
+
 // A descriptor the kernel gave a caller off the fibre path: whatever loom
 // knew of a former descriptor under that number is dropped.
 int fresh(int fd) {
@@ -344,19 +356,19 @@ ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
   return by_loom(fd) ? loom_recvmsg(fd, msg, flags) : k::recvmsg(fd, msg, flags);
 }
 ssize_t send(int fd, const void* buf, size_t n, int flags) {
-  return by_loom(fd) ? loom_send(fd, buf, n, flags) : k::sendto(fd, buf, n, flags, nullptr, 0);
+  return by_loom(fd) ? piped(loom_send(fd, buf, n, flags), flags) : k::sendto(fd, buf, n, flags, nullptr, 0);
 }
 ssize_t sendto(int fd, const void* buf, size_t n, int flags, const struct sockaddr* to, socklen_t len) {
-  return by_loom(fd) ? loom_sendto(fd, buf, n, flags, to, len) : k::sendto(fd, buf, n, flags, to, len);
+  return by_loom(fd) ? piped(loom_sendto(fd, buf, n, flags, to, len), flags) : k::sendto(fd, buf, n, flags, to, len);
 }
 ssize_t sendmsg(int fd, const struct msghdr* msg, int flags) {
-  return by_loom(fd) ? loom_sendmsg(fd, msg, flags) : k::sendmsg(fd, msg, flags);
+  return by_loom(fd) ? piped(loom_sendmsg(fd, msg, flags), flags) : k::sendmsg(fd, msg, flags);
 }
 int recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags, struct timespec* timeout) {
   return by_loom(fd) ? loom_recvmmsg(fd, vec, vlen, flags, timeout) : k::recvmmsg(fd, vec, vlen, flags, timeout);
 }
 int sendmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags) {
-  return by_loom(fd) ? loom_sendmmsg(fd, vec, vlen, flags) : k::sendmmsg(fd, vec, vlen, flags);
+  return by_loom(fd) ? piped(loom_sendmmsg(fd, vec, vlen, flags), flags) : k::sendmmsg(fd, vec, vlen, flags);
 }
 
 ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) noexcept {

@@ -11,8 +11,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static void block(int how, int sig) {
@@ -205,26 +206,51 @@ static int die(void) {
   return 0;
 }
 
-static void default_action(const char* self) {
+// The program again, as "pipe": a thread sends to a closed peer without
+// MSG_NOSIGNAL (SIGPIPE's default kills the process), then, if alive, with
+// it (EPIPE).
+static void* sender(void* arg) {
+  int fd = *(int*)arg;
+  char c = 'x';
+  int flags = 0;
+  if (send(fd, &c, 1, MSG_NOSIGNAL) < 0 && errno == EPIPE) printf("MSG_NOSIGNAL: EPIPE\n");
+  send(fd, &c, 1, flags);
+  printf("send: survived SIGPIPE\n");
+  return NULL;
+}
+static int sigpipe(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  int sv[2];
+  socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
+  close(sv[1]);
+  pthread_t t;
+  pthread_create(&t, NULL, sender, &sv[0]);
+  pthread_join(t, NULL);
+  return 0;
+}
+
+static void child(const char* self, const char* mode) {
   fflush(stdout);
   pid_t c = fork();
   if (c == 0) {
-    execl(self, self, "die", (char*)NULL);
+    execl(self, self, mode, (char*)NULL);
     _exit(127);
   }
   int st = 0;
   waitpid(c, &st, 0);
-  printf("default action: child killed by signal %d\n", WIFSIGNALED(st) ? WTERMSIG(st) : -WEXITSTATUS(st));
+  printf("%s: child killed by signal %d\n", mode, WIFSIGNALED(st) ? WTERMSIG(st) : -WEXITSTATUS(st));
 }
 
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "die") == 0) return die();
+  if (argc > 1 && strcmp(argv[1], "pipe") == 0) return sigpipe();
   setvbuf(stdout, NULL, _IOLBF, 0);
   alarm(30);
   masks();
   waits();
   suspends();
-  default_action("/proc/self/exe");
+  child("/proc/self/exe", "die");
+  child("/proc/self/exe", "pipe");
   printf("done\n");
   return 0;
 }
