@@ -201,7 +201,7 @@ void trampoline(void* p);
 bool is_main_fibre(const rt::Fibre* f) { return f->fn == nullptr && !f->stack; }
 
 // The caller's signal state, without making main's record (new_record and
-// signal handlers call it; main's is made at start-up, make_main_record).
+// signal handlers call it; libloom-pthread makes main's at start-up).
 SignalState* made_signal_state() noexcept {
   rt::Fibre* f = rt::this_fibre_or_null();
   if (!f) return nullptr;
@@ -352,10 +352,6 @@ void main_stack(void** addr, std::size_t* size) {
   *addr = st.a;
   *size = st.n;
 }
-
-// main's record (and with it main's signal mask, the kernel thread's at
-// start-up) before the program runs: a signal handler can then find it.
-__attribute__((constructor(103))) void make_main_record() { main_thread(); }
 
 void print_stats() {
   std::fprintf(stderr, "loom: %ld threads ran as fibres\n", threads_created.load(std::memory_order_relaxed));

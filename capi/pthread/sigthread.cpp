@@ -60,6 +60,9 @@
 #include "sched/processor.hpp"
 #include "signals.hpp"
 
+extern "C" int __register_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void), void* dso);
+extern "C" void* __dso_handle;
+
 namespace loom::capi::pthread_signal {
 namespace {
 
@@ -316,7 +319,33 @@ const Glibc& glibc() {
   }();
   return g;
 }
-__attribute__((constructor)) void look_up_early() { glibc(); }
+// fork: the child's one kernel thread continues the forking fibre, and a
+// program it execs inherits the kernel thread's mask — POSIX says the
+// forking thread's. Taken by the last prepare handler (registered before
+// the program's, so run after them, just before the fork) and set in the
+// child.
+std::atomic<std::uint64_t> forking_mask{0};
+std::atomic<bool> forking_fibre{false};
+void before_fork() {
+  SignalState* s = fibre_state();
+  forking_fibre.store(s != nullptr, std::memory_order_relaxed);
+  if (s) forking_mask.store(s->mask.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+void in_child() {
+  if (!forking_fibre.load(std::memory_order_relaxed)) return;
+  sigset_t k;
+  to_set(forking_mask.load(std::memory_order_relaxed), &k);
+  ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &k, nullptr, _NSIG / 8);
+}
+
+// Before the program runs: glibc's functions, main's record (with it
+// main's mask, the kernel thread's at start-up) so that a handler finds it,
+// and the fork handlers.
+__attribute__((constructor)) void look_up_early() {
+  glibc();
+  loom_self();
+  __register_atfork(&before_fork, nullptr, &in_child, &__dso_handle);
+}
 
 // pthread_sigmask on a fibre: 0 or the error number.
 int set_mask(SignalState& s, int how, const sigset_t* set, sigset_t* old) {

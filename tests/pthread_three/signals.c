@@ -229,6 +229,12 @@ static int sigpipe(void) {
   return 0;
 }
 
+// The program again, as "mask": what it inherited across fork and exec.
+static int inherited(void) {
+  printf("mask: exec'd child has USR1 blocked %d, USR2 blocked %d\n", blocked(SIGUSR1), blocked(SIGUSR2));
+  return 0;
+}
+
 static void child(const char* self, const char* mode) {
   fflush(stdout);
   pid_t c = fork();
@@ -244,11 +250,15 @@ static void child(const char* self, const char* mode) {
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "die") == 0) return die();
   if (argc > 1 && strcmp(argv[1], "pipe") == 0) return sigpipe();
+  if (argc > 1 && strcmp(argv[1], "mask") == 0) return inherited();
   setvbuf(stdout, NULL, _IOLBF, 0);
   alarm(30);
   masks();
   waits();
   suspends();
+  block(SIG_BLOCK, SIGUSR1);  // the forking thread's mask, not its processor's
+  child("/proc/self/exe", "mask");
+  block(SIG_UNBLOCK, SIGUSR1);
   child("/proc/self/exe", "die");
   child("/proc/self/exe", "pipe");
   printf("done\n");
