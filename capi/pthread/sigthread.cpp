@@ -134,7 +134,9 @@ std::uint64_t pending_for(const SignalState& s) {
 
 // ---- delivery on the calling fibre --------------------------------------------------------
 
-thread_local int tls_delivering = 0;  // the signal this kernel thread sends itself now
+// The signal this kernel thread sends itself now (read by the trampoline:
+// initial-exec, no TLS call in a handler).
+thread_local int tls_delivering __attribute__((tls_model("initial-exec"))) = 0;
 
 // sig, which the caller's mask does not block, delivered here: the kernel
 // runs the trampoline (handler, or the guarded default action) before the
@@ -487,10 +489,11 @@ int pthread_sigqueue(pthread_t t, int sig, const union sigval value) {
 int raise(int sig) noexcept {
   SignalState* s = fibre_state();
   if (!s) return glibc().raise(sig);
-  if (sig <= 0 || sig >= NSIG || sig == 32 || sig == 33) {
+  if (sig < 0 || sig >= NSIG || sig == 32 || sig == 33) {
     errno = EINVAL;
     return -1;
   }
+  if (sig == 0) return 0;
   return send(*s, sig, SignalInfo{SI_TKILL, int(::getpid()), unsigned(::getuid()), nullptr}, true);
 }
 
