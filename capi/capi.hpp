@@ -9,6 +9,7 @@
 #pragma once
 
 #define LOOM_KEEP_LIBC_ERRNO  // inside the library errno is glibc's macro
+#include <semaphore.h>
 #include <time.h>
 
 #include <atomic>
@@ -126,12 +127,12 @@ struct GlibcCleanup {
 // The caller's; nullptr for a caller without a record (a kernel thread that
 // is not a processor, a C++ loom::Fibre).
 GlibcCleanup* glibc_cleanup() noexcept;
-// libloom-pthread's signals of one thread (capi/pthread/signal.cpp): its
+// libloom-pthread's signals of one thread (capi/pthread/sigthread.cpp): its
 // mask, what is pending for it, and what it waits for. Kept in the record's
 // slot, which outlives the record (slots are reused, never freed), so that
 // a signal handler on any kernel thread may read and post to any slot, and
-// so that wake_fd, once made, is never closed under a writer. Bit s-1 of a
-// set is signal s.
+// so that `wake` is never destroyed under a poster. Bit s-1 of a set is
+// signal s.
 struct SignalInfo {  // what sigwaitinfo reports of a pending signal
   int code;
   int pid;
@@ -142,7 +143,7 @@ struct SignalState {
   std::atomic<std::uint64_t> mask{0};      // blocked (pthread_sigmask)
   std::atomic<std::uint64_t> pending{0};   // sent to this thread, not yet taken
   std::atomic<std::uint64_t> waits{0};     // a wait ends when one of these arrives
-  std::atomic<int> wake_fd{-1};            // eventfd its waits poll; -1 until its first wait
+  sem_t wake{};                            // its waits wait on it (all zero: a valid, empty semaphore)
   std::atomic<SignalInfo*> info{nullptr};  // [64], made at its first wait
 };
 // The caller's (nullptr for a caller without a record); async-signal-safe.

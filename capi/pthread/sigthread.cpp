@@ -22,11 +22,10 @@
 //    pending set, and t's waits are woken. A signal t does not block whose
 //    action is the default (terminate, stop) acts at once, process-wide, as
 //    it would on glibc; one that is ignored is dropped.
-//  - a wait (sigwait..., sigsuspend, pause) blocks the fibre on an eventfd
-//    of its own (made at its first wait, then kept with the slot, so that a
-//    handler's write never lands on a reused number), which every post
-//    writes — a raw write(2), async-signal-safe — after setting the pending
-//    bit: no lost wake-up.
+//  - a wait (sigwait..., sigsuspend, pause) blocks the fibre on a semaphore
+//    of its own (kept with the slot, never destroyed), which every post
+//    posts — libloom-pthread's sem_post is async-signal-safe — after setting
+//    the pending bit: no lost wake-up.
 //  - "delivering" to the calling fibre a signal it does not block is a
 //    tgkill (rt_tgsigqueueinfo, with the siginfo kept) to its own kernel
 //    thread: the kernel runs the trampoline at once with the program's
@@ -39,9 +38,8 @@
 //
 // Callers that are not fibres with a record (kernel threads that are not
 // processors, a fork child, C++ loom::Fibres) and handlers get glibc's calls.
-#include <poll.h>
+#include <semaphore.h>
 #include <signal.h>
-#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,7 +52,6 @@
 
 #include "base/sys.hpp"
 #include "capi.hpp"
-#include "loom/io.hpp"
 #include "loom/loom.h"
 #include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
@@ -99,11 +96,12 @@ SignalInfo info_of(const siginfo_t* si) {
   return SignalInfo{si->si_code, si->si_pid, si->si_uid, si->si_value.sival_ptr};
 }
 
+// sem_post is async-signal-safe in libloom-pthread (sync.cpp: a fibre
+// waiter is handed to a waker thread): a handler may wake a waiting fibre.
 void wake(SignalState& s) {
-  int fd = s.wake_fd.load(std::memory_order_acquire);
-  if (fd < 0) return;
-  std::uint64_t one = 1;
-  ::syscall(SYS_write, fd, &one, sizeof one);  // async-signal-safe; EAGAIN at 2^64-2: awake anyway
+  int e = *errno_slot();
+  sem_post(&s.wake);
+  *errno_slot() = e;
 }
 
 void post(SignalState& s, int sig, const SignalInfo& i) {
@@ -144,7 +142,7 @@ thread_local int tls_delivering __attribute__((tls_model("initial-exec"))) = 0;
 bool run_here(int sig, const SignalInfo& i) {
   Action a = action_of(sig);
   if (a == Action::ignore) return false;
-  int e = errno;
+  int e = *errno_slot();
   siginfo_t si;
   std::memset(&si, 0, sizeof si);
   si.si_signo = sig;
@@ -160,7 +158,7 @@ bool run_here(int sig, const SignalInfo& i) {
   if (::syscall(SYS_rt_tgsigqueueinfo, ::getpid(), ::syscall(SYS_gettid), sig, &si) != 0)
     ::syscall(SYS_tgkill, ::getpid(), ::syscall(SYS_gettid), sig);
   tls_delivering = 0;
-  errno = e;
+  *errno_slot() = e;
   return true;
 }
 
@@ -171,7 +169,7 @@ SignalState* fibre_state() {
   return signal_state();
 }
 
-// The eventfd a wait polls (and the info array): made at the first wait.
+// The info array: made at the first wait.
 bool prepare_wait(SignalState& s) {
   if (!s.info.load(std::memory_order_acquire)) {
     auto* a = new (std::nothrow) SignalInfo[64]();
@@ -179,35 +177,31 @@ bool prepare_wait(SignalState& s) {
     SignalInfo* none = nullptr;
     if (!s.info.compare_exchange_strong(none, a, std::memory_order_acq_rel)) delete[] a;
   }
-  if (s.wake_fd.load(std::memory_order_acquire) < 0) {
-    int fd = int(::syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC));
-    if (fd < 0) return false;
-    loom::io::forget(fd);  // whatever loom knew of a former descriptor under that number
-    int none = -1;
-    if (!s.wake_fd.compare_exchange_strong(none, fd, std::memory_order_acq_rel)) ::syscall(SYS_close, fd);
-  }
   return true;
 }
 
+// Takes the posts made so far (what they posted is in the pending sets).
 void drain(SignalState& s) {
-  std::uint64_t n;
-  ::syscall(SYS_read, s.wake_fd.load(std::memory_order_relaxed), &n, sizeof n);
+  int e = *errno_slot();
+  while (sem_trywait(&s.wake) == 0) {
+  }
+  *errno_slot() = e;
 }
 
-// Waits until s's wake_fd is written or the deadline (ns on CLOCK_MONOTONIC,
-// -1: none) passes: false at the deadline.
+// Waits until s is posted to or the deadline (ns on CLOCK_MONOTONIC, -1:
+// none) passes: false at the deadline.
 bool sleep_on(SignalState& s, std::int64_t deadline) {
-  int ms = -1;
-  if (deadline >= 0) {
-    timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    std::int64_t left = deadline - (std::int64_t(now.tv_sec) * 1'000'000'000 + now.tv_nsec);
-    if (left <= 0) return false;
-    ms = int(std::min<std::int64_t>((left + 999'999) / 1'000'000, 1 << 30));
+  int e = *errno_slot();
+  int r;
+  if (deadline < 0) {
+    r = sem_wait(&s.wake);
+  } else {
+    timespec abs{time_t(deadline / 1'000'000'000), long(deadline % 1'000'000'000)};
+    r = sem_clockwait(&s.wake, CLOCK_MONOTONIC, &abs);
   }
-  pollfd p{s.wake_fd.load(std::memory_order_relaxed), POLLIN, 0};
-  loom_poll(&p, 1, ms);
-  return true;
+  bool timed_out = r != 0 && *errno_slot() == ETIMEDOUT;
+  *errno_slot() = e;
+  return !timed_out;
 }
 
 struct WaitScope {  // route() looks for waiters only while some exist
@@ -240,9 +234,9 @@ int wait_for(SignalState& s, std::uint64_t set, std::int64_t deadline, SignalInf
     to_set(set, &ks);
     siginfo_t si;
     timespec zero{0, 0};
-    int e = errno;
+    int e = *errno_slot();
     long r = ::syscall(SYS_rt_sigtimedwait, &ks, &si, &zero, _NSIG / 8);
-    errno = e;
+    *errno_slot() = e;
     if (r > 0) {
       *out = info_of(&si);
       return int(r);
@@ -453,7 +447,7 @@ int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
 int sigprocmask(int how, const sigset_t* set, sigset_t* old) noexcept {
   if (SignalState* s = fibre_state()) {
     if (int e = set_mask(*s, how, set, old)) {
-      errno = e;
+      *errno_slot() = e;
       return -1;
     }
     return 0;
@@ -468,9 +462,9 @@ int pthread_kill(pthread_t t, int sig) {
   if (!target) {
     if (t != loom_self()) return ESRCH;
     if (sig == 0) return 0;
-    int e = errno;  // a caller without a record: its own kernel thread
-    int r = ::syscall(SYS_tgkill, ::getpid(), ::syscall(SYS_gettid), sig) == 0 ? 0 : errno;
-    errno = e;
+    int e = *errno_slot();  // a caller without a record: its own kernel thread
+    int r = ::syscall(SYS_tgkill, ::getpid(), ::syscall(SYS_gettid), sig) == 0 ? 0 : *errno_slot();
+    *errno_slot() = e;
     return r;
   }
   if (sig == 0) return 0;
@@ -490,7 +484,7 @@ int raise(int sig) noexcept {
   SignalState* s = fibre_state();
   if (!s) return glibc().raise(sig);
   if (sig < 0 || sig >= NSIG || sig == 32 || sig == 33) {
-    errno = EINVAL;
+    *errno_slot() = EINVAL;
     return -1;
   }
   if (sig == 0) return 0;
@@ -518,7 +512,7 @@ int sigwait(const sigset_t* __restrict set, int* __restrict sig) {
 
 static int fill(int r, siginfo_t* info, const SignalInfo& i) {
   if (r < 0) {
-    errno = -r;
+    *errno_slot() = -r;
     return -1;
   }
   if (info) {
@@ -543,7 +537,7 @@ int sigtimedwait(const sigset_t* __restrict set, siginfo_t* __restrict info, con
   SignalState* s = fibre_state();
   if (!s) return glibc().sigtimedwait(set, info, t);
   if (t && (t->tv_sec < 0 || t->tv_nsec < 0 || t->tv_nsec >= 1'000'000'000)) {
-    errno = EINVAL;
+    *errno_slot() = EINVAL;
     return -1;
   }
   SignalInfo i;
@@ -556,7 +550,7 @@ int sigsuspend(const sigset_t* set) {
   std::uint64_t was = s->mask.load(std::memory_order_relaxed);
   std::uint64_t now = to_bits(set) & ~kUnblockable;
   if (!prepare_wait(*s)) {
-    errno = ENOMEM;
+    *errno_slot() = ENOMEM;
     return -1;
   }
   for (std::uint64_t g = now & ~was; g; g &= g - 1) guard(lowest(g));
@@ -576,7 +570,7 @@ int sigsuspend(const sigset_t* set) {
   }
   s->mask.store(was, std::memory_order_release);
   deliver_pending();
-  errno = EINTR;
+  *errno_slot() = EINTR;
   return -1;
 }
 
