@@ -9,6 +9,7 @@
 #pragma once
 
 #define LOOM_KEEP_LIBC_ERRNO  // inside the library errno is glibc's macro
+#include <semaphore.h>
 #include <time.h>
 
 #include <atomic>
@@ -126,6 +127,33 @@ struct GlibcCleanup {
 // The caller's; nullptr for a caller without a record (a kernel thread that
 // is not a processor, a C++ loom::Fibre).
 GlibcCleanup* glibc_cleanup() noexcept;
+// libloom-pthread's signals of one thread (capi/pthread/sigthread.cpp): its
+// mask, what is pending for it, and what it waits for. Kept in the record's
+// slot, which outlives the record (slots are reused, never freed), so that
+// a signal handler on any kernel thread may read and post to any slot, and
+// so that `wake` is never destroyed under a poster. Bit s-1 of a set is
+// signal s.
+struct SignalInfo {  // what sigwaitinfo reports of a pending signal
+  int code;
+  int pid;
+  unsigned uid;
+  void* value;
+};
+struct SignalState {
+  std::atomic<std::uint64_t> mask{0};      // blocked (pthread_sigmask)
+  std::atomic<std::uint64_t> pending{0};   // sent to this thread, not yet taken
+  std::atomic<std::uint64_t> waits{0};     // a wait ends when one of these arrives
+  sem_t wake{};                            // its waits wait on it (all zero: a valid, empty semaphore)
+  std::atomic<SignalInfo*> info{nullptr};  // [64], made at its first wait
+};
+// The caller's (nullptr for a caller without a record); async-signal-safe.
+SignalState* signal_state() noexcept;
+// The live thread `id` names; nullptr for a stale or foreign handle.
+SignalState* signal_state(loom_t id) noexcept;
+// Calls fn on every live thread's state until it returns true (then true);
+// async-signal-safe. A thread may end meanwhile: what is posted to it is lost.
+bool any_signal_state(bool (*fn)(SignalState&, void*), void* arg) noexcept;
+
 // How many fibres loom_create has made so far. With LOOM_PTHREAD_STATS=1 in
 // the environment the count is also written to stderr at exit ("loom: N
 // threads ran as fibres"): tests use it to tell a run on fibres from a

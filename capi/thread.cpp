@@ -23,7 +23,9 @@
 // trampoline, so C++ destructors run as with glibc's forced unwinding; C
 // frames are passed through (x86-64 compilers emit unwind tables for C).
 #include <pthread.h>  // the system's: kernel threads that are not processors
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -87,6 +89,7 @@ struct Slot {
   std::atomic<std::uint32_t> gen{0};  // odd: holds a live record
   std::uint32_t index = 0;
   Slot* next_free = nullptr;
+  SignalState signals;  // outlives the record (capi.hpp)
   alignas(Thread) unsigned char mem[sizeof(Thread)];
   Thread* thread() { return std::launder(reinterpret_cast<Thread*>(mem)); }
 };
@@ -103,6 +106,9 @@ Slot* slot_at(std::uint32_t index) {
   Slot* c = chunks[index >> kChunkBits].load(std::memory_order_acquire);
   return c ? &c[index & (kChunkSize - 1)] : nullptr;
 }
+
+std::atomic<Thread*> main_record{nullptr};  // main_thread(), once made: for signal handlers
+SignalState* made_signal_state() noexcept;
 
 // A fresh record in a free slot; nullptr when out of memory or slots.
 Thread* new_record() {
@@ -126,6 +132,18 @@ Thread* new_record() {
     }
   }
   auto* t = new (s->mem) Thread;
+  // Signals: the creator's mask (POSIX), or the kernel thread's for main
+  // and callers without a record; nothing pending.
+  std::uint64_t mask = 0;
+  if (SignalState* c = made_signal_state()) {
+    mask = c->mask.load(std::memory_order_relaxed);
+  } else {
+    sigset_t k;
+    if (::syscall(SYS_rt_sigprocmask, SIG_BLOCK, nullptr, &k, _NSIG / 8) == 0) std::memcpy(&mask, &k, sizeof mask);
+  }
+  s->signals.mask.store(mask, std::memory_order_relaxed);
+  s->signals.pending.store(0, std::memory_order_relaxed);
+  s->signals.waits.store(0, std::memory_order_relaxed);
   std::uint32_t gen = s->gen.load(std::memory_order_relaxed) + 1;  // odd: live
   t->id = handle_of(gen, s->index);
   s->gen.store(gen, std::memory_order_release);
@@ -157,6 +175,7 @@ Thread& main_thread() {
     if (!m) std::abort();
     m->main = true;
     std::strcpy(m->name, "main");
+    main_record.store(m, std::memory_order_release);
     return m;
   }();
   return *t;
@@ -181,6 +200,19 @@ thread_local loom_cleanup_frame* other_cleanup = nullptr;
 void trampoline(void* p);
 
 bool is_main_fibre(const rt::Fibre* f) { return f->fn == nullptr && !f->stack; }
+
+// The caller's signal state, without making main's record (new_record and
+// signal handlers call it; libloom-pthread makes main's at start-up).
+SignalState* made_signal_state() noexcept {
+  rt::Fibre* f = rt::this_fibre_or_null();
+  if (!f) return nullptr;
+  Thread* t = nullptr;
+  if (f->fn == &trampoline)
+    t = static_cast<Thread*>(f->arg);
+  else if (is_main_fibre(f))
+    t = main_record.load(std::memory_order_acquire);
+  return t ? &slot_of(t)->signals : nullptr;
+}
 
 // The caller's record: its own for fibres of loom_create, main's on main.
 Thread* current_record() {
@@ -339,6 +371,23 @@ __attribute__((constructor(102))) void stats_at_exit() {
 GlibcCleanup* glibc_cleanup() noexcept {
   Thread* t = current_record();
   return t ? &t->glibc : nullptr;
+}
+
+SignalState* signal_state() noexcept { return made_signal_state(); }
+
+SignalState* signal_state(loom_t id) noexcept {
+  Thread* t = record_of(id);
+  return t ? &slot_of(t)->signals : nullptr;
+}
+
+bool any_signal_state(bool (*fn)(SignalState&, void*), void* arg) noexcept {
+  for (std::uint32_t i = 0; i < kChunks * kChunkSize; i += kChunkSize) {
+    Slot* c = chunks[i >> kChunkBits].load(std::memory_order_acquire);
+    if (!c) return false;
+    for (std::uint32_t k = 0; k < kChunkSize; ++k)
+      if ((c[k].gen.load(std::memory_order_acquire) & 1) && fn(c[k].signals, arg)) return true;
+  }
+  return false;
 }
 
 long fibres_created() noexcept { return threads_created.load(std::memory_order_relaxed); }

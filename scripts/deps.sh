@@ -3,11 +3,12 @@
 #   scripts/deps.sh build   compiler, Boost.Context, hwloc, liburing; memcached-port's
 #                           fetch (curl, dpkg-source, xz, patch) and Debian's
 #                           memcached build-depends (libevent, SASL, OpenSSL)
-#   scripts/deps.sh test    build + GoogleTest, valgrind, gdb, curl, python3, wrk, zstd and xz
-#                           (real threaded programs run on libloom-pthread), perl, procps and
-#                           ripgrep (programs whose state is in thread-locals: tests/tls); memcached's
+#   scripts/deps.sh test    build + GoogleTest, valgrind, gdb, curl, python3, wrk, zstd, xz, pbzip2 and
+#                           lbzip2 (real threaded programs run on libloom-pthread), perl, procps and
+#                           ripgrep (programs whose state is in thread-locals: tests/tls), git and
+#                           redis (tests/pthread_proc); memcached's
 #                           t/*.t modules, Debian's memcached, libmemcached and pymemcache
-#                           (tests/memcached); git and redis (tests/pthread_proc)
+#                           (tests/memcached)
 #   scripts/deps.sh bench   test + Boost.Fiber, wrk, nginx, Go, memcached, gnuplot,
 #                           clang with libFuzzer (make fuzz)
 # Idempotent: a second run installs nothing and does not touch the network.
@@ -16,7 +17,7 @@ set -euo pipefail
 group=${1:-test}
 build=(g++ make cmake pkg-config libboost-context-dev libhwloc-dev liburing-dev
        curl ca-certificates dpkg-dev xz-utils patch libevent-dev libsasl2-dev libssl-dev)
-test=("${build[@]}" libgtest-dev googletest valgrind gdb curl python3 libboost-fiber-dev wrk zstd xz-utils
+test=("${build[@]}" libgtest-dev googletest valgrind gdb curl python3 libboost-fiber-dev wrk zstd xz-utils pbzip2 lbzip2
       perl procps ripgrep
       libio-socket-ssl-perl sasl2-bin memcached libmemcached-tools libmemcached-dev python3-pymemcache
       git redis-server redis-tools)

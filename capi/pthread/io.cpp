@@ -67,6 +67,7 @@
 #include "loom/loom.h"
 #include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
+#include "signals.hpp"
 
 extern "C" [[noreturn]] void __chk_fail(void);
 extern "C" int __register_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void), void* dso);
@@ -186,6 +187,27 @@ bool fibre() {
 }
 
 bool by_loom(int) { return fibre(); }
+
+// After a fibre's wait on many descriptors or a sleep: a delivery point of
+// its signals (sigthread.cpp) — a handler another thread sent it with
+// pthread_kill runs here, before the call returns (errno kept).
+template <class R>
+R delivered(R r) {
+  pthread_signal::deliver_pending();
+  return r;
+}
+
+// loom's send family adds MSG_NOSIGNAL (loom/io.hpp); a program that did
+// not ask for it gets what the kernel gives: EPIPE and a SIGPIPE to the
+// calling thread (raise, sigthread.cpp: per-thread mask and disposition).
+template <class R>
+R piped(R r, int flags) {
+  if (r < 0 && !(flags & MSG_NOSIGNAL) && *errno_slot() == EPIPE) {
+    ::raise(SIGPIPE);
+    *errno_slot() = EPIPE;
+  }
+  return r;
+}
 
 // A descriptor the kernel gave a caller off the fibre path: whatever loom
 // knew of a former descriptor under that number is dropped.
@@ -310,19 +332,19 @@ ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
   return by_loom(fd) ? loom_recvmsg(fd, msg, flags) : k::recvmsg(fd, msg, flags);
 }
 ssize_t send(int fd, const void* buf, size_t n, int flags) {
-  return by_loom(fd) ? loom_send(fd, buf, n, flags) : k::sendto(fd, buf, n, flags, nullptr, 0);
+  return by_loom(fd) ? piped(loom_send(fd, buf, n, flags), flags) : k::sendto(fd, buf, n, flags, nullptr, 0);
 }
 ssize_t sendto(int fd, const void* buf, size_t n, int flags, const struct sockaddr* to, socklen_t len) {
-  return by_loom(fd) ? loom_sendto(fd, buf, n, flags, to, len) : k::sendto(fd, buf, n, flags, to, len);
+  return by_loom(fd) ? piped(loom_sendto(fd, buf, n, flags, to, len), flags) : k::sendto(fd, buf, n, flags, to, len);
 }
 ssize_t sendmsg(int fd, const struct msghdr* msg, int flags) {
-  return by_loom(fd) ? loom_sendmsg(fd, msg, flags) : k::sendmsg(fd, msg, flags);
+  return by_loom(fd) ? piped(loom_sendmsg(fd, msg, flags), flags) : k::sendmsg(fd, msg, flags);
 }
 int recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags, struct timespec* timeout) {
   return by_loom(fd) ? loom_recvmmsg(fd, vec, vlen, flags, timeout) : k::recvmmsg(fd, vec, vlen, flags, timeout);
 }
 int sendmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags) {
-  return by_loom(fd) ? loom_sendmmsg(fd, vec, vlen, flags) : k::sendmmsg(fd, vec, vlen, flags);
+  return by_loom(fd) ? piped(loom_sendmmsg(fd, vec, vlen, flags), flags) : k::sendmmsg(fd, vec, vlen, flags);
 }
 
 ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) noexcept {
@@ -409,10 +431,10 @@ int fcntl64(int fd, int cmd, ...) {
 // ---- waiting on many ---------------------------------------------------------------------
 
 int poll(struct pollfd* fds, nfds_t n, int timeout) {
-  return fibre() ? loom_poll(fds, n, timeout) : k::poll(fds, n, timeout);
+  return fibre() ? delivered(loom_poll(fds, n, timeout)) : k::poll(fds, n, timeout);
 }
 int ppoll(struct pollfd* fds, nfds_t n, const struct timespec* timeout, const __sigset_t* ss) {
-  return fibre() ? loom_ppoll(fds, n, timeout, ss) : k::ppoll(fds, n, timeout, ss);
+  return fibre() ? delivered(loom_ppoll(fds, n, timeout, ss)) : k::ppoll(fds, n, timeout, ss);
 }
 int __poll_chk(struct pollfd* fds, nfds_t n, int timeout, size_t fdslen) {
   if (fdslen / sizeof(*fds) < n) __chk_fail();
@@ -423,18 +445,18 @@ int __ppoll_chk(struct pollfd* fds, nfds_t n, const struct timespec* timeout, co
   return ppoll(fds, n, timeout, ss);
 }
 int select(int nfds, fd_set* __restrict r, fd_set* __restrict w, fd_set* __restrict e, struct timeval* __restrict t) {
-  return fibre() ? loom_select(nfds, r, w, e, t) : k::select(nfds, r, w, e, t);
+  return fibre() ? delivered(loom_select(nfds, r, w, e, t)) : k::select(nfds, r, w, e, t);
 }
 int pselect(int nfds, fd_set* __restrict r, fd_set* __restrict w, fd_set* __restrict e,
             const struct timespec* __restrict t, const __sigset_t* __restrict ss) {
-  return fibre() ? loom_pselect(nfds, r, w, e, t, ss) : k::pselect(nfds, r, w, e, t, ss);
+  return fibre() ? delivered(loom_pselect(nfds, r, w, e, t, ss)) : k::pselect(nfds, r, w, e, t, ss);
 }
 int epoll_wait(int epfd, struct epoll_event* events, int maxevents, int timeout) {
-  return fibre() ? loom_epoll_wait(epfd, events, maxevents, timeout)
+  return fibre() ? delivered(loom_epoll_wait(epfd, events, maxevents, timeout))
                  : k::epoll_pwait(epfd, events, maxevents, timeout, nullptr);
 }
 int epoll_pwait(int epfd, struct epoll_event* events, int maxevents, int timeout, const __sigset_t* ss) {
-  return fibre() ? loom_epoll_pwait(epfd, events, maxevents, timeout, ss)
+  return fibre() ? delivered(loom_epoll_pwait(epfd, events, maxevents, timeout, ss))
                  : k::epoll_pwait(epfd, events, maxevents, timeout, ss);
 }
 
@@ -443,22 +465,22 @@ int epoll_pwait(int epfd, struct epoll_event* events, int maxevents, int timeout
 // short by a signal (loom.h). Anyone else sleeps in the kernel, as glibc.
 
 int nanosleep(const struct timespec* req, struct timespec* rem) {
-  return fibre() ? loom_nanosleep(req, rem) : k::nanosleep(req, rem);
+  return fibre() ? delivered(loom_nanosleep(req, rem)) : k::nanosleep(req, rem);
 }
 int clock_nanosleep(clockid_t clock, int flags, const struct timespec* req, struct timespec* rem) {
   // loom sleeps on the realtime and monotonic clocks; other clocks (boot
   // time, CPU time) sleep in the kernel even on a fibre.
   if (fibre() && (clock == CLOCK_REALTIME || clock == CLOCK_MONOTONIC))
-    return loom_clock_nanosleep(clock, flags, req, rem);
+    return delivered(loom_clock_nanosleep(clock, flags, req, rem));
   return k::clock_nanosleep(clock, flags, req, rem);
 }
 int usleep(useconds_t usec) {
-  if (fibre()) return loom_usleep(usec);
+  if (fibre()) return delivered(loom_usleep(usec));
   timespec t{time_t(usec / 1000000), long(usec % 1000000) * 1000};
   return k::nanosleep(&t, nullptr);
 }
 unsigned int sleep(unsigned int seconds) {
-  if (fibre()) return loom_sleep(seconds);
+  if (fibre()) return delivered(loom_sleep(seconds));
   int e = errno;
   timespec t{time_t(seconds), 0};
   if (k::nanosleep(&t, &t) < 0) return unsigned(t.tv_sec);  // interrupted: what is left, as glibc

@@ -39,6 +39,7 @@
 #include "base/sys.hpp"
 #include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
+#include "signals.hpp"
 
 extern "C" __sighandler_t __sysv_signal(int sig, __sighandler_t handler) noexcept;
 
@@ -91,8 +92,20 @@ struct Slot {
 };
 Slot slots[_NSIG];
 
+std::atomic<bool> guarded[_NSIG];  // guard(sig) was called: SIG_DFL is kept as the trampoline
+
 void trampoline(int sig, siginfo_t* si, void* context) {
   Slot::Value h = slots[sig].read();
+  {
+    int e = errno;
+    bool elsewhere = route(sig, si, h.fn == nullptr);
+    errno = e;
+    if (elsewhere) return;
+  }
+  if (!h.fn) {  // guarded SIG_DFL
+    default_action(sig);
+    return;
+  }
   rt::HandlerMark saved = rt::tls_handler_mark;
   rt::tls_handler_mark = {static_cast<const char*>(__builtin_frame_address(0)), rt::this_fibre_or_null()};
   if (h.info)
@@ -124,6 +137,10 @@ class Locked {
   sigset_t saved_;
 };
 
+// The flags the kernel gets for a guarded SIG_DFL: SA_NODEFER, so that the
+// trampoline's tgkill of the default action is delivered at once.
+constexpr int kGuardFlags = SA_SIGINFO | SA_RESTART | SA_NODEFER;
+
 int install(int sig, const struct sigaction* act, struct sigaction* oldact) {
   if (sig <= 0 || sig >= _NSIG) return system_sigaction()(sig, act, oldact);  // its EINVAL
   int e = errno;
@@ -133,6 +150,8 @@ int install(int sig, const struct sigaction* act, struct sigaction* oldact) {
   struct sigaction k, old;
   const struct sigaction* a = act;
   bool wrap = act && act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN;
+  bool guard = act && act->sa_handler == SIG_DFL && !(act->sa_flags & SA_SIGINFO) &&
+               guarded[sig].load(std::memory_order_relaxed);
   if (wrap) {
     k = *act;
     k.sa_sigaction = &trampoline;
@@ -141,6 +160,13 @@ int install(int sig, const struct sigaction* act, struct sigaction* oldact) {
     slot.write({(act->sa_flags & SA_SIGINFO) ? reinterpret_cast<void*>(act->sa_sigaction)
                                              : reinterpret_cast<void*>(act->sa_handler),
                 (act->sa_flags & SA_SIGINFO) != 0});
+  } else if (guard) {
+    k = *act;
+    k.sa_sigaction = &trampoline;
+    k.sa_flags = kGuardFlags;
+    a = &k;
+    slot.write({nullptr, false});
+    wrap = true;
   }
   if (system_sigaction()(sig, a, &old) != 0) {
     e = errno;
@@ -150,7 +176,10 @@ int install(int sig, const struct sigaction* act, struct sigaction* oldact) {
   }
   if (oldact) {
     *oldact = old;
-    if (is_trampoline(old)) {  // the program's, as it gave it
+    if (is_trampoline(old) && !prev.fn) {  // guarded: SIG_DFL, as the program left it
+      std::memset(oldact, 0, sizeof *oldact);
+      oldact->sa_handler = SIG_DFL;
+    } else if (is_trampoline(old)) {  // the program's, as it gave it
       if (prev.info) {
         oldact->sa_sigaction = reinterpret_cast<void (*)(int, siginfo_t*, void*)>(prev.fn);
       } else {
@@ -165,6 +194,83 @@ int install(int sig, const struct sigaction* act, struct sigaction* oldact) {
   errno = e;
   return 0;
 }
+
+bool catchable_async(int sig) {
+  switch (sig) {
+    case SIGKILL:
+    case SIGSTOP:
+    case SIGSEGV:
+    case SIGBUS:
+    case SIGFPE:
+    case SIGILL:
+    case SIGTRAP:
+    case SIGSYS:
+      return false;
+    default:
+      return sig > 0 && sig < _NSIG && (sig < 32 || sig >= SIGRTMIN);  // 32, 33: glibc's own
+  }
+}
+
+}  // namespace
+
+void guard(int sig) noexcept {
+  if (!catchable_async(sig) || guarded[sig].load(std::memory_order_relaxed)) return;
+  struct sigaction cur;
+  if (install(sig, nullptr, &cur) != 0) return;
+  guarded[sig].store(true, std::memory_order_relaxed);
+  if (cur.sa_handler == SIG_DFL && !(cur.sa_flags & SA_SIGINFO)) install(sig, &cur, nullptr);  // now guarded
+}
+
+void default_action(int sig) noexcept {
+  int e = errno;
+  struct sigaction dfl;
+  std::memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  {
+    Locked l;  // no install meanwhile; every signal blocked here
+    system_sigaction()(sig, &dfl, nullptr);
+  }
+  ::syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &one, nullptr, _NSIG / 8);
+  ::syscall(SYS_tgkill, ::getpid(), ::syscall(SYS_gettid), sig);  // terminate, core: not back
+  // A stop signal, after SIGCONT (or one whose default is to ignore): the
+  // guard again, unless the program changed the disposition meanwhile.
+  Locked l;
+  if (!slots[sig].read().fn) {
+    struct sigaction k;
+    std::memset(&k, 0, sizeof k);
+    k.sa_sigaction = &trampoline;
+    k.sa_flags = kGuardFlags;
+    system_sigaction()(sig, &k, nullptr);
+  }
+  errno = e;
+}
+
+Action action_of(int sig) noexcept {
+  struct sigaction a;
+  if (sig <= 0 || sig >= _NSIG || install(sig, nullptr, &a) != 0) return Action::ignore;
+  if (a.sa_flags & SA_SIGINFO) return Action::handler;
+  if (a.sa_handler == SIG_IGN) return Action::ignore;
+  if (a.sa_handler != SIG_DFL) return Action::handler;
+  switch (sig) {
+    case SIGCHLD:
+    case SIGURG:
+    case SIGWINCH:
+    case SIGCONT:
+      return Action::ignore;
+    case SIGSTOP:
+    case SIGTSTP:
+    case SIGTTIN:
+    case SIGTTOU:
+      return Action::stop;
+    default:
+      return Action::terminate;
+  }
+}
+
+namespace {
 
 std::atomic<bool> interrupts[_NSIG];  // siginterrupt(sig, 1): signal() leaves out SA_RESTART
 

@@ -39,13 +39,10 @@
 //    for an unprivileged process).
 //  - affinity: a fibre moves between processors; setting it gives ENOSYS,
 //    getting it reports the process's CPUs (where a fibre may run).
-//  - signals: a fibre has no signal mask of its own. pthread_sigmask sets
-//    the mask of the kernel thread (processor) the caller runs on, as
-//    sigprocmask would. pthread_kill with signal 0 checks the handle; a
-//    signal to oneself is raised on the current kernel thread; to another
-//    thread, a signal whose action is the default or ignore is raised here
-//    (its effect is process-wide either way), one with a handler gives
-//    ENOTSUP — loom cannot choose the fibre that runs it.
+//  - signals: each fibre has its own mask and pending set (sigthread.cpp:
+//    pthread_sigmask, pthread_kill, the waits); loom changes no disposition
+//    (loom_pthread_routes below keeps the runtime's SIGPIPE default away).
+//    pthread_attr_setsigmask_np still gives ENOTSUP.
 //  - cancellation: pthread_cancel gives ENOTSUP (loom.h); the cancel state
 //    and type are kept.
 //  - pthread_getcpuclockid: ENOENT (a fibre has no CPU-time clock).
@@ -74,6 +71,7 @@
 #include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
 #include "sched/tls.hpp"
+#include "signals.hpp"
 
 // glibc declares most pointer arguments here nonnull; the checks are kept for
 // callers that reach these through casts or dlsym (EINVAL, as loom.h does).
@@ -183,7 +181,6 @@ struct Glibc {
   void (*unwind_next)(__pthread_unwind_buf_t*);
   // Also in base/sys.hpp, but there sanitizer builds take the names' own
   // addresses, which would be this library's definitions.
-  int (*sigmask)(int, const sigset_t*, sigset_t*);
   [[noreturn]] void (*exit)(void*);
 };
 
@@ -197,7 +194,6 @@ const Glibc& glibc() {
     rt::sys::find_symbol(r.register_cancel_defer, "libc.so.6", "__pthread_register_cancel_defer");
     rt::sys::find_symbol(r.unregister_cancel_restore, "libc.so.6", "__pthread_unregister_cancel_restore");
     rt::sys::find_symbol(r.unwind_next, "libc.so.6", "__pthread_unwind_next");
-    rt::sys::find_symbol(r.sigmask, "libc.so.6", "pthread_sigmask");
     rt::sys::find_symbol(r.exit, "libc.so.6", "pthread_exit");
     return r;
   }();
@@ -257,19 +253,6 @@ int errno_as_result(F&& call) {
   int e = call() == 0 ? 0 : errno;
   k.done();
   return e;
-}
-
-int raise_here(int sig) {
-  return errno_as_result([sig] { return ::syscall(SYS_tgkill, ::getpid(), ::syscall(SYS_gettid), sig); });
-}
-
-// A signal sent to a thread that is not the caller: see the header comment.
-int signal_other(int sig) {
-  struct sigaction sa;
-  if (sigaction(sig, nullptr, &sa) != 0) return EINVAL;
-  if (sa.sa_handler == SIG_IGN) return 0;
-  if (sa.sa_handler == SIG_DFL && !(sa.sa_flags & SA_SIGINFO)) return raise_here(sig);
-  return ENOTSUP;
 }
 
 bool exists(pthread_t t) {
@@ -615,43 +598,23 @@ int pthread_getaffinity_np(pthread_t t, size_t n, cpu_set_t* set) {
 int pthread_getcpuclockid(pthread_t t, clockid_t*) { return exists(t) ? ENOENT : ESRCH; }
 
 // ---- signals -------------------------------------------------------------------------------
+// pthread_kill, pthread_sigqueue and pthread_sigmask: sigthread.cpp.
 
-int pthread_kill(pthread_t t, int sig) {
-  if (sig < 0 || sig >= NSIG) return EINVAL;
-  if (t == loom_self()) return sig == 0 ? 0 : raise_here(sig);
-  if (!exists(t)) return ESRCH;
-  return sig == 0 ? 0 : signal_other(sig);
-}
-
-int pthread_sigqueue(pthread_t t, int sig, const union sigval value) {
-  if (sig < 0 || sig >= NSIG) return EINVAL;
-  if (!exists(t)) return ESRCH;
-  if (sig == 0) return 0;
-  if (t == loom_self()) {
-    siginfo_t info;
-    std::memset(&info, 0, sizeof info);
-    info.si_signo = sig;
-    info.si_code = SI_QUEUE;
-    info.si_pid = ::getpid();
-    info.si_uid = ::getuid();
-    std::memcpy(&info.si_value, &value, sizeof value);
-    return errno_as_result(
-        [&] { return ::syscall(SYS_rt_tgsigqueueinfo, ::getpid(), ::syscall(SYS_gettid), sig, &info); });
-  }
-  return signal_other(sig);
-}
-
-int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
-  auto mask = glibc().sigmask;  // (not followed by '(': <signal.h> has a sigmask macro)
-  return mask(how, set, old);   // the current kernel thread's
-}
+// Seen by the runtime (io/offload.cpp, a weak reference): on the link and
+// preload routes loom changes no signal disposition the program did not
+// change itself — SIGPIPE keeps its default (the native API ignores it).
+__attribute__((visibility("default"))) extern const int loom_pthread_routes = 1;
 
 void pthread_kill_other_threads_np(void) {}  // a no-op in glibc too
 
 // ---- yield, fork ----------------------------------------------------------------------------
 
 int sched_yield(void) {
-  if (on_fibre() && !rt::in_signal_handler()) return loom_yield();  // a handler's yield is the kernel's
+  if (on_fibre() && !rt::in_signal_handler()) {  // a handler's yield is the kernel's
+    int r = loom_yield();
+    pthread_signal::deliver_pending();  // a delivery point (sigthread.cpp)
+    return r;
+  }
   return rt::sys::sched_yield();
 }
 

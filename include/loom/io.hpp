@@ -39,7 +39,10 @@
 // SIGPIPE. Loom sets SIGPIPE to SIG_IGN when the runtime starts unless the
 // program has installed a handler of its own (LOOM_SIGPIPE=keep leaves it
 // alone), and send/sendto/sendmsg add MSG_NOSIGNAL: a write to a closed peer
-// fails with EPIPE rather than killing the server.
+// fails with EPIPE rather than killing the server. Not in a process that
+// loads libloom-pthread (the link and preload routes): there every
+// disposition is the program's, and its send calls raise SIGPIPE as the
+// kernel's would.
 //
 // Variants (per cluster, SchedConfig or LOOM_* variables, see config.hpp):
 // the poller (LOOM_POLLER), lazy registration (LOOM_LAZY_REGISTER) and

@@ -73,8 +73,13 @@ void offload_leave(void* token) noexcept {
   this_fibre::migrate(*static_cast<loom::Cluster*>(token));
 }
 
+// Defined by libloom-pthread (capi/pthread/thread.cpp): a program run on
+// the link or preload route is an unmodified pthread program, whose signal
+// dispositions loom must not change (a weak reference: null without it).
+extern "C" __attribute__((weak)) const int loom_pthread_routes;
 
 void io_boot() {
+  if (&loom_pthread_routes != nullptr) return;  // SIGPIPE stays the program's
   const char* keep = std::getenv("LOOM_SIGPIPE");
   if (keep && std::strcmp(keep, "keep") == 0) return;
   struct sigaction old {};

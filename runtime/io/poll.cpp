@@ -39,10 +39,12 @@
 // is slower but still right. If the set itself cannot be made (EMFILE), the
 // whole call is made as is on the offload cluster.
 //
-// Signal masks (ppoll, pselect, epoll_pwait). A fibre has no signal mask
-// of its own: signals go to whichever processor's kernel thread does not
-// block them, and a fibre's wait is never interrupted (loom invents no
-// EINTR). The mask is passed to every look — the kernel applies it for that
+// Signal masks (ppoll, pselect, epoll_pwait). The kernel knows no fibre's
+// mask (libloom-pthread keeps one per thread: capi/pthread/sigthread.cpp):
+// signals go to whichever processor's kernel thread does not block them,
+// and a fibre's wait is never interrupted (loom invents no EINTR; under
+// libloom-pthread a handler sent to the fibre runs when the call returns).
+// The mask is passed to every look — the kernel applies it for that
 // zero-timeout call, so a signal the mask unblocks that is pending at a look
 // is delivered then and the call fails with EINTR, as the system's would —
 // but not to the waits between looks. A program that waits in pselect for
@@ -141,13 +143,24 @@ Deadline deadline_of(const timespec* t) {
 // the poller runs between fibres): it may wait.
 bool on_fibre(Processor* p) { return p && p->current() != &p->idle_fibre(); }
 
-
 // errno through calls the compiler can neither inline nor fold: this file's
 // functions switch fibres, and a fibre may resume on another kernel thread
 // (loom/io.hpp), so an errno address kept from before a switch would be
 // another thread's.
 __attribute__((noinline)) int errno_now() { return errno; }
 __attribute__((noinline)) void set_errno(int e) { errno = e; }
+
+// A look with a zero timeout (the caller's own: it will not wait) that
+// found nothing: a scheduling point. An event loop that polls with timeout
+// 0 while it waits for its own worker threads would otherwise keep them,
+// ready behind it on its processor, from ever running (on the kernel they
+// run meanwhile on other CPUs, or when the loop's time slice ends). The
+// yield costs a few loads when nothing else is ready (Processor::yield's
+// fast path). Not on a kernel thread that is not a processor.
+long nothing_yet(Processor* p, long r) {
+  if (r == 0 && on_fibre(p)) this_fibre::yield();
+  return r;
+}
 
 // ---- the temporary set -------------------------------------------------------------
 
@@ -296,8 +309,9 @@ bool loom_pollable(int fd) {
 
 long poll_impl(pollfd* fds, nfds_t n, const timespec* timeout, const sigset_t* mask) {
   Processor* p = this_processor_at_entry();
-  if (!on_fibre(p) || (timeout && timeout->tv_sec == 0 && timeout->tv_nsec == 0))
-    return neg_errno(k_ppoll(fds, n, timeout, mask));
+  if (!on_fibre(p)) return neg_errno(k_ppoll(fds, n, timeout, mask));
+  if (timeout && timeout->tv_sec == 0 && timeout->tv_nsec == 0)
+    return nothing_yet(p, neg_errno(k_ppoll(fds, n, timeout, mask)));
   if (!valid(timeout)) return -EINVAL;
   Deadline d = deadline_of(timeout);
   if (n == 1 && !mask && fds[0].fd >= 0 && (fds[0].events & (POLLIN | POLLOUT)) && loom_pollable(fds[0].fd)) {
@@ -385,8 +399,9 @@ class SavedSets {
 
 long select_impl(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* timeout, const sigset_t* mask) {
   Processor* p = this_processor_at_entry();
-  if (!on_fibre(p) || nfds < 0 || (timeout && timeout->tv_sec == 0 && timeout->tv_nsec == 0))
-    return neg_errno(k_pselect(nfds, r, w, e, timeout, mask));
+  if (!on_fibre(p) || nfds < 0) return neg_errno(k_pselect(nfds, r, w, e, timeout, mask));
+  if (timeout && timeout->tv_sec == 0 && timeout->tv_nsec == 0)
+    return nothing_yet(p, neg_errno(k_pselect(nfds, r, w, e, timeout, mask)));
   if (!valid(timeout)) return -EINVAL;
   Deadline d = deadline_of(timeout);
   SavedSets saved(nfds, r, w, e);
@@ -420,7 +435,8 @@ long select_impl(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* time
 
 long epoll_impl(int ep, epoll_event* ev, int max, int timeout_ms, const sigset_t* mask) {
   Processor* p = this_processor_at_entry();
-  if (!on_fibre(p) || timeout_ms == 0) return neg_errno(k_epoll_pwait(ep, ev, max, timeout_ms, mask));
+  if (!on_fibre(p)) return neg_errno(k_epoll_pwait(ep, ev, max, timeout_ms, mask));
+  if (timeout_ms == 0) return nothing_yet(p, neg_errno(k_epoll_pwait(ep, ev, max, 0, mask)));
   Deadline d = deadline_ns(timeout_ms < 0 ? -1 : std::int64_t(timeout_ms) * 1'000'000);
   auto look = [&] { return neg_errno(k_epoll_pwait(ep, ev, max, 0, mask)); };
   long r = look();

@@ -1,0 +1,42 @@
+// capi/pthread/signals.hpp — between libloom-pthread's two signal files:
+// signal.cpp keeps the dispositions (sigaction and the trampoline the kernel
+// calls), sigthread.cpp the per-thread side (masks, pending sets, waits,
+// pthread_kill). docs/DESIGN.md, "Signals and fibres", has the whole story.
+#pragma once
+
+#include <signal.h>
+
+#include <cstdint>
+
+namespace loom::capi::pthread_signal {
+
+inline std::uint64_t bit(int sig) { return std::uint64_t(1) << (sig - 1); }
+
+// What the program's disposition of sig does now.
+enum class Action { ignore, handler, terminate, stop };
+Action action_of(int sig) noexcept;  // not from a handler (takes the table's lock)
+
+// A fibre blocks sig while its disposition is SIG_DFL: the kernel, which
+// does not see fibres' masks, would apply the default action on whatever
+// processor it picks. From now on the kernel holds the trampoline for sig
+// (the program still sees SIG_DFL), which routes it (route below) or, when
+// a thread that does not block it exists, applies the default action itself.
+void guard(int sig) noexcept;
+
+// The default action of sig, for real, on this kernel thread: the
+// disposition is SIG_DFL for the moment of a tgkill to oneself. Returns
+// only for a stop signal (after SIGCONT) or one whose default is to ignore.
+void default_action(int sig) noexcept;
+
+// Called by the trampoline for each signal the kernel delivers (signal
+// context): true when sig was posted to another thread, or kept pending for
+// the process, and the trampoline must not run it here. by_default: the
+// program's disposition is SIG_DFL (a guarded signal).
+bool route(int sig, const siginfo_t* si, bool by_default) noexcept;
+
+// Runs what is pending for the calling fibre and not blocked by its mask
+// (handlers, default actions): the fibre's "next switch". Cheap when
+// nothing is pending (two loads). No-op off a fibre and inside a handler.
+void deliver_pending() noexcept;
+
+}  // namespace loom::capi::pthread_signal

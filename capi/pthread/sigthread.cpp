@@ -1,0 +1,585 @@
+// capi/pthread/sigthread.cpp — POSIX's per-thread signals for fibres, by
+// glibc's names: pthread_sigmask, sigprocmask, pthread_kill,
+// pthread_sigqueue, raise, sigpending, sigwait, sigwaitinfo, sigtimedwait,
+// sigsuspend and pause.
+//
+// Each thread of loom_create (and main) has a mask and a pending set of its
+// own (capi.hpp, SignalState, kept in its record's slot); a new thread
+// starts with its creator's mask. The kernel knows nothing of them: loom
+// never changes a processor's kernel mask for a fibre. So:
+//  - a signal the kernel delivers runs the trampoline (signal.cpp) on
+//    whatever processor it picked; route() below then chooses the thread
+//    POSIX would: a thread waiting for it (sigwait's set, sigsuspend's
+//    unblocked ones) first, then the interrupted fibre if it does not block
+//    it (the handler runs there, today's trampoline rules), then any thread
+//    that does not block it (posted to it: it runs at that thread's next
+//    delivery point, deliver_pending); if every thread blocks it, it stays
+//    pending for the process until one unblocks it or waits for it. A
+//    signal whose disposition is SIG_DFL reaches the trampoline only once a
+//    fibre blocked it (signal.cpp, guard); before that, no fibre blocks it
+//    and the kernel's default action is POSIX's.
+//  - pthread_kill(t, sig) never reaches the kernel: sig is posted to t's
+//    pending set, and t's waits are woken. A signal t does not block whose
+//    action is the default (terminate, stop) acts at once, process-wide, as
+//    it would on glibc; one that is ignored is dropped.
+//  - a wait (sigwait..., sigsuspend, pause) blocks the fibre on a semaphore
+//    of its own (kept with the slot, never destroyed), which every post
+//    posts — libloom-pthread's sem_post is async-signal-safe — after setting
+//    the pending bit: no lost wake-up.
+//  - "delivering" to the calling fibre a signal it does not block is a
+//    tgkill (rt_tgsigqueueinfo, with the siginfo kept) to its own kernel
+//    thread: the kernel runs the trampoline at once with the program's
+//    sa_mask and flags, and route() sees a fibre that takes it.
+// Delivery points (deliver_pending): pthread_sigmask/sigprocmask, the
+// waits, raise/pthread_kill to oneself, sched_yield, and the sleeps and
+// poll-family waits of io.cpp. A fibre that runs none of them (a tight loop,
+// or blocked in a mutex or a read) runs a handler posted to it only when it
+// next reaches one: docs/DESIGN.md, "Signals and fibres".
+//
+// Callers that are not fibres with a record (kernel threads that are not
+// processors, a fork child, C++ loom::Fibres) and handlers get glibc's calls.
+#include <semaphore.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+
+#include "base/sys.hpp"
+#include "capi.hpp"
+#include "loom/loom.h"
+#include "sched/in_handler.hpp"
+#include "sched/processor.hpp"
+#include "signals.hpp"
+
+extern "C" int __register_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void), void* dso);
+extern "C" void* __dso_handle;
+
+namespace loom::capi::pthread_signal {
+namespace {
+
+// ---- sets ------------------------------------------------------------------------------
+
+std::uint64_t to_bits(const sigset_t* s) {
+  std::uint64_t b = 0;
+  std::memcpy(&b, s, sizeof b);
+  return b;
+}
+void to_set(std::uint64_t b, sigset_t* s) {
+  sigemptyset(s);
+  std::memcpy(s, &b, sizeof b);
+}
+// Never blocked (the kernel's rule), and glibc's own two (SIGCANCEL,
+// SIGSETXID: glibc's pthread_sigmask leaves them out too).
+constexpr std::uint64_t kUnblockable = (std::uint64_t(1) << (SIGKILL - 1)) | (std::uint64_t(1) << (SIGSTOP - 1)) |
+                                       (std::uint64_t(1) << 31) | (std::uint64_t(1) << 32);
+// Raised by the kernel on the thread whose call caused it: never another's.
+bool thread_directed(int sig) { return sig == SIGPIPE || sig == SIGXFSZ; }
+bool synchronous(int sig) {
+  return sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL || sig == SIGTRAP || sig == SIGSYS;
+}
+int lowest(std::uint64_t b) { return __builtin_ctzll(b) + 1; }
+
+// ---- the process's pending set ----------------------------------------------------------
+
+std::atomic<std::uint64_t> process_pending{0};  // every thread blocked these when they came
+SignalInfo process_info[64];                    // written before the bit is set
+std::atomic<int> waiters{0};                    // fibres inside a wait: route looks for them
+
+SignalInfo info_of(const siginfo_t* si) {
+  if (!si) return SignalInfo{SI_TKILL, int(::getpid()), unsigned(::getuid()), nullptr};
+  return SignalInfo{si->si_code, si->si_pid, si->si_uid, si->si_value.sival_ptr};
+}
+
+// sem_post is async-signal-safe in libloom-pthread (sync.cpp: a fibre
+// waiter is handed to a waker thread): a handler may wake a waiting fibre.
+void wake(SignalState& s) {
+  int e = *errno_slot();
+  sem_post(&s.wake);
+  *errno_slot() = e;
+}
+
+void post(SignalState& s, int sig, const SignalInfo& i) {
+  if (SignalInfo* a = s.info.load(std::memory_order_acquire)) a[sig - 1] = i;
+  s.pending.fetch_or(bit(sig), std::memory_order_acq_rel);
+  wake(s);
+}
+
+// Takes sig out of s's pending set, or the process's: its info, or false
+// if another taker won.
+bool take(SignalState& s, int sig, SignalInfo* out) {
+  std::uint64_t b = bit(sig);
+  if (s.pending.fetch_and(~b, std::memory_order_acq_rel) & b) {
+    SignalInfo* a = s.info.load(std::memory_order_acquire);
+    *out = a ? a[sig - 1] : info_of(nullptr);
+    return true;
+  }
+  if (process_pending.fetch_and(~b, std::memory_order_acq_rel) & b) {
+    *out = process_info[sig - 1];
+    return true;
+  }
+  return false;
+}
+
+std::uint64_t pending_for(const SignalState& s) {
+  return s.pending.load(std::memory_order_acquire) | process_pending.load(std::memory_order_acquire);
+}
+
+// ---- delivery on the calling fibre --------------------------------------------------------
+
+// The signal this kernel thread sends itself now (read by the trampoline:
+// initial-exec, no TLS call in a handler).
+thread_local int tls_delivering __attribute__((tls_model("initial-exec"))) = 0;
+
+// sig, which the caller's mask does not block, delivered here: the kernel
+// runs the trampoline (handler, or the guarded default action) before the
+// call returns. False if its action is to ignore it.
+bool run_here(int sig, const SignalInfo& i) {
+  Action a = action_of(sig);
+  if (a == Action::ignore) return false;
+  int e = *errno_slot();
+  siginfo_t si;
+  std::memset(&si, 0, sizeof si);
+  si.si_signo = sig;
+  si.si_code = i.code;
+  si.si_pid = i.pid;
+  si.si_uid = i.uid;
+  si.si_value.sival_ptr = i.value;
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  ::syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &one, nullptr, _NSIG / 8);  // the kernel thread's, as loom keeps it
+  tls_delivering = sig;
+  if (::syscall(SYS_rt_tgsigqueueinfo, ::getpid(), ::syscall(SYS_gettid), sig, &si) != 0)
+    ::syscall(SYS_tgkill, ::getpid(), ::syscall(SYS_gettid), sig);
+  tls_delivering = 0;
+  *errno_slot() = e;
+  return true;
+}
+
+// A fibre with a record, not inside a handler: the per-thread rules apply.
+SignalState* fibre_state() {
+  rt::Processor* p = rt::this_processor_at_entry();
+  if (!p || p->current() == &p->idle_fibre() || rt::in_signal_handler()) return nullptr;
+  return signal_state();
+}
+
+// The info array: made at the first wait.
+bool prepare_wait(SignalState& s) {
+  if (!s.info.load(std::memory_order_acquire)) {
+    auto* a = new (std::nothrow) SignalInfo[64]();
+    if (!a) return false;
+    SignalInfo* none = nullptr;
+    if (!s.info.compare_exchange_strong(none, a, std::memory_order_acq_rel)) delete[] a;
+  }
+  return true;
+}
+
+// Takes the posts made so far (what they posted is in the pending sets).
+void drain(SignalState& s) {
+  int e = *errno_slot();
+  while (sem_trywait(&s.wake) == 0) {
+  }
+  *errno_slot() = e;
+}
+
+// Waits until s is posted to or the deadline (ns on CLOCK_MONOTONIC, -1:
+// none) passes: false at the deadline.
+bool sleep_on(SignalState& s, std::int64_t deadline) {
+  int e = *errno_slot();
+  int r;
+  if (deadline < 0) {
+    r = sem_wait(&s.wake);
+  } else {
+    timespec abs{time_t(deadline / 1'000'000'000), long(deadline % 1'000'000'000)};
+    r = sem_clockwait(&s.wake, CLOCK_MONOTONIC, &abs);
+  }
+  bool timed_out = r != 0 && *errno_slot() == ETIMEDOUT;
+  *errno_slot() = e;
+  return !timed_out;
+}
+
+struct WaitScope {  // route() looks for waiters only while some exist
+  SignalState& s;
+  WaitScope(SignalState& st, std::uint64_t w) : s(st) {
+    waiters.fetch_add(1, std::memory_order_acq_rel);
+    s.waits.store(w, std::memory_order_release);
+  }
+  ~WaitScope() {
+    s.waits.store(0, std::memory_order_release);
+    waiters.fetch_sub(1, std::memory_order_acq_rel);
+  }
+};
+
+// sigwait's family: the first of `set` pending for the caller or the
+// process; meanwhile handlers of signals it does not block run (and the
+// wait goes on, as POSIX has it). sig, or -EAGAIN at the deadline.
+int wait_for(SignalState& s, std::uint64_t set, std::int64_t deadline, SignalInfo* out) {
+  if (!prepare_wait(s)) return -EAGAIN;
+  WaitScope w(s, set | ~s.mask.load(std::memory_order_relaxed));
+  for (;;) {
+    drain(s);
+    std::uint64_t p = pending_for(s);
+    for (std::uint64_t b = p & set; b; b &= b - 1)
+      if (take(s, lowest(b), out)) return lowest(b);
+    deliver_pending();
+    // Pending in the kernel for the process (or this kernel thread), blocked
+    // there by a mask the process started with.
+    sigset_t ks;
+    to_set(set, &ks);
+    siginfo_t si;
+    timespec zero{0, 0};
+    int e = *errno_slot();
+    long r = ::syscall(SYS_rt_sigtimedwait, &ks, &si, &zero, _NSIG / 8);
+    *errno_slot() = e;
+    if (r > 0) {
+      *out = info_of(&si);
+      return int(r);
+    }
+    if (!sleep_on(s, deadline)) return -EAGAIN;
+  }
+}
+
+std::int64_t deadline_of(const timespec* t) {
+  if (!t) return -1;
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return std::int64_t(now.tv_sec + t->tv_sec) * 1'000'000'000 + now.tv_nsec + t->tv_nsec;
+}
+
+// ---- route (signal context) ------------------------------------------------------------
+
+struct Routing {
+  int sig;
+  SignalInfo info;
+  bool by_default;
+  SignalState* skip;
+  bool posted;
+};
+
+bool post_to_waiter(SignalState& s, void* arg) {
+  auto* r = static_cast<Routing*>(arg);
+  if (!(s.waits.load(std::memory_order_acquire) & bit(r->sig))) return false;
+  post(s, r->sig, r->info);
+  return true;
+}
+
+bool post_to_unblocked(SignalState& s, void* arg) {
+  auto* r = static_cast<Routing*>(arg);
+  if (&s == r->skip || (s.mask.load(std::memory_order_acquire) & bit(r->sig))) return false;
+  // Interrupting a fibre that blocks it: posted to this one, which runs it
+  // at its next delivery point. Interrupting no fibre of the program (an
+  // idle processor, one of loom's own threads): run here, at once, as a
+  // thread that blocks nothing would. A default action acts here either way.
+  r->posted = !r->by_default && r->skip;
+  if (r->posted) post(s, r->sig, r->info);
+  return true;
+}
+
+// ---- the calls -----------------------------------------------------------------------------
+
+template <class F>
+void glibc_fn(F*& f, const char* name) {
+  rt::sys::find_symbol(f, "libc.so.6", name);
+}
+
+struct Glibc {
+  int (*sigmask)(int, const sigset_t*, sigset_t*);
+  int (*procmask)(int, const sigset_t*, sigset_t*);
+  int (*sigwait)(const sigset_t*, int*);
+  int (*sigwaitinfo)(const sigset_t*, siginfo_t*);
+  int (*sigtimedwait)(const sigset_t*, siginfo_t*, const timespec*);
+  int (*sigsuspend)(const sigset_t*);
+  int (*pause)();
+  int (*sigpending)(sigset_t*);
+  int (*raise)(int);
+};
+const Glibc& glibc() {
+  static const Glibc g = [] {
+    Glibc r{};
+    glibc_fn(r.sigmask, "pthread_sigmask");
+    glibc_fn(r.procmask, "sigprocmask");
+    glibc_fn(r.sigwait, "sigwait");
+    glibc_fn(r.sigwaitinfo, "sigwaitinfo");
+    glibc_fn(r.sigtimedwait, "sigtimedwait");
+    glibc_fn(r.sigsuspend, "sigsuspend");
+    glibc_fn(r.pause, "pause");
+    glibc_fn(r.sigpending, "sigpending");
+    glibc_fn(r.raise, "raise");
+    return r;
+  }();
+  return g;
+}
+// fork: the child's one kernel thread continues the forking fibre, and a
+// program it execs inherits the kernel thread's mask — POSIX says the
+// forking thread's. Taken by the last prepare handler (registered before
+// the program's, so run after them, just before the fork) and set in the
+// child.
+std::atomic<std::uint64_t> forking_mask{0};
+std::atomic<bool> forking_fibre{false};
+void before_fork() {
+  SignalState* s = fibre_state();
+  forking_fibre.store(s != nullptr, std::memory_order_relaxed);
+  if (s) forking_mask.store(s->mask.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+void in_child() {
+  if (!forking_fibre.load(std::memory_order_relaxed)) return;
+  sigset_t k;
+  to_set(forking_mask.load(std::memory_order_relaxed), &k);
+  ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &k, nullptr, _NSIG / 8);
+}
+
+// Before the program runs: glibc's functions, main's record (with it
+// main's mask, the kernel thread's at start-up) so that a handler finds it,
+// and the fork handlers.
+__attribute__((constructor)) void look_up_early() {
+  glibc();
+  loom_self();
+  __register_atfork(&before_fork, nullptr, &in_child, &__dso_handle);
+}
+
+// pthread_sigmask on a fibre: 0 or the error number.
+int set_mask(SignalState& s, int how, const sigset_t* set, sigset_t* old) {
+  std::uint64_t was = s.mask.load(std::memory_order_relaxed);
+  if (set) {
+    std::uint64_t b = to_bits(set), now;
+    switch (how) {
+      case SIG_BLOCK:
+        now = was | b;
+        break;
+      case SIG_UNBLOCK:
+        now = was & ~b;
+        break;
+      case SIG_SETMASK:
+        now = b;
+        break;
+      default:
+        return EINVAL;
+    }
+    now &= ~kUnblockable;
+    for (std::uint64_t g = now & ~was; g; g &= g - 1) guard(lowest(g));
+    s.mask.store(now, std::memory_order_release);
+  }
+  if (old) to_set(was, old);
+  deliver_pending();
+  return 0;
+}
+
+// A signal for thread s (not the caller's own, or the caller's with
+// `self`): POSIX's rules of generation.
+int send(SignalState& s, int sig, const SignalInfo& i, bool self) {
+  bool blocked = s.mask.load(std::memory_order_acquire) & bit(sig);
+  if (!blocked) {
+    if (self) {
+      run_here(sig, i);
+      return 0;
+    }
+    switch (action_of(sig)) {
+      case Action::ignore:
+        return 0;
+      case Action::terminate:
+      case Action::stop:
+        default_action(sig);  // process-wide: acts the same from here
+        return 0;
+      case Action::handler:
+        break;
+    }
+  }
+  post(s, sig, i);
+  return 0;
+}
+
+}  // namespace
+
+bool route(int sig, const siginfo_t* si, bool by_default) noexcept {
+  if (synchronous(sig) || tls_delivering == sig) return false;
+  // The runtime's own (the stall detector's tgkill) and glibc's raise and
+  // abort: meant for this kernel thread.
+  if (si && si->si_code == SI_TKILL && si->si_pid == ::getpid()) return false;
+  SignalState* cur = signal_state();
+  if (rt::Processor* p = rt::this_processor_at_entry(); !p || p->current() == &p->idle_fibre()) cur = nullptr;
+  Routing r{sig, info_of(si), by_default, cur, false};
+  if (thread_directed(sig) && cur) {
+    if (!(cur->mask.load(std::memory_order_acquire) & bit(sig))) return false;
+    post(*cur, sig, r.info);  // pending on the thread that caused it
+    return true;
+  }
+  if (waiters.load(std::memory_order_acquire) > 0 && any_signal_state(&post_to_waiter, &r)) return true;
+  if (cur && !(cur->mask.load(std::memory_order_acquire) & bit(sig))) return false;
+  if (any_signal_state(&post_to_unblocked, &r)) return r.posted;  // else: the default action, here
+  process_info[sig - 1] = r.info;
+  process_pending.fetch_or(bit(sig), std::memory_order_acq_rel);
+  return true;
+}
+
+void deliver_pending() noexcept {
+  SignalState* s = fibre_state();
+  if (!s) return;
+  for (;;) {
+    std::uint64_t mask = s->mask.load(std::memory_order_acquire);
+    std::uint64_t ready = pending_for(*s) & ~mask;
+    if (__builtin_expect(ready == 0, 1)) return;
+    int sig = lowest(ready);
+    SignalInfo i;
+    if (take(*s, sig, &i)) run_here(sig, i);
+  }
+}
+
+}  // namespace loom::capi::pthread_signal
+
+using namespace loom;
+using namespace loom::capi;
+using namespace loom::capi::pthread_signal;
+
+extern "C" {
+
+int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
+  if (SignalState* s = fibre_state()) return set_mask(*s, how, set, old);
+  auto mask = glibc().sigmask;  // (not followed by '(': <signal.h> has a sigmask macro)
+  return mask(how, set, old);
+}
+
+int sigprocmask(int how, const sigset_t* set, sigset_t* old) noexcept {
+  if (SignalState* s = fibre_state()) {
+    if (int e = set_mask(*s, how, set, old)) {
+      *errno_slot() = e;
+      return -1;
+    }
+    return 0;
+  }
+  return glibc().procmask(how, set, old);
+}
+
+int pthread_kill(pthread_t t, int sig) {
+  if (sig < 0 || sig >= NSIG || sig == 32 || sig == 33) return EINVAL;
+  SignalState* target = signal_state(t);
+  SignalState* self = fibre_state();
+  if (!target) {
+    if (t != loom_self()) return ESRCH;
+    if (sig == 0) return 0;
+    int e = *errno_slot();  // a caller without a record: its own kernel thread
+    int r = ::syscall(SYS_tgkill, ::getpid(), ::syscall(SYS_gettid), sig) == 0 ? 0 : *errno_slot();
+    *errno_slot() = e;
+    return r;
+  }
+  if (sig == 0) return 0;
+  return send(*target, sig, SignalInfo{SI_TKILL, int(::getpid()), unsigned(::getuid()), nullptr}, target == self);
+}
+
+int pthread_sigqueue(pthread_t t, int sig, const union sigval value) {
+  if (sig < 0 || sig >= NSIG || sig == 32 || sig == 33) return EINVAL;
+  SignalState* target = signal_state(t);
+  if (!target) return t == loom_self() ? ENOTSUP : ESRCH;
+  if (sig == 0) return 0;
+  return send(*target, sig, SignalInfo{SI_QUEUE, int(::getpid()), unsigned(::getuid()), value.sival_ptr},
+              target == fibre_state());
+}
+
+int raise(int sig) noexcept {
+  SignalState* s = fibre_state();
+  if (!s) return glibc().raise(sig);
+  if (sig < 0 || sig >= NSIG || sig == 32 || sig == 33) {
+    *errno_slot() = EINVAL;
+    return -1;
+  }
+  if (sig == 0) return 0;
+  return send(*s, sig, SignalInfo{SI_TKILL, int(::getpid()), unsigned(::getuid()), nullptr}, true);
+}
+
+int sigpending(sigset_t* set) noexcept {
+  SignalState* s = fibre_state();
+  if (!s) return glibc().sigpending(set);
+  sigset_t k;
+  if (glibc().sigpending(&k) != 0) return -1;
+  to_set((to_bits(&k) | pending_for(*s)) & s->mask.load(std::memory_order_relaxed), set);
+  return 0;
+}
+
+int sigwait(const sigset_t* __restrict set, int* __restrict sig) {
+  SignalState* s = fibre_state();
+  if (!s) return glibc().sigwait(set, sig);
+  SignalInfo i;
+  int r = wait_for(*s, to_bits(set) & ~kUnblockable, -1, &i);
+  if (r < 0) return -r;
+  *sig = r;
+  return 0;
+}
+
+static int fill(int r, siginfo_t* info, const SignalInfo& i) {
+  if (r < 0) {
+    *errno_slot() = -r;
+    return -1;
+  }
+  if (info) {
+    std::memset(info, 0, sizeof *info);
+    info->si_signo = r;
+    info->si_code = i.code;
+    info->si_pid = i.pid;
+    info->si_uid = i.uid;
+    info->si_value.sival_ptr = i.value;
+  }
+  return r;
+}
+
+int sigwaitinfo(const sigset_t* __restrict set, siginfo_t* __restrict info) {
+  SignalState* s = fibre_state();
+  if (!s) return glibc().sigwaitinfo(set, info);
+  SignalInfo i;
+  return fill(wait_for(*s, to_bits(set) & ~kUnblockable, -1, &i), info, i);
+}
+
+int sigtimedwait(const sigset_t* __restrict set, siginfo_t* __restrict info, const struct timespec* __restrict t) {
+  SignalState* s = fibre_state();
+  if (!s) return glibc().sigtimedwait(set, info, t);
+  if (t && (t->tv_sec < 0 || t->tv_nsec < 0 || t->tv_nsec >= 1'000'000'000)) {
+    *errno_slot() = EINVAL;
+    return -1;
+  }
+  SignalInfo i;
+  return fill(wait_for(*s, to_bits(set) & ~kUnblockable, deadline_of(t), &i), info, i);
+}
+
+int sigsuspend(const sigset_t* set) {
+  SignalState* s = fibre_state();
+  if (!s) return glibc().sigsuspend(set);
+  std::uint64_t was = s->mask.load(std::memory_order_relaxed);
+  std::uint64_t now = to_bits(set) & ~kUnblockable;
+  if (!prepare_wait(*s)) {
+    *errno_slot() = ENOMEM;
+    return -1;
+  }
+  for (std::uint64_t g = now & ~was; g; g &= g - 1) guard(lowest(g));
+  s->mask.store(now, std::memory_order_release);
+  {
+    WaitScope w(*s, ~now);
+    for (;;) {
+      drain(*s);
+      std::uint64_t ready = pending_for(*s) & ~now;
+      SignalInfo i;
+      if (ready && take(*s, lowest(ready), &i)) {
+        if (run_here(lowest(ready), i)) break;  // its handler ran (with the mask sigsuspend gave)
+        continue;                               // ignored: the wait goes on
+      }
+      sleep_on(*s, -1);
+    }
+  }
+  s->mask.store(was, std::memory_order_release);
+  deliver_pending();
+  *errno_slot() = EINTR;
+  return -1;
+}
+
+int pause(void) {
+  SignalState* s = fibre_state();
+  if (!s) return glibc().pause();
+  sigset_t now;
+  to_set(s->mask.load(std::memory_order_relaxed), &now);
+  return sigsuspend(&now);
+}
+
+}  // extern "C"
