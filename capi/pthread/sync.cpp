@@ -391,6 +391,10 @@ struct RwHandover {
 pl::Take rw_choose(void* c, rt::ParkToken queued) {
   auto* h = static_cast<RwHandover*>(c);
   bool writers = queued & kWritersParked, readers = queued & kReadersParked;
+  // A writer that timed out while another holds the lock wakes nobody: the
+  // holder's unlock will.
+  if (h->leaving == RwLeaving::nobody && (rwstate(h->rw).load(std::memory_order_relaxed) & kWriter))
+    return {h->took = 0, 0};
   bool writer_first = h->leaving == RwLeaving::reader || (h->leaving == RwLeaving::writer && (h->pw || !readers));
   if (writer_first && writers) return {h->took = kWritersParked, 1};
   if (readers && !(h->leaving == RwLeaving::nobody && h->pw && writers)) return {h->took = kReadersParked, UINT_MAX};

@@ -110,10 +110,12 @@ FdTable& table() {
 // for such fibres too: the count moves (ReadyWord::wait's gate stops one
 // not yet parked) and a parked one is woken; both return EBADF. No fibre
 // can be waiting for the new file yet: its number was only now returned.
+// (A post only where one waits: the token it would leave otherwise is what
+// describe clears, and this runs for every accepted connection.)
 void renumbered(FdEntry& e) {
   e.gen.fetch_add(1, std::memory_order_seq_cst);
-  e.in.ready.post();
-  e.out.ready.post();
+  if (e.in.ready.has_waiter()) e.in.ready.post();
+  if (e.out.ready.has_waiter()) e.out.ready.post();
 }
 
 // Sets up the entry of a descriptor loom just created: non-blocking

@@ -76,6 +76,8 @@ class ReadyWord {
 
   // An edge arrived that nobody took yet.
   bool has_token() const noexcept { return word_.load(std::memory_order_relaxed) == kToken; }
+  // A fibre waits, or a callback is armed (a post would wake or invoke it).
+  bool has_waiter() const noexcept { return word_.load(std::memory_order_seq_cst) > kToken; }
   // A new descriptor under the number: a token left by the close of the
   // previous one (retire posts) would only cause a spurious wake-up.
   void clear_token() noexcept {
