@@ -23,8 +23,10 @@
 //   sem_t (32)            @0 value | kernel-thread waiters << 32 and @8
 //                         private/shared: glibc's own layout, so named
 //                         semaphores (glibc's sem_open) work here too;
-//                         @12 fibre waiters, @16 link and @24 count of
-//                         deferred wake-ups (sem_post from signal handlers).
+//                         bit 63 of @0: fibres parked (private only);
+//                         @12 posts in progress that found fibres parked,
+//                         @16 link and @24 count of deferred wake-ups
+//                         (sem_post from signal handlers).
 //
 // Waiting: a fibre parks in the parking lot, a kernel thread that is not a
 // processor (or a processor's thread outside a fibre) waits there on a
@@ -88,6 +90,22 @@ std::atomic<T>& at(const volatile void* base, std::size_t offset) {
   static_assert(sizeof(std::atomic<T>) == sizeof(T) && std::atomic<T>::is_always_lock_free);
   return *reinterpret_cast<std::atomic<T>*>(const_cast<char*>(static_cast<const volatile char*>(base)) + offset);
 }
+
+// No object is touched after the operation that may let another thread
+// destroy it (docs/DESIGN.md). tests/pthread_lib's destroy-after-use program
+// compiles this file with LOOM_SYNC_TEST_HOOK naming a function of its own,
+// called right after each such operation (released) and between a waiter's
+// parked mark and its park (parking): it stalls the caller there while the
+// other thread moves on, destroys the object and poisons its memory. The
+// library's own build has no hook.
+#ifdef LOOM_SYNC_TEST_HOOK
+extern "C" void LOOM_SYNC_TEST_HOOK(const void* object, int point);
+#define released(object) LOOM_SYNC_TEST_HOOK(object, 0)
+#define parking(object) LOOM_SYNC_TEST_HOOK(object, 1)
+#else
+#define released(object) ((void)0)
+#define parking(object) ((void)0)
+#endif
 
 bool on_fibre() {
   rt::Processor* p = rt::this_processor();
@@ -177,6 +195,7 @@ int acquire_slow(std::atomic<std::uint32_t>& st, Deadline d, bool spin) {
     ops.timed_out = [](void* c, bool was_last) {
       if (was_last) static_cast<std::atomic<std::uint32_t>*>(c)->fetch_and(~kParked, std::memory_order_relaxed);
     };
+    parking(&st);
     rt::Parked r = pl::park(&st, ops, d);
     if (r.result == ParkResult::Unparked && r.token == kHandoff) return keep.done(), 0;  // it is ours
     if (r.result == ParkResult::TimedOut) return keep.done(), ETIMEDOUT;
@@ -186,7 +205,7 @@ int acquire_slow(std::atomic<std::uint32_t>& st, Deadline d, bool spin) {
 
 void release(std::atomic<std::uint32_t>& st) {
   std::uint32_t expected = kLocked;
-  if (st.compare_exchange_strong(expected, 0, std::memory_order_release)) return;
+  if (st.compare_exchange_strong(expected, 0, std::memory_order_release)) return released(&st);
   // PARKED: wake one, under the bucket lock, and decide the word there.
   pl::unpark_one(
       &st,
@@ -200,6 +219,7 @@ void release(std::atomic<std::uint32_t>& st) {
         return 0;
       },
       &st);
+  released(&st);
 }
 
 int valid_kind(pthread_mutex_t* m) {
@@ -311,6 +331,7 @@ int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const time
   rt::Parked r = pl::park_if(
       &seq, [&seq, s] { return seq.load(std::memory_order_relaxed) == s; }, d);
   cwaiters(c).fetch_sub(1, std::memory_order_release);  // last touch of c
+  released(c);
   auto& st = mstate(m);
   std::uint32_t z = 0;
   if (!st.compare_exchange_strong(z, kLocked, std::memory_order_acquire))
@@ -326,12 +347,23 @@ int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const time
 }
 
 // ---- rwlock -------------------------------------------------------------------------
+//
+// Readers and writers park on one key, the lock itself, each with its kind's
+// parked bit as park token, so that one bucket lock orders every waiter's
+// validate against every unlock's decision. An unlock that finds a parked
+// bit does not release first and then look (a reader could take the lock
+// meanwhile, release it and destroy it, as POSIX allows, under the unlocker's
+// feet): it keeps the lock, and under the bucket lock (unpark_some) chooses
+// whom to wake and stores the word once — released, and handed to those
+// woken (a writer, or every reader taken, counted in). That store is its
+// last touch of the rwlock. A waiter woken with kHandoff owns the lock; one
+// woken with 0 (the handover was no longer possible: a reader came in
+// meanwhile) tries again.
 
 constexpr std::uint32_t kWriter = 1, kReadersParked = 2, kWritersParked = 4, kReader = 8;
 constexpr std::uint32_t kParkedBits = kReadersParked | kWritersParked;
 
 std::atomic<std::uint32_t>& rwstate(pthread_rwlock_t* rw) { return at<std::uint32_t>(rw, 0); }
-const void* writers_key(pthread_rwlock_t* rw) { return reinterpret_cast<char*>(rw) + 4; }
 std::atomic<const void*>& rwowner(pthread_rwlock_t* rw) { return at<const void*>(rw, 24); }
 bool prefer_writer(pthread_rwlock_t* rw) {
   return at<std::uint32_t>(rw, 48).load(std::memory_order_relaxed) == PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP;
@@ -342,34 +374,60 @@ bool prefer_writer(pthread_rwlock_t* rw) {
 // that a thread may take a read lock it already holds).
 bool readers_blocked(std::uint32_t s, bool pw) { return (s & kWriter) || (pw && (s & kWritersParked)); }
 
-unsigned wake_readers(pthread_rwlock_t* rw) {
-  // Cleared before the unpark: a reader that sets the mark again after this
-  // either fails validate (and retries) or is queued before unpark_all looks.
-  rwstate(rw).fetch_and(~kReadersParked, std::memory_order_seq_cst);
-  return pl::unpark_all(rw);
+// Who gives up what, for rw_handover.
+enum class RwLeaving { writer, reader, nobody };
+
+struct RwHandover {
+  pthread_rwlock_t* rw;
+  RwLeaving leaving;
+  bool pw;
+  rt::ParkToken took = 0;
+};
+
+// Whom to wake (under the bucket lock): after a writer, readers first
+// unless writers are preferred; after the last reader, a writer first; when
+// nobody leaves (a waiting writer timed out), only readers its mark held
+// back, and only if no other writer keeps them out.
+pl::Take rw_choose(void* c, rt::ParkToken queued) {
+  auto* h = static_cast<RwHandover*>(c);
+  bool writers = queued & kWritersParked, readers = queued & kReadersParked;
+  // A writer that timed out while another holds the lock wakes nobody: the
+  // holder's unlock will.
+  if (h->leaving == RwLeaving::nobody && (rwstate(h->rw).load(std::memory_order_relaxed) & kWriter))
+    return {h->took = 0, 0};
+  bool writer_first = h->leaving == RwLeaving::reader || (h->leaving == RwLeaving::writer && (h->pw || !readers));
+  if (writer_first && writers) return {h->took = kWritersParked, 1};
+  if (readers && !(h->leaving == RwLeaving::nobody && h->pw && writers)) return {h->took = kReadersParked, UINT_MAX};
+  return {h->took = 0, 0};
 }
 
-bool wake_writer(pthread_rwlock_t* rw) {
-  return pl::unpark_one(
-             writers_key(rw),
-             [](void* c, rt::UnparkResult r) -> rt::ParkToken {
-               if (!r.more) rwstate(static_cast<pthread_rwlock_t*>(c)).fetch_and(~kWritersParked);
-               return 0;
-             },
-             rw)
-      .unparked;
-}
-
-// After a writer left (unlocked, or timed out while waiting): who goes next.
-void wake_after_writer(pthread_rwlock_t* rw) {
-  std::uint32_t s = rwstate(rw).load(std::memory_order_seq_cst);
-  if (s & kWriter) return;  // another writer took it: its unlock wakes
-  if (prefer_writer(rw) || !(s & kReadersParked)) {
-    if ((s & kWritersParked) && wake_writer(rw)) return;
-    if (rwstate(rw).load(std::memory_order_seq_cst) & kReadersParked) wake_readers(rw);
-    return;
+// The one store (under the bucket lock): our hold released, the parked
+// bits as the queue now says, and the lock handed to those taken if it is
+// still theirs to have.
+rt::ParkToken rw_decide(void* c, pl::SomeResult r) {
+  auto* h = static_cast<RwHandover*>(c);
+  auto& st = rwstate(h->rw);
+  std::uint32_t s = st.load(std::memory_order_relaxed);
+  for (;;) {
+    std::uint32_t base = h->leaving == RwLeaving::writer ? s & ~kWriter : h->leaving == RwLeaving::reader ? s - kReader : s;
+    base = (base & ~kParkedBits) | std::uint32_t(r.remaining);
+    std::uint32_t next = base;
+    rt::ParkToken token = 0;
+    if (r.unparked && h->took == kWritersParked && (base & ~kParkedBits) == 0) {
+      next = base | kWriter;
+      token = kHandoff;
+    } else if (r.unparked && h->took == kReadersParked && !(base & kWriter)) {
+      next = base + r.unparked * kReader;
+      token = kHandoff;
+    }
+    if (st.compare_exchange_weak(s, next, std::memory_order_acq_rel, std::memory_order_relaxed)) return token;
   }
-  if (wake_readers(rw) == 0 && (rwstate(rw).load(std::memory_order_seq_cst) & kWritersParked)) wake_writer(rw);
+}
+
+void rw_handover(pthread_rwlock_t* rw, RwLeaving leaving) {
+  RwHandover h{rw, leaving, prefer_writer(rw)};
+  pl::unpark_some(rw, &rw_choose, &rw_decide, &h);
+  released(rw);
 }
 
 struct RwPark {
@@ -408,6 +466,7 @@ int rdlock(pthread_rwlock_t* rw, Deadline d) {
     RwPark ctx{rw, pw};
     pl::ParkOps ops;
     ops.ctx = &ctx;
+    ops.park_token = kReadersParked;
     ops.validate = [](void* c) {
       auto* p = static_cast<RwPark*>(c);
       std::uint32_t v = rwstate(p->rw).load(std::memory_order_relaxed);
@@ -416,7 +475,13 @@ int rdlock(pthread_rwlock_t* rw, Deadline d) {
     ops.timed_out = [](void* c, bool was_last) {
       if (was_last) rwstate(static_cast<RwPark*>(c)->rw).fetch_and(~kReadersParked);
     };
-    if (pl::park(rw, ops, d).result == ParkResult::TimedOut) {
+    parking(rw);
+    rt::Parked r = pl::park(rw, ops, d);
+    if (r.result == ParkResult::Unparked && r.token == kHandoff) {
+      e = 0;  // counted in by the unlocker
+      break;
+    }
+    if (r.result == ParkResult::TimedOut) {
       e = ETIMEDOUT;
       break;
     }
@@ -452,6 +517,7 @@ int wrlock(pthread_rwlock_t* rw, Deadline d) {
     if (!keep) keep.emplace();
     pl::ParkOps ops;
     ops.ctx = rw;
+    ops.park_token = kWritersParked;
     ops.validate = [](void* c) {
       std::uint32_t v = rwstate(static_cast<pthread_rwlock_t*>(c)).load(std::memory_order_seq_cst);
       return (v & kWritersParked) && (v & ~kParkedBits) != 0;
@@ -459,9 +525,17 @@ int wrlock(pthread_rwlock_t* rw, Deadline d) {
     ops.timed_out = [](void* c, bool was_last) {
       if (was_last) rwstate(static_cast<pthread_rwlock_t*>(c)).fetch_and(~kWritersParked);
     };
-    if (pl::park(writers_key(rw), ops, d).result == ParkResult::TimedOut) {
+    parking(rw);
+    rt::Parked r = pl::park(rw, ops, d);
+    if (r.result == ParkResult::Unparked && r.token == kHandoff) {
+      rwowner(rw).store(self, std::memory_order_relaxed);  // handed over by the unlocker
+      e = 0;
+      break;
+    }
+    if (r.result == ParkResult::TimedOut) {
       // Readers held back by our mark (preferring writers) may enter now.
-      wake_after_writer(rw);
+      // (We are still inside a call on the lock: it is alive.)
+      rw_handover(rw, RwLeaving::nobody);
       e = ETIMEDOUT;
       break;
     }
@@ -476,19 +550,27 @@ int rw_unlock(pthread_rwlock_t* rw) {
   if (s & kWriter) {
     if (rwowner(rw).load(std::memory_order_relaxed) != rt::identity()) return EPERM;
     rwowner(rw).store(nullptr, std::memory_order_relaxed);
-    s = st.fetch_and(~kWriter, std::memory_order_seq_cst) & ~kWriter;
-    if (s & kParkedBits) wake_after_writer(rw);
+    // Nobody parked: the release is one CAS, and the last touch.
+    while (!(s & kParkedBits))
+      if (st.compare_exchange_weak(s, s & ~kWriter, std::memory_order_release, std::memory_order_relaxed))
+        return released(rw), 0;
+    rw_handover(rw, RwLeaving::writer);
     return 0;
   }
-  if (s < kReader) return EPERM;
-  // The last reader out hands the lock to a parked writer. The writer sets
-  // its mark before validating "held" (seq_cst both sides), so either it
-  // sees no readers and retries, or this sees its mark.
-  s = st.fetch_sub(kReader, std::memory_order_seq_cst) - kReader;
-  if (s < kReader && !(s & kWriter) && (s & kWritersParked)) {
-    if (!wake_writer(rw) && (st.load(std::memory_order_seq_cst) & kReadersParked)) wake_readers(rw);
+  for (;;) {
+    if (s < kReader) return EPERM;
+    // Not the last reader, or nobody parked: one CAS. The last reader with
+    // someone parked keeps its hold until rw_decide. (A parked writer set
+    // its mark before validating "held", seq_cst both sides: either it
+    // sees no readers and retries, or this CAS fails on its mark.)
+    if (s >= 2 * kReader || !(s & kParkedBits)) {
+      if (st.compare_exchange_weak(s, s - kReader, std::memory_order_seq_cst, std::memory_order_relaxed))
+        return released(rw), 0;
+      continue;
+    }
+    rw_handover(rw, RwLeaving::reader);
+    return 0;
   }
-  return 0;
 }
 
 template <class Op>
@@ -519,10 +601,23 @@ constexpr int kFutexShared = 128;  // glibc's sem.private for a shared semaphore
 std::atomic<std::uint64_t>& sdata(sem_t* s) { return at<std::uint64_t>(s, 0); }
 std::atomic<std::uint32_t>& svalue(sem_t* s) { return at<std::uint32_t>(s, 0); }
 int sprivate(sem_t* s) { return at<int>(s, 8).load(std::memory_order_relaxed); }
-std::atomic<std::uint32_t>& sfwaiters(sem_t* s) { return at<std::uint32_t>(s, 12); }
+std::atomic<std::uint32_t>& sposting(sem_t* s) { return at<std::uint32_t>(s, 12); }
 std::atomic<sem_t*>& snext(sem_t* s) { return at<sem_t*>(s, 16); }
 std::atomic<std::uint32_t>& spending(sem_t* s) { return at<std::uint32_t>(s, 24); }
 constexpr std::uint64_t kOneWaiter = std::uint64_t(1) << 32;
+// In the data word of a private semaphore, beside glibc's count of
+// kernel-thread waiters: fibres may be parked (set by a fibre before it
+// parks, cleared under the bucket lock when none is left). A post reads it
+// in the same CAS that adds its unit.
+constexpr std::uint64_t kFibresParked = std::uint64_t(1) << 63;
+constexpr std::uint64_t kKernelWaiters = ~kFibresParked & ~std::uint64_t(0xffffffff);
+
+// Clears the parked mark when no fibre is left (the unpark's callback, under
+// the bucket lock that the fibres' validate runs under).
+rt::ParkToken sem_unparked(void* c, rt::UnparkResult r) {
+  if (!r.more) sdata(static_cast<sem_t*>(c)).fetch_and(~kFibresParked, std::memory_order_relaxed);
+  return 0;
+}
 
 long futex(void* addr, int op, int private_flag, std::uint32_t val, const timespec* t) {
   int flags = private_flag == kFutexShared ? 0 : FUTEX_PRIVATE_FLAG;
@@ -570,7 +665,7 @@ int sem_wait_futex(sem_t* s, clockid_t clock, const timespec* abs) {
 // Kernel-thread waiters are woken by the post itself through the futex, as
 // glibc does (a system call takes no user-space lock).
 // The cost is a hop through the waker for every post that finds a fibre
-// waiting; a post that finds none is one CAS and two loads.
+// waiting; a post that finds none is a CAS (and the loads before it).
 std::atomic<sem_t*> g_deferred{nullptr};
 std::atomic<int> g_deferred_word{0};
 std::atomic<int> g_waker_state{0};  // 0 none, 1 starting, 2 running
@@ -592,7 +687,7 @@ void* waker_main(void*) {
       for (;;) {
         std::uint32_t p = spending(s).load(std::memory_order_acquire);
         std::uint32_t units = svalue(s).load(std::memory_order_seq_cst);
-        while (units-- > 0 && pl::unpark_one(s).unparked) {
+        while (units-- > 0 && pl::unpark_one(s, &sem_unparked, s).unparked) {
         }
         if (spending(s).compare_exchange_strong(p, 0, std::memory_order_acq_rel)) break;
       }
@@ -638,21 +733,33 @@ void defer_wake(sem_t* s) {
   rt::futex_wake(&g_deferred_word, 1);
 }
 
-// A fibre waits on a private semaphore in the parking lot.
+// A fibre waits on a private semaphore in the parking lot. The parked mark
+// is set with the value seen 0, so a post's increment comes after it and
+// sees it; validate (value still 0, mark still set) and the waker's unpark
+// share the bucket lock.
 int sem_wait_fibre(sem_t* s, clockid_t clock, const timespec* abs) {
   auto& data = sdata(s);
   start_waker();  // before anyone can see us waiting: see sem_post
-  sfwaiters(s).fetch_add(1, std::memory_order_seq_cst);
   Deadline dl = deadline(clock, abs);
   int e = 0;
+  pl::ParkOps ops;
+  ops.ctx = s;
+  ops.validate = [](void* c) {
+    std::uint64_t v = sdata(static_cast<sem_t*>(c)).load(std::memory_order_seq_cst);
+    return std::uint32_t(v) == 0 && (v & kFibresParked);
+  };
+  ops.timed_out = [](void* c, bool was_last) {
+    if (was_last) sdata(static_cast<sem_t*>(c)).fetch_and(~kFibresParked, std::memory_order_relaxed);
+  };
   for (;;) {
     std::uint64_t d = data.load(std::memory_order_seq_cst);
     if (std::uint32_t(d) > 0) {
       if (data.compare_exchange_weak(d, d - 1, std::memory_order_acquire)) break;
       continue;
     }
-    rt::Parked r = pl::park_if(
-        s, [&data] { return std::uint32_t(data.load(std::memory_order_seq_cst)) == 0; }, dl);
+    if (!(d & kFibresParked) && !data.compare_exchange_weak(d, d | kFibresParked, std::memory_order_seq_cst)) continue;
+    parking(s);
+    rt::Parked r = pl::park(s, ops, dl);
     if (r.result == ParkResult::TimedOut) {
       if (abs && !reached(clock, *abs)) {
         dl = deadline(clock, abs);
@@ -662,7 +769,6 @@ int sem_wait_fibre(sem_t* s, clockid_t clock, const timespec* abs) {
       break;
     }
   }
-  sfwaiters(s).fetch_sub(1, std::memory_order_release);
   return e;
 }
 
@@ -936,6 +1042,7 @@ int pthread_barrier_wait(pthread_barrier_t* b) noexcept {
     std::uint32_t arrived = std::uint32_t(v);
     if (arrived + 1 == count) {
       if (word.compare_exchange_weak(v, ((v >> 32) + 1) << 32, std::memory_order_acq_rel)) {
+        released(b);  // (the others may leave now, but destroy waits for `inside`)
         pl::unpark_all(&word);
         binside(b).fetch_sub(1, std::memory_order_release);
         return PTHREAD_BARRIER_SERIAL_THREAD;
@@ -951,6 +1058,7 @@ int pthread_barrier_wait(pthread_barrier_t* b) noexcept {
         &word, [&word, gen] { return word.load(std::memory_order_acquire) >> 32 == gen; }, kForever);
   keep.done();
   binside(b).fetch_sub(1, std::memory_order_release);
+  released(b);
   return 0;
 }
 int pthread_barrierattr_init(pthread_barrierattr_t* a) noexcept {
@@ -990,6 +1098,7 @@ int pthread_spin_trylock(pthread_spinlock_t* l) noexcept {
 }
 int pthread_spin_unlock(pthread_spinlock_t* l) noexcept {
   at<int>(l, 0).store(0, std::memory_order_release);
+  released(const_cast<const int*>(l));
   return 0;
 }
 
@@ -1015,7 +1124,9 @@ int pthread_once(pthread_once_t* once, void (*init)(void)) {
         if (st.exchange(0, std::memory_order_release) & kOnceParked) pl::unpark_all(&st);
         throw;
       }
-      if (st.exchange(kOnceDone, std::memory_order_release) & kOnceParked) pl::unpark_all(&st);
+      int was = st.exchange(kOnceDone, std::memory_order_release);
+      released(const_cast<const int*>(once));
+      if (was & kOnceParked) pl::unpark_all(&st);  // the address only
       return 0;
     }
     if (!(s & kOnceParked) && !st.compare_exchange_weak(s, s | kOnceParked, std::memory_order_relaxed)) continue;
@@ -1039,7 +1150,11 @@ int sem_init(sem_t* s, int pshared, unsigned value) noexcept {
   return 0;
 }
 int sem_destroy(sem_t* s) noexcept {
-  while (spending(s).load(std::memory_order_acquire) != 0) yield_now();  // the waker's last touch
+  // A post that found fibres parked, and the waker it queued the semaphore
+  // for, may still be at it: wait for their last touches. `posting` first:
+  // a post raises `pending` before it lowers `posting`.
+  while (sposting(s).load(std::memory_order_acquire) != 0 || spending(s).load(std::memory_order_acquire) != 0)
+    yield_now();
   return 0;
 }
 int sem_wait(sem_t* s) {
@@ -1063,18 +1178,34 @@ int sem_trywait(sem_t* s) noexcept {
   *errno_slot() = EAGAIN;
   return -1;
 }
+// The increment lets a waiter return, and destroy and reuse the semaphore
+// (a semaphore on the waiter's stack): after it the post touches nothing of
+// it but the futex's address, as glibc's — unless it found fibres parked;
+// then it announced itself in `posting` before the increment, and
+// sem_destroy waits for it (and for the waker) before the memory is reused.
 int sem_post(sem_t* s) noexcept {
   auto& data = sdata(s);
+  const int priv = sprivate(s);  // before the increment, as glibc
+  bool announced = false;
   std::uint64_t d = data.load(std::memory_order_relaxed);
-  do {
+  for (;;) {
     if (std::uint32_t(d) == SEM_VALUE_MAX) {
+      if (announced) sposting(s).fetch_sub(1, std::memory_order_release);
       *errno_slot() = EOVERFLOW;
       return -1;
     }
-  } while (!data.compare_exchange_weak(d, d + 1, std::memory_order_seq_cst, std::memory_order_relaxed));
-  const int priv = sprivate(s);
-  if (d >> 32) futex(&svalue(s), FUTEX_WAKE, priv, 1, nullptr);
-  if (priv != kFutexShared && sfwaiters(s).load(std::memory_order_seq_cst) != 0) defer_wake(s);
+    if ((d & kFibresParked) && !announced) {
+      sposting(s).fetch_add(1, std::memory_order_seq_cst);
+      announced = true;
+    }
+    if (data.compare_exchange_weak(d, d + 1, std::memory_order_seq_cst, std::memory_order_relaxed)) break;
+  }
+  released(s);
+  if (d & kKernelWaiters) futex(&svalue(s), FUTEX_WAKE, priv, 1, nullptr);  // the address only
+  if (announced) {
+    if (d & kFibresParked) defer_wake(s);
+    sposting(s).fetch_sub(1, std::memory_order_release);  // the post's last touch
+  }
   return 0;
 }
 int sem_getvalue(sem_t* s, int* v) noexcept {

@@ -148,6 +148,22 @@ FdTable& table() {
   return t;
 }
 
+// A new descriptor under the number (one loom made or copied): a fibre
+// still on its way to wait for the number's former file must not sleep on
+// it. That file's close posted a token, but describe() is about to clear
+// it, and the fibre may have registered the old file between the close's
+// count and close(2), which took the registration away. So this is a close
+// for such fibres too: the count moves (ReadyWord::wait's gate stops one
+// not yet parked) and a parked one is woken; both return EBADF. No fibre
+// can be waiting for the new file yet: its number was only now returned.
+// (A post only where one waits: the token it would leave otherwise is what
+// describe clears, and this runs for every accepted connection.)
+void renumbered(FdEntry& e) {
+  e.gen.fetch_add(1, std::memory_order_seq_cst);
+  if (e.in.ready.has_waiter()) e.in.ready.post();
+  if (e.out.ready.has_waiter()) e.out.ready.post();
+}
+
 // Sets up the entry of a descriptor loom just created: non-blocking
 // underneath unless keep_flags, `user_nonblock` as the program asked.
 // Returns the entry (nullptr: a number beyond the table).
@@ -160,6 +176,7 @@ FdEntry* adopt(int fd, bool user_nonblock, bool eager_register, bool stream, boo
     io_deregister(fd, *e);
     e->gen.fetch_add(1, std::memory_order_acq_rel);
   }
+  renumbered(*e);
   e->clear_timeouts();
   e->loom_nb.store(!keep_flags, std::memory_order_relaxed);
   e->describe(kFdPollable, user_nonblock, stream, /*shared=*/false);
@@ -305,7 +322,7 @@ long wait_and_retry(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeo
       note_wait(side == kIn ? WaitKind::fd_in : WaitKind::fd_out, reinterpret_cast<const void*>(std::intptr_t(fd)));
       io_arm(fd, e, side == kOut);
       LOOM_CHAOS_POINT(io_park);
-      int rc = s.ready.wait(d);
+      int rc = s.ready.wait(d, &e.gen, gen);  // a close since `gen` was read: no sleep (issue 25, bug 4)
       if (e.gen.load(std::memory_order_acquire) != gen) {
         r = -EBADF;
         break;
@@ -498,7 +515,11 @@ void retire(int fd, Disarmed& d) {
     io_deregister(fd, *e);
   else
     e->registered.store(nullptr, std::memory_order_relaxed);  // close(2) deregisters
-  e->gen.fetch_add(1, std::memory_order_acq_rel);
+  // seq_cst, before the posts: a waiter that published itself after this
+  // sees the new count (ReadyWord::wait's gate), one published before is
+  // woken by the post — the post's token alone is not enough, since a new
+  // descriptor under the number clears it (describe).
+  e->gen.fetch_add(1, std::memory_order_seq_cst);
   LOOM_CHAOS_POINT(close_retire);
   e->kind.store(kFdUnknown, std::memory_order_release);
   e->in.ready.take_or_post(d.fn[0], d.arg[0]);
@@ -510,6 +531,7 @@ void copy_view(int from, int to) {
   FdEntry* a = table().get(from);
   FdEntry* b = table().get(to);
   if (!a || !b) return;
+  renumbered(*b);
   std::uint8_t kind = a->kind.load(std::memory_order_acquire);
   if (kind == kFdUnknown) return;  // classified on first use
   a->shared.store(true, std::memory_order_relaxed);
@@ -573,7 +595,7 @@ long wait_fresh_input(int fd, FdEntry& e, short events, Deadline d) {
     this_processor()->counters.add(Stat::io_blocks);
     note_wait(WaitKind::fd_in, reinterpret_cast<const void*>(std::intptr_t(fd)));
     io_arm(fd, e, false);
-    rc = e.in.ready.wait(d);
+    rc = e.in.ready.wait(d, &e.gen, gen);
   }
   e.in.turn.unlock();
   if (e.gen.load(std::memory_order_acquire) != gen) return -EBADF;

@@ -26,6 +26,8 @@ struct Parked {
   Cluster* cluster = nullptr;
   std::atomic<int> result{kPosted};
   std::atomic<bool> settled{false};  // timed waits: the park action is done with it
+  const std::atomic<std::uint32_t>* gen = nullptr;  // ReadyWord::wait's gate
+  std::uint32_t seen = 0;
 };
 
 bool parked_expire(TimerNode* n) {
@@ -45,6 +47,8 @@ void park(Processor&, Fibre*, void* arg) {
   const bool timed = r->timer.deadline != kNoDeadline;
   Fibre* const self = r->fibre;
   std::atomic<std::uintptr_t>& word = *r->word;
+  const std::atomic<std::uint32_t>* const gen = r->gen;
+  const std::uint32_t seen = r->seen;
   std::uintptr_t cur = word.load(std::memory_order_acquire);
   for (;;) {
     if (cur == ReadyWord::kToken) {
@@ -54,7 +58,20 @@ void park(Processor&, Fibre*, void* arg) {
       return;
     }
     // kEmpty: the turn mutex admits one waiter, so never another fibre.
-    if (word.compare_exchange_weak(cur, reinterpret_cast<std::uintptr_t>(self), std::memory_order_acq_rel)) break;
+    if (word.compare_exchange_weak(cur, reinterpret_cast<std::uintptr_t>(self), std::memory_order_seq_cst)) break;
+  }
+  // Published. A close bumps the count (seq_cst) before it posts: either it
+  // posts after this publication and wakes the fibre, or the count read
+  // here (seq_cst, after the publication) has changed. Then take the fibre
+  // back unless a post already took it (and wakes it); either way it runs
+  // at once and its caller sees the close.
+  if (gen && gen->load(std::memory_order_seq_cst) != seen) {
+    std::uintptr_t me = reinterpret_cast<std::uintptr_t>(self);
+    if (word.compare_exchange_strong(me, ReadyWord::kEmpty, std::memory_order_acq_rel)) {
+      r->settled.store(true, std::memory_order_release);  // ours again: the record is alive, no timer armed
+      schedule(self);
+      return;
+    }
   }
   if (!timed) return;
   r->cluster->add_timer(&r->timer);
@@ -128,7 +145,7 @@ void ReadyWord::take_or_post(Callback& fn, void*& arg) noexcept {
   post();
 }
 
-int ReadyWord::wait(Deadline d) noexcept {
+int ReadyWord::wait(Deadline d, const std::atomic<std::uint32_t>* gen, std::uint32_t seen) noexcept {
   std::uintptr_t cur = word_.load(std::memory_order_acquire);
   if (cur == kToken && word_.compare_exchange_strong(cur, kEmpty, std::memory_order_acq_rel)) return 0;
   if (expired(d)) return d == kNow ? EAGAIN : ETIMEDOUT;
@@ -137,6 +154,8 @@ int ReadyWord::wait(Deadline d) noexcept {
   r.word = &word_;
   r.fibre = p->current();
   r.cluster = r.fibre->cluster;
+  r.gen = gen;
+  r.seen = seen;
   if (d != kForever) {
     r.timer.deadline = d;
     r.timer.expire = &parked_expire;

@@ -61,7 +61,13 @@ class ReadyWord {
   void post() noexcept;
   // The calling fibre waits for the token: 0, or ETIMEDOUT at `d`
   // (EAGAIN for kNow). Only on a processor, one waiter at a time.
-  int wait(Deadline d) noexcept;
+  // gen/seen: the descriptor's close count and the value the caller read
+  // before it registered. Once the fibre is published, the wait checks it
+  // again and, if a close came between, does not sleep (returns 0; the
+  // caller sees the count changed): that close's token may have been
+  // cleared by a new descriptor under the number (FdEntry::describe), and
+  // a close after the publication finds the fibre and wakes it.
+  int wait(Deadline d, const std::atomic<std::uint32_t>* gen = nullptr, std::uint32_t seen = 0) noexcept;
 
   // Arms a one-shot callback: 0 (armed), 1 (the token was there: taken,
   // and fn not stored — the caller invokes it), EBUSY (a fibre waits or a
@@ -70,6 +76,8 @@ class ReadyWord {
 
   // An edge arrived that nobody took yet.
   bool has_token() const noexcept { return word_.load(std::memory_order_relaxed) == kToken; }
+  // A fibre waits, or a callback is armed (a post would wake or invoke it).
+  bool has_waiter() const noexcept { return word_.load(std::memory_order_seq_cst) > kToken; }
   // A new descriptor under the number: a token left by the close of the
   // previous one (retire posts) would only cause a spurious wake-up.
   void clear_token() noexcept {

@@ -87,7 +87,12 @@ class ReadyQueue {
     if (!asymmetric_) return thief_.lock();
     owner_busy_.store(true, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
-    if (thief_.is_locked()) {
+    // Acquire: seeing thief_ free, the owner goes on to use the local FIFO
+    // and the Nemesis links a thief may just have written under it; the
+    // thief's unlock (release) must happen before that use. A relaxed load
+    // is the same instruction on x86, but a data race in the C++ model (and
+    // one TSan cannot see: the membarrier is the thief's half of the fence).
+    if (thief_.is_locked(std::memory_order_acquire)) {
       owner_busy_.store(false, std::memory_order_release);
       thief_.lock();
       owner_locked_ = true;
@@ -113,7 +118,7 @@ class ReadyQueue {
       if (!owner_busy_.load(std::memory_order_relaxed)) {
         owner_busy_.store(true, std::memory_order_relaxed);
         std::atomic_signal_fence(std::memory_order_seq_cst);
-        bool in = !thief_.is_locked();
+        bool in = !thief_.is_locked(std::memory_order_acquire);  // as in consumer_enter
         if (in) push_owned(f);
         owner_busy_.store(false, std::memory_order_release);
         if (in) return;

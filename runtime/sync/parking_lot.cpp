@@ -34,20 +34,21 @@ struct ParkWaiter : Waiter {
   const ParkOps* ops = nullptr;
   Bucket* bucket = nullptr;
   ParkToken token = 0;
+  ParkToken park_token = 0;  // ParkOps::park_token
 };
 
 ParkWaiter* pw(Waiter* w) { return static_cast<ParkWaiter*>(w); }
 
-bool has_key(Bucket& b, const void* key) {
+bool has_key(Bucket& b, const void* key, ParkToken park_token) {
   for (Waiter* w = WaitList::front(b.queue); w; w = w->next)
-    if (pw(w)->key == key) return true;
+    if (pw(w)->key == key && pw(w)->park_token == park_token) return true;
   return false;
 }
 
 // With the bucket lock held, after a timeout won the CAS.
 void unqueue_timed_out(ParkWaiter* w) {
   if (w->queued) WaitList::remove(w->bucket->queue, w);
-  if (w->ops->timed_out) w->ops->timed_out(w->ops->ctx, !has_key(*w->bucket, w->key));
+  if (w->ops->timed_out) w->ops->timed_out(w->ops->ctx, !has_key(*w->bucket, w->key, w->park_token));
 }
 
 bool timer_expire(TimerNode* n) {
@@ -87,6 +88,7 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
   Bucket& b = bucket_of(key);
   ParkWaiter w;
   w.key = key;
+  w.park_token = ops.park_token;
   w.ops = &ops;
   w.bucket = &b;
   w.lock = &b.lock;
@@ -195,6 +197,43 @@ unsigned unpark_all(const void* key, ParkToken token) {
   b.lock.unlock();
   batch.wake_all();
   return n;
+}
+
+SomeResult unpark_some(const void* key, Take (*choose)(void*, ParkToken), ParkToken (*callback)(void*, SomeResult),
+                       void* ctx) {
+  Bucket& b = bucket_of(key);
+  WakeBatch batch;
+  SomeResult r{0, 0};
+  b.lock.lock();
+  for (;;) {
+    // Waiters whose timer already won their state are on their way out.
+    ParkToken queued = 0;
+    for (Waiter* w = WaitList::front(b.queue); w; w = w->next)
+      if (pw(w)->key == key && w->state.load(std::memory_order_acquire) == kWaiting) queued |= pw(w)->park_token;
+    Take t = choose(ctx, queued);
+    bool lost = false;
+    for (Waiter* w = WaitList::front(b.queue); w && r.unparked < t.limit;) {
+      Waiter* next = w->next;
+      if (pw(w)->key == key && (pw(w)->park_token & t.mask)) {
+        WaitList::remove(b.queue, w);
+        if (claim(w)) {
+          batch.add(w);
+          ++r.unparked;
+        } else {
+          lost = true;  // it timed out: its timer's complete finds it unqueued
+        }
+      }
+      w = next;
+    }
+    if (r.unparked > 0 || !lost) break;
+  }
+  for (Waiter* w = WaitList::front(b.queue); w; w = w->next)
+    if (pw(w)->key == key) r.remaining |= pw(w)->park_token;
+  ParkToken token = callback(ctx, r);
+  for (Waiter* w = batch.head; w; w = w->next) pw(w)->token = token;
+  b.lock.unlock();
+  batch.wake_all();
+  return r;
 }
 
 unsigned queued_now() {

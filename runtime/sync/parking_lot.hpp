@@ -27,6 +27,17 @@
 //       waiter. Wakes it after releasing the lock.
 //   unpark_all(key)
 //       Every waiter on `key`, woken with token 0. Returns how many.
+//   unpark_some(key, choose, callback)
+//       For primitives with two kinds of waiter on one key (a rwlock's
+//       readers and writers, told apart by the park token each parked
+//       with): choose(ctx, queued) sees the OR of the park tokens of the
+//       waiters on `key` and names which to take — the oldest `limit`
+//       whose park token has a bit of `mask`; callback(ctx, result) then
+//       sees how many were taken and the OR of the park tokens of those
+//       left, and returns the token they all get. Both run under the bucket
+//       lock, so the primitive decides whom to wake and changes its word in
+//       one step that every validate is ordered against: its last touch of
+//       the object can be that store, before anyone it wakes can run.
 //
 // The argument that nothing is lost is the primitive's, and it is always the
 // same: a waiter sets a "parked" mark in the word, then parks with a
@@ -90,13 +101,24 @@ struct UnparkResult {
 namespace parking_lot {
 
 // validate runs under the bucket lock; timed_out (may be null) runs under the bucket lock after a timed-out
-// waiter left the queue, with `was_last` = no waiter on key remains — the
-// primitive may clear its parked mark there.
+// waiter left the queue, with `was_last` = no waiter on key with the same
+// park token remains — the primitive may clear its parked mark there.
 struct ParkOps {
   bool (*validate)(void* ctx) = nullptr;
   void (*timed_out)(void* ctx, bool was_last) = nullptr;
   void* ctx = nullptr;
   bool stamp = false;  // record when the waiter parked (UnparkResult::since); else since is 0
+  ParkToken park_token = 0;  // the waiter's kind, for unpark_some (and was_last)
+};
+
+// unpark_some's choice: the oldest `limit` waiters whose park token & mask.
+struct Take {
+  ParkToken mask;
+  unsigned limit;
+};
+struct SomeResult {
+  unsigned unparked;    // how many were taken
+  ParkToken remaining;  // OR of the park tokens of the waiters left on key
 };
 
 Parked park(const void* key, const ParkOps& ops, Deadline deadline);
@@ -105,6 +127,10 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline);
 UnparkResult unpark_one(const void* key, ParkToken (*callback)(void* ctx, UnparkResult r) = nullptr,
                         void* ctx = nullptr);
 unsigned unpark_all(const void* key, ParkToken token = 0);
+// See the contract above. If every waiter chosen had timed out meanwhile,
+// it chooses again among those left.
+SomeResult unpark_some(const void* key, Take (*choose)(void* ctx, ParkToken queued),
+                       ParkToken (*callback)(void* ctx, SomeResult r), void* ctx);
 
 // Convenience: park with a lambda as validate (no timed_out hook).
 template <class F>

@@ -22,7 +22,10 @@ class SpinLock {
     }
   }
   void unlock() noexcept { held_.store(false, std::memory_order_release); }
-  bool is_locked() const noexcept { return held_.load(std::memory_order_relaxed); }
+  // Relaxed by default (a hint). A caller that, seeing it free, goes on to
+  // use data the last holder wrote passes acquire: the unlock's release
+  // then happens before that use.
+  bool is_locked(std::memory_order mo = std::memory_order_relaxed) const noexcept { return held_.load(mo); }
 
  private:
   std::atomic<bool> held_{false};
