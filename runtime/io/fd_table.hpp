@@ -32,7 +32,10 @@ struct UringWait;
 enum FdKind : std::uint8_t {
   kFdUnknown = 0,  // not seen since it was opened: looked up on first use
   kFdPollable,     // socket, pipe, ...: non-blocking underneath, epoll-able
-  kFdFile,         // regular file or other: calls go through the offload cluster
+  kFdFile,         // terminal, blocking FIFO or other: calls go through the offload cluster
+  kFdRegular,      // regular file: a read tries the page cache in place (RWF_NOWAIT) first,
+                   // the rest goes through the offload cluster
+  kFdInPlace,      // never blocks (/dev/null, /dev/zero, /dev/urandom...): calls made in place
 };
 
 struct FdSide {

@@ -23,6 +23,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/statfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -113,8 +114,17 @@ std::uint8_t classify(int fd, FdEntry& e) {
       return kFdPollable;
     }
   }
-  e.describe(kFdFile, false, false, /*shared=*/true);
-  return kFdFile;
+  // Regular files: reads are tried in the page cache first (read_in_place).
+  // The kernel's memory devices (major 1: null, zero, full, random,
+  // urandom...) never block: offloading their calls would only move the
+  // fibre to another kernel thread and back (dd of=/dev/null).
+  std::uint8_t kind = kFdFile;
+  if (fl >= 0 && S_ISREG(st.st_mode))
+    kind = kFdRegular;
+  else if (fl >= 0 && S_ISCHR(st.st_mode) && major(st.st_rdev) == 1)
+    kind = kFdInPlace;
+  e.describe(kind, false, false, /*shared=*/true);
+  return kind;
 }
 
 namespace {
@@ -270,6 +280,7 @@ long offloaded(Op& op) {
   return r;
 }
 
+
 // Blocking emulation for a kernel thread on a descriptor loom made
 // non-blocking.
 template <typename Op>
@@ -347,6 +358,30 @@ struct ReadSpec {
   int flags;
   bool recv;  // recv(2) (flags apply), else read(2) (a recv with no flags on a socket)
 };
+
+// A plain read of a regular file: what the page cache holds is read in
+// place (preadv2 at the file's offset with RWF_NOWAIT, which fails with
+// EAGAIN rather than wait for the disk), and only what it does not hold is
+// read on the offload cluster. A short answer from the cache is completed
+// there, so the caller sees the kernel's whole read (dd counts a short one
+// as a partial record). A kernel or file system without RWF_NOWAIT for the
+// file (EOPNOTSUPP, EINVAL) takes the offload every time.
+template <typename Op>
+long read_in_place(int fd, const ReadSpec& rs, Op& op) {
+  if (rs.n == 0) return offloaded(op);
+  iovec v{rs.buf, rs.n};
+  long r = syscall_op([&] { return sys::preadv2(fd, &v, 1, RWF_NOWAIT); });
+  if (r == static_cast<long>(rs.n)) return r;
+  if (r < 0 && r != -EAGAIN) {
+    if (r == -EOPNOTSUPP || r == -EINVAL) return offloaded(op);
+    return r;  // the read's own error (EBADF, EISDIR, EIO...)
+  }
+  std::size_t got = r > 0 ? std::size_t(r) : 0;
+  auto rest = [&] { return sys::read(fd, static_cast<char*>(rs.buf) + got, rs.n - got); };
+  long more = offloaded(rest);
+  if (more < 0) return got ? long(got) : more;
+  return long(got) + more;
+}
 
 // A drained stream's read on the io_uring back end: the ring does the read
 // when bytes arrive, and the completion brings the count (io/uring.hpp).
@@ -454,7 +489,11 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
   std::uint8_t kind = e->kind.load(std::memory_order_acquire);
   if (__builtin_expect(kind == kFdUnknown, 0)) kind = classify(fd, *e);
   if (!p) return kind == kFdPollable ? thread_call(fd, *e, side, op, d, timeout_err) : syscall_op(op);
-  if (kind != kFdPollable) return offloaded(op);
+  if (kind != kFdPollable) {
+    if (kind == kFdInPlace) return syscall_op(op);
+    if (kind == kFdRegular && rs) return read_in_place(fd, *rs, op);
+    return offloaded(op);
+  }
   if (e->user_nonblock.load(std::memory_order_relaxed)) {
     // The program waits itself (poll, epoll_wait): the hints are for it.
     long r = syscall_op(op);
