@@ -62,6 +62,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/options.hpp"
 #include "capi.hpp"
 #include "io/fd_table.hpp"
 #include "loom/loom.h"
@@ -154,8 +155,7 @@ bool hooks_on() {
   static std::atomic<int> on{-1};
   int v = on.load(std::memory_order_relaxed);
   if (__builtin_expect(v < 0, 0)) {
-    const char* s = std::getenv("LOOM_HOOK_IO");
-    v = !(s && std::strcmp(s, "0") == 0);
+    v = rt::env_bool("LOOM_HOOK_IO", true);
     on.store(v, std::memory_order_relaxed);
   }
   return v != 0;

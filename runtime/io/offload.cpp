@@ -49,8 +49,7 @@ void offload_leave(void* token) noexcept {
 }
 
 void io_boot() {
-  const char* keep = std::getenv("LOOM_SIGPIPE");
-  if (keep && std::strcmp(keep, "keep") == 0) return;
+  if (env_choice("LOOM_SIGPIPE", {"ignore", "keep"}, 0) == 1) return;
   struct sigaction old {};
   if (sigaction(SIGPIPE, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL)
     signal(SIGPIPE, SIG_IGN);

@@ -245,7 +245,7 @@ void* watchdog_main(void*) {
 void stall_watch() {
   static std::atomic<bool> started{false};
   if (started.exchange(true)) return;
-  stall_signal = signal_from_env("LOOM_STALL_SIGNAL", "using SIGRTMIN+6");
+  stall_signal = env_signal("LOOM_STALL_SIGNAL", "SIGRTMIN+6");
   if (!stall_signal) stall_signal = SIGRTMIN + 6;
   struct sigaction sa {};
   sa.sa_handler = &on_stall_signal;
