@@ -48,6 +48,17 @@ libdir=$(pkg-config --variable=libdir loom)
 g++ -std=c++17 "$tmp/user.cpp" -o "$tmp/user" $(pkg-config --cflags --libs loom) -Wl,-rpath,"$libdir"
 out=$("$tmp/user")
 [ "$out" = "42" ] || { echo "install_test: expected 42, got '$out'"; exit 1; }
+# The README's first C++ snippet, pasted into main as a newcomer would.
+{
+  echo '#include <loom/loom.hpp>'
+  echo 'int main() {'
+  awk '/^```cpp$/ { on = 1; next } on && /^```$/ { exit } on { print }' "$src/README.md" | grep -v '^#include'
+  echo '}'
+} > "$tmp/readme.cpp"
+g++ -std=c++17 -w "$tmp/readme.cpp" -o "$tmp/readme" $(pkg-config --cflags --libs loom) -Wl,-rpath,"$libdir" \
+  || { echo "install_test: the README's C++ snippet does not compile in main"; cat "$tmp/readme.cpp"; exit 1; }
+"$tmp/readme" > "$tmp/readme.out" 2>&1 \
+  || { echo "install_test: the README's C++ snippet, run in main, failed:"; cat "$tmp/readme.out"; exit 1; }
 # The static library links too, with the libraries `pkg-config --static`
 # lists (hwloc among them) in place of -lloom.
 static_libs=$(pkg-config --static --libs loom)
