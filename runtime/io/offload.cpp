@@ -24,7 +24,9 @@ loom::Cluster& offload_cluster() {
   static loom::Cluster* c = [] {
     SchedConfig cfg;  // the defaults: the offload cluster is not a variant under test
     cfg.stack_size = SchedConfig::from_env().stack_size;
-    return new loom::Cluster(env_size("LOOM_OFFLOAD_PROCESSORS", 2, 1, 64), cfg);
+    auto* off = new loom::Cluster(env_size("LOOM_OFFLOAD_PROCESSORS", 2, 1, 64), cfg);
+    off->impl().set_thread_prefix("loom/off");
+    return off;
   }();
   return *c;
 }

@@ -185,6 +185,7 @@ Processor::Processor(Cluster& cluster, unsigned index, bool adopt)
       std::abort();
     }
     has_thread_ = true;
+    name_thread(false);  // now, not when the thread first runs: the name is there once the cluster is
   }
 }
 
@@ -201,8 +202,20 @@ void Processor::enter_thread() {
   if (cluster_->config().pin) topo::pin_current_thread(pu_);
 }
 
+void Processor::name_thread(bool own) {
+  if (!own && !has_thread_) return;
+  for (;;) {
+    const char* prefix = cluster_->thread_prefix();
+    char name[16];  // the kernel's limit, with the NUL
+    std::snprintf(name, sizeof name, "%s%u", prefix, index_);
+    sys::pthread().setname_np(own ? sys::pthread().self() : thread_, name);
+    if (!own || cluster_->thread_prefix() == prefix) return;
+  }
+}
+
 void* Processor::thread_main(void* self) {
   auto* p = static_cast<Processor*>(self);
+  p->name_thread(true);
   p->enter_thread();
   context_adopt_thread(p->idle_.ctx);
   p->current_ = &p->idle_;

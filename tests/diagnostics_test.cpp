@@ -1,0 +1,56 @@
+// Diagnostics that tell the truth (issue 26, item 3): processor threads are
+// named for top, ps and gdb.
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "loom/io.hpp"
+#include "loom/loom.hpp"
+
+namespace {
+
+// The names of the process's kernel threads, from /proc.
+std::multiset<std::string> thread_names() {
+  std::multiset<std::string> names;
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return names;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+    std::string name;
+    if (std::getline(comm, name)) names.insert(name);
+  }
+  closedir(d);
+  return names;
+}
+
+std::string listing(const std::multiset<std::string>& names) {
+  std::string s;
+  for (auto& n : names) s += "'" + n + "' ";
+  return s;
+}
+
+TEST(Diagnostics, ProcessorThreadsAreNamed) {
+  auto names = thread_names();
+  // The default cluster: processor 0 is the main thread, which keeps its name.
+  for (std::size_t i = 1; i < loom::Cluster::default_cluster().processors(); ++i)
+    EXPECT_EQ(names.count("loom/P" + std::to_string(i)), 1u) << listing(names);
+  EXPECT_EQ(names.count("loom/P0"), 0u) << listing(names);
+
+  loom::Cluster c(2);
+  names = thread_names();
+  std::string prefix = "loom/c" + std::to_string(c.id()) + "/P";
+  EXPECT_EQ(names.count(prefix + "0"), 1u) << listing(names);
+  EXPECT_EQ(names.count(prefix + "1"), 1u) << listing(names);
+
+  // The offload cluster, made on first use.
+  EXPECT_EQ(loom::offload([] { return 7; }), 7);
+  names = thread_names();
+  EXPECT_EQ(names.count("loom/off0"), 1u) << listing(names);
+}
+
+}  // namespace
