@@ -276,7 +276,7 @@ TEST(Fibre, BadAttributesAreRejected) {
   FibreAttr small;
   small.stack_size = 100;  // refused as C refuses it (EINVAL), not raised to the minimum
   EXPECT_THROW(Fibre(small, [] {}), std::invalid_argument);
-  small.stack_size = kStackMin;
+  small.stack_size = loom::kStackMin;
   Fibre f(small, [] {
     char buf[8 * 1024];
     buf[0] = 1;
