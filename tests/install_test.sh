@@ -2,7 +2,9 @@
 # Installs the build into a scratch prefix and builds programs against it
 # with pkg-config only — C++, C (loom/loom.h), and a plain pthread program
 # through loom/pthread.h, linked with libloom-pthread (shared and static)
-# and preloaded; also checks that every public header compiles alone.
+# and preloaded; a CMake project with find_package(loom); the README's
+# C++ snippet pasted into main; also checks that every public header
+# compiles alone.
 set -euo pipefail
 build=$1
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -141,4 +143,26 @@ if [ -f "$PKG_CONFIG_PATH/loom-pthread.pc" ]; then
   [ "$out" = "42" ] && grep -qx 'loom: 1 threads ran as fibres' "$tmp/plain-static.err" \
     || { echo "install_test: the program linked with libloom-pthread.a did not run its thread as a fibre"; cat "$tmp/plain-static.err"; exit 1; }
 fi
+# A CMake consumer project: find_package(loom) with the prefix on
+# CMAKE_PREFIX_PATH, a C++ program on loom::loom and the plain pthread
+# program on loom::pthread (its thread a fibre).
+mkdir -p "$tmp/consumer"
+cp "$tmp/user.cpp" "$tmp/plain.c" "$tmp/consumer/"
+cat > "$tmp/consumer/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.20)
+project(consumer LANGUAGES C CXX)
+find_package(loom 0.1 REQUIRED)
+add_executable(user user.cpp)
+target_compile_features(user PRIVATE cxx_std_17)
+target_link_libraries(user PRIVATE loom::loom)
+add_executable(plain plain.c)
+target_link_libraries(plain PRIVATE loom::pthread)
+CMAKE
+cmake -S "$tmp/consumer" -B "$tmp/consumer/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" > "$tmp/consumer.log" 2>&1 &&
+  cmake --build "$tmp/consumer/build" >> "$tmp/consumer.log" 2>&1 \
+  || { echo "install_test: the CMake consumer project does not build:"; cat "$tmp/consumer.log"; exit 1; }
+[ "$("$tmp/consumer/build/user")" = "42" ] || { echo "install_test: the CMake consumer (loom::loom) failed"; exit 1; }
+out=$(LOOM_PTHREAD_STATS=1 "$tmp/consumer/build/plain" 2> "$tmp/consumer-plain.err")
+[ "$out" = "42" ] && grep -qx 'loom: 1 threads ran as fibres' "$tmp/consumer-plain.err" \
+  || { echo "install_test: the CMake consumer on loom::pthread did not run its thread as a fibre"; cat "$tmp/consumer-plain.err"; exit 1; }
 echo "install_test: ok"
