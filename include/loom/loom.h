@@ -472,7 +472,8 @@ int loom_cond_signal(loom_cond_t* cond);
 int loom_cond_broadcast(loom_cond_t* cond);
 
 /* ---- readers-writer locks ------------------------------------------------------------
- * Reader preference by default, as glibc: a reader enters whenever no writer
+ * Reader preference by default, as glibc (C++'s loom::RWLock prefers writers
+ * by default instead: RWPreference::writer): a reader enters whenever no writer
  * holds the lock, so a fibre may take the read lock recursively (POSIX).
  * PREFER_WRITER(_NONRECURSIVE)_NP: new readers wait while a writer waits (no
  * writer starvation; a recursive read lock may then deadlock).
