@@ -442,6 +442,10 @@ void WakeDefer::add(Processor* p) {
 }
 
 void schedule(Fibre* f) {
+  // Woken: the listing shows it ready from now on, not still blocked on what
+  // woke it (that looked like a lost wake-up while its processor was busy).
+  // Its waiter set the mark before publishing itself, so this comes after.
+  f->wait_kind.store(WaitKind::none, std::memory_order_relaxed);
   if (f->background) {
     f->cluster->push_background(f);
   } else if (Processor* a = f->affinity; a && &a->cluster() == f->cluster) {
