@@ -468,6 +468,10 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
   fa.cluster = reinterpret_cast<loom::Cluster*>(attr->_loom_cluster);
   fa.color = attr->_loom_color;  // loom_attr_setcolor (capi/color.cpp)
   fa.color_shared = attr->_loom_color_shared != 0;
+  // loom_setname_np (and pthread_setname_np) write the record's name: the
+  // listing, the stall report, gdb and the overflow message read it there.
+  // The slot's memory is never freed, so the pointer stays readable.
+  fa.name = t->name;
   const bool detached = attr->_loom_detachstate == LOOM_CREATE_DETACHED;
   if (detached) t->state.store(kClaimed | kDetached, std::memory_order_relaxed);
   *thread = t->id;  // before the fibre can run (POSIX)

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "loom/io.hpp"
+#include "loom/loom.h"
 #include "loom/loom.hpp"
 
 namespace {
@@ -90,6 +91,26 @@ TEST(Diagnostics, AWokenFibreIsListedReady) {
   EXPECT_NE(before.find("blocked: semaphore"), std::string::npos) << before;
   EXPECT_NE(after.find("ready"), std::string::npos) << after;
   EXPECT_EQ(after.find("blocked"), std::string::npos) << after;
+}
+
+// A C thread's name, set with loom_setname_np after it started, is the
+// name the fibre listing shows.
+TEST(Diagnostics, ACThreadsNameIsListed) {
+  static loom_sem_t go;
+  loom_sem_init(&go, 0, 0);
+  loom_t t;
+  ASSERT_EQ(loom_create(&t, nullptr, [](void*) -> void* { loom_sem_wait(&go); return nullptr; }, nullptr), 0);
+  ASSERT_EQ(loom_setname_np(t, "c-worker-26"), 0);
+  char* buf = nullptr;
+  std::size_t len = 0;
+  std::FILE* out = open_memstream(&buf, &len);
+  loom::dump_fibres(out);
+  std::fclose(out);
+  std::string all(buf, len);
+  std::free(buf);
+  EXPECT_NE(all.find("c-worker-26"), std::string::npos) << all;
+  loom_sem_post(&go);
+  ASSERT_EQ(loom_join(t, nullptr), 0);
 }
 
 }  // namespace

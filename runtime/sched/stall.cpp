@@ -177,6 +177,7 @@ class Watchdog {
 
   void report(Cluster& c, Processor& p, std::uint64_t id, std::int64_t held_ms) {
     const char* name = p.running_name.load(std::memory_order_relaxed);
+    if (name && !*name) name = nullptr;  // a C thread not (yet) named
     long nr;
     char state = thread_state(p.tid, &nr);
     bool others = p.ready_queue().maybe_nonempty();
