@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -111,6 +113,37 @@ TEST(Diagnostics, ACThreadsNameIsListed) {
   EXPECT_NE(all.find("c-worker-26"), std::string::npos) << all;
   loom_sem_post(&go);
   ASSERT_EQ(loom_join(t, nullptr), 0);
+}
+
+// The stall report names the system call a processor's thread sits in,
+// also one outside loom's I/O list (rt_sigtimedwait was "system call 128").
+TEST(Diagnostics, StallReportNamesTheSystemCall) {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  ASSERT_GT(n, 0);
+  self[n] = 0;
+  std::string cmd = std::string("LOOM_PROCESSORS=2 LOOM_STALL_MS=100 timeout 60 ") + self +
+                    " --gtest_also_run_disabled_tests --gtest_filter=DiagnosticsChild.DISABLED_SigtimedwaitOnAFibre 2>&1";
+  std::FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (std::size_t got = std::fread(buf, 1, sizeof buf, p)) out.append(buf, got);
+  EXPECT_EQ(pclose(p), 0) << out;
+  EXPECT_NE(out.find("in the kernel for"), std::string::npos) << out;
+  EXPECT_NE(out.find(": rt_sigtimedwait (sigwait), a call loom's I/O did not see"), std::string::npos) << out;
+  EXPECT_EQ(out.find("system call "), std::string::npos) << out;
+}
+
+// Run only as a child, by the test above.
+TEST(DiagnosticsChild, DISABLED_SigtimedwaitOnAFibre) {
+  loom::Fibre([] {
+    sigset_t none;
+    sigemptyset(&none);
+    sigaddset(&none, SIGURG);  // never sent: the wait times out
+    timespec ts{0, 600 * 1000 * 1000};
+    sigtimedwait(&none, nullptr, &ts);
+  }).join();
 }
 
 }  // namespace

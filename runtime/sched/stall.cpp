@@ -116,6 +116,41 @@ const char* syscall_name(long nr) {
     case SYS_accept4: return "accept4";
     case SYS_pread64: return "pread64";
     case SYS_pwrite64: return "pwrite64";
+    // The rest of the calls that can wait (a child, a signal, a lock, a
+    // disk, a message): "system call 130" told a reader nothing.
+    case SYS_open: return "open";
+    case SYS_openat: return "openat";
+    case SYS_close: return "close";
+    case SYS_ioctl: return "ioctl";
+    case SYS_fcntl: return "fcntl (a record lock)";
+    case SYS_pause: return "pause";
+    case SYS_rt_sigsuspend: return "rt_sigsuspend (sigsuspend: waiting for a signal)";
+    case SYS_rt_sigtimedwait: return "rt_sigtimedwait (sigwait)";
+    case SYS_waitid: return "waitid";
+    case SYS_sendfile: return "sendfile";
+    case SYS_splice: return "splice";
+    case SYS_tee: return "tee";
+    case SYS_fdatasync: return "fdatasync";
+    case SYS_sync: return "sync";
+    case SYS_syncfs: return "syncfs";
+    case SYS_sync_file_range: return "sync_file_range";
+    case SYS_msgrcv: return "msgrcv";
+    case SYS_msgsnd: return "msgsnd";
+    case SYS_semop: return "semop";
+    case SYS_semtimedop: return "semtimedop";
+    case SYS_mq_timedreceive: return "mq_timedreceive";
+    case SYS_mq_timedsend: return "mq_timedsend";
+    case SYS_recvmmsg: return "recvmmsg";
+    case SYS_sendmmsg: return "sendmmsg";
+    case SYS_preadv: return "preadv";
+    case SYS_pwritev: return "pwritev";
+    case SYS_io_getevents: return "io_getevents";
+    case SYS_io_uring_enter: return "io_uring_enter";
+    case SYS_epoll_pwait2: return "epoll_pwait2";
+    case SYS_sched_yield: return "sched_yield";
+    case SYS_getrandom: return "getrandom";
+    case SYS_socket: return "socket";
+    case SYS_shutdown: return "shutdown";
     default: break;
   }
 #endif
