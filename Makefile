@@ -118,8 +118,13 @@ bench: deps-bench
 	@$(MAKE) --no-print-directory all
 	@scripts/bench all
 
-install: all
-	@cmake --install $(BUILD) --prefix $(PREFIX)
+# The libraries, headers, pkg-config files, CMake package and gdb script:
+# a build of its own with nothing else in it, and no package manager.
+install:
+	@cmake -S . -B $(BUILD)-install -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_LIBRARY_ONLY=ON \
+	  -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD)-install -j $(JOBS)
+	@cmake --install $(BUILD)-install --prefix $(PREFIX)
 
 clean:
-	@rm -rf $(BUILD) build-asan build-tsan build-chaos build-fuzz bench-results
+	@rm -rf $(BUILD) $(BUILD)-install build-asan build-tsan build-chaos build-fuzz bench-results

@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/options.hpp"
 #include "base/spinlock.hpp"
 #include "base/sys.hpp"
 #include "capi.hpp"
@@ -46,7 +47,6 @@ namespace loom::capi {
 namespace {
 
 constexpr unsigned kAttrMagic = 0x6c6f6174;  // "loat"
-constexpr std::size_t kStackMax = std::size_t(1) << 30;
 // Tags of ids that are not records (records are 8-aligned).
 constexpr loom_t kTagFibre = 1, kTagThread = 3, kTagMask = 7;
 
@@ -362,8 +362,7 @@ void print_stats() {
 // After the runtime's constructor (101): LOOM_PTHREAD_STATS=1 prints the
 // count at exit (capi.hpp).
 __attribute__((constructor(102))) void stats_at_exit() {
-  const char* v = std::getenv("LOOM_PTHREAD_STATS");
-  if (v && *v && std::strcmp(v, "0") != 0) std::atexit(print_stats);
+  if (rt::env_bool("LOOM_PTHREAD_STATS", false)) std::atexit(print_stats);
 }
 
 }  // namespace
@@ -431,7 +430,7 @@ int loom_attr_getdetachstate(const loom_attr_t* a, int* state) {
 }
 
 int loom_attr_setstacksize(loom_attr_t* a, size_t size) {
-  if (!valid_attr(a) || size < LOOM_STACK_MIN || size > kStackMax) return EINVAL;
+  if (!valid_attr(a) || size < LOOM_STACK_MIN || size > LOOM_STACK_MAX) return EINVAL;
   a->_loom_stacksize = size;
   return 0;
 }
@@ -521,6 +520,10 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
   fa.color = attr->_loom_color;  // loom_attr_setcolor (capi/color.cpp)
   fa.color_shared = attr->_loom_color_shared != 0;
   fa.own_tls = true;  // a thread of the program's: its own thread-locals, where they are on
+  // loom_setname_np (and pthread_setname_np) write the record's name: the
+  // listing, the stall report, gdb and the overflow message read it there.
+  // The slot's memory is never freed, so the pointer stays readable.
+  fa.name = t->name;
   const bool detached = attr->_loom_detachstate == LOOM_CREATE_DETACHED;
   if (detached) t->state.store(kClaimed | kDetached, std::memory_order_relaxed);
   *thread = t->id;  // before the fibre can run (POSIX)

@@ -36,11 +36,31 @@ void rt::boot_runtime() {
   loom::SchedConfig config = loom::SchedConfig::from_env();
   std::size_t n = rt::env_size("LOOM_PROCESSORS", rt::usable_cpus(), 1, rt::Cluster::kMaxProcessors);
   auto* c = new rt::Cluster(config, cluster_ids.fetch_add(1));
-  default_facade = new loom::Cluster(c);
+  default_facade = new loom::Cluster(loom::Cluster::Adopt{}, c);
   c->add_processors(n, /*adopt=*/true);
 }
 
 namespace {
+
+// C++ rejects what C's loom_cluster_create and loom_attr_setstacksize reject
+// with EINVAL, with std::invalid_argument, instead of clamping it.
+std::size_t checked_processors(std::size_t n) {
+  if (n == 0 || n > rt::Cluster::kMaxProcessors)
+    throw std::invalid_argument("loom: a cluster has 1 to " + std::to_string(rt::Cluster::kMaxProcessors) +
+                                " processors, not " + std::to_string(n));
+  return n;
+}
+
+void check_stack_size(std::size_t size, const char* what) {
+  if (size != 0 && (size < kStackMin || size > kStackMax))
+    throw std::invalid_argument(std::string("loom: ") + what + " " + std::to_string(size) +
+                                " is outside [16 KiB, 1 GiB] (loom::kStackMin, loom::kStackMax)");
+}
+
+const SchedConfig& checked(const SchedConfig& config) {
+  check_stack_size(config.stack_size, "SchedConfig::stack_size");
+  return config;
+}
 
 void ensure_runtime() {
   // Not std::call_once: that is pthread_once, which libloom-pthread
@@ -62,19 +82,25 @@ __attribute__((constructor(101))) void start_runtime_before_main() { ensure_runt
 
 // ---- Cluster -------------------------------------------------------------------
 
-Cluster::Cluster(rt::Cluster* adopted) : impl_(adopted), owned_(false) { impl_->facade = this; }
+Cluster::Cluster(Adopt, rt::Cluster* adopted) : impl_(adopted), owned_(false) { impl_->facade = this; }
 
 Cluster::Cluster(std::size_t processors, const SchedConfig& config)
-    : impl_(new rt::Cluster(config, (ensure_runtime(), cluster_ids.fetch_add(1)))), owned_(true) {
+    : impl_((checked_processors(processors), new rt::Cluster(checked(config), (ensure_runtime(), cluster_ids.fetch_add(1))))),
+      owned_(true) {
   impl_->facade = this;
-  impl_->add_processors(processors < 1 ? 1 : processors);
+  impl_->add_processors(processors);
 }
 
 Cluster::~Cluster() {
   if (!owned_) return;
   rt::Fibre* self = rt::this_fibre_or_null();
   if (self && self->cluster == impl_) {
-    std::fprintf(stderr, "loom: cluster %u destroyed by one of its own fibres\n", impl_->id());
+    // It would wait for its processors, one of which runs this very fibre.
+    std::fprintf(stderr,
+                 "loom: cluster %u destroyed by fibre %llu%s%s%s, which runs on it: move the fibre off first, e.g. "
+                 "loom::this_fibre::migrate(loom::Cluster::default_cluster()), or destroy the cluster from another one\n",
+                 impl_->id(), (unsigned long long)self->id, self->name ? " \"" : "", self->name ? self->name : "",
+                 self->name ? "\"" : "");
     std::abort();
   }
   impl_->shutdown_extensions();  // e.g. the I/O layer's poller fibre is not the program's
@@ -107,6 +133,7 @@ ClusterStats Cluster::processor_stats(std::size_t i) const { return impl_->proce
 
 rt::Fibre* Fibre::prepare(const FibreAttr& attr, std::size_t size, std::size_t align, void** mem) {
   ensure_runtime();
+  check_stack_size(attr.stack_size, "FibreAttr::stack_size");
   rt::Fibre* f = rt::create_fibre(attr, size, align, mem);
   if (attr.color != kUncolored) rt::color_attach(f, attr.color, attr.color_shared);  // waits for its color when launched
   return f;

@@ -2,7 +2,9 @@
 # Installs the build into a scratch prefix and builds programs against it
 # with pkg-config only — C++, C (loom/loom.h), and a plain pthread program
 # through loom/pthread.h, linked with libloom-pthread (shared and static)
-# and preloaded; also checks that every public header compiles alone.
+# and preloaded; a CMake project with find_package(loom); the README's
+# C++ snippet pasted into main; also checks that every public header
+# compiles alone.
 set -euo pipefail
 build=$1
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,6 +50,17 @@ libdir=$(pkg-config --variable=libdir loom)
 g++ -std=c++17 "$tmp/user.cpp" -o "$tmp/user" $(pkg-config --cflags --libs loom) -Wl,-rpath,"$libdir"
 out=$("$tmp/user")
 [ "$out" = "42" ] || { echo "install_test: expected 42, got '$out'"; exit 1; }
+# The README's first C++ snippet, pasted into main as a newcomer would.
+{
+  echo '#include <loom/loom.hpp>'
+  echo 'int main() {'
+  awk '/^```cpp$/ { on = 1; next } on && /^```$/ { exit } on { print }' "$src/README.md" | grep -v '^#include'
+  echo '}'
+} > "$tmp/readme.cpp"
+g++ -std=c++17 -w "$tmp/readme.cpp" -o "$tmp/readme" $(pkg-config --cflags --libs loom) -Wl,-rpath,"$libdir" \
+  || { echo "install_test: the README's C++ snippet does not compile in main"; cat "$tmp/readme.cpp"; exit 1; }
+"$tmp/readme" > "$tmp/readme.out" 2>&1 \
+  || { echo "install_test: the README's C++ snippet, run in main, failed:"; cat "$tmp/readme.out"; exit 1; }
 # The static library links too, with the libraries `pkg-config --static`
 # lists (hwloc among them) in place of -lloom.
 static_libs=$(pkg-config --static --libs loom)
@@ -130,4 +143,26 @@ if [ -f "$PKG_CONFIG_PATH/loom-pthread.pc" ]; then
   [ "$out" = "42" ] && grep -qx 'loom: 1 threads ran as fibres' "$tmp/plain-static.err" \
     || { echo "install_test: the program linked with libloom-pthread.a did not run its thread as a fibre"; cat "$tmp/plain-static.err"; exit 1; }
 fi
+# A CMake consumer project: find_package(loom) with the prefix on
+# CMAKE_PREFIX_PATH, a C++ program on loom::loom and the plain pthread
+# program on loom::pthread (its thread a fibre).
+mkdir -p "$tmp/consumer"
+cp "$tmp/user.cpp" "$tmp/plain.c" "$tmp/consumer/"
+cat > "$tmp/consumer/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.20)
+project(consumer LANGUAGES C CXX)
+find_package(loom 0.1 REQUIRED)
+add_executable(user user.cpp)
+target_compile_features(user PRIVATE cxx_std_17)
+target_link_libraries(user PRIVATE loom::loom)
+add_executable(plain plain.c)
+target_link_libraries(plain PRIVATE loom::pthread)
+CMAKE
+cmake -S "$tmp/consumer" -B "$tmp/consumer/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" > "$tmp/consumer.log" 2>&1 &&
+  cmake --build "$tmp/consumer/build" >> "$tmp/consumer.log" 2>&1 \
+  || { echo "install_test: the CMake consumer project does not build:"; cat "$tmp/consumer.log"; exit 1; }
+[ "$("$tmp/consumer/build/user")" = "42" ] || { echo "install_test: the CMake consumer (loom::loom) failed"; exit 1; }
+out=$(LOOM_PTHREAD_STATS=1 "$tmp/consumer/build/plain" 2> "$tmp/consumer-plain.err")
+[ "$out" = "42" ] && grep -qx 'loom: 1 threads ran as fibres' "$tmp/consumer-plain.err" \
+  || { echo "install_test: the CMake consumer on loom::pthread did not run its thread as a fibre"; cat "$tmp/consumer-plain.err"; exit 1; }
 echo "install_test: ok"

@@ -274,7 +274,9 @@ TEST(Fibre, BadAttributesAreRejected) {
   a.priority = static_cast<Priority>(7);
   EXPECT_THROW(Fibre(a, [] {}), std::invalid_argument);
   FibreAttr small;
-  small.stack_size = 100;  // raised to the minimum, not refused
+  small.stack_size = 100;  // refused as C refuses it (EINVAL), not raised to the minimum
+  EXPECT_THROW(Fibre(small, [] {}), std::invalid_argument);
+  small.stack_size = loom::kStackMin;
   Fibre f(small, [] {
     char buf[8 * 1024];
     buf[0] = 1;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -200,8 +201,8 @@ TEST(Topo, ProcessorsGetPusRoundRobin) {
   for (unsigned i = 0; i < 2 * n + 1; ++i) {
     const loom::rt::Processor& p = *impl.processor(i);
     EXPECT_LT(p.pu(), n);
-    EXPECT_EQ(topo::distance(p, p), 0u);
-    EXPECT_EQ(topo::distance(p, *impl.processor(0)), topo::machine().distance(p.pu(), impl.processor(0)->pu()));
+    EXPECT_EQ(loom::rt::distance(p, p), 0u);
+    EXPECT_EQ(loom::rt::distance(p, *impl.processor(0)), topo::machine().distance(p.pu(), impl.processor(0)->pu()));
   }
 }
 
@@ -296,12 +297,40 @@ TEST(Topo, RefusedEnvironmentIsReportedAndTheMachineUsed) {
   Result r = run_child("LOOM_TOPOLOGY=bogus:3", "Refused");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("[  PASSED  ] 1 test"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("loom: LOOM_TOPOLOGY=bogus:3: hwloc refuses this synthetic topology; using the machine's"),
+  EXPECT_NE(r.out.find("loom: LOOM_TOPOLOGY=bogus:3: expected an hwloc synthetic topology (e.g. \"pack:2 core:4 pu:1\"); using the machine's"),
             std::string::npos)
       << r.out;
 }
 
-// Disabled: run only as children, by the two tests above.
+// hwloc cannot read the machine (HWLOC_FSROOT: a /sys-less container): its
+// own complaint never reaches the program's stderr, loom falls back to the
+// flat topology and says so once, only under LOOM_VERBOSE.
+TEST(Topo, UnreadableMachineIsFlatAndQuiet) {
+  std::string root = ::testing::TempDir() + "topo_empty_root";
+  mkdir(root.c_str(), 0700);
+  Result quiet = run_child("HWLOC_FSROOT=" + root + " LOOM_VERBOSE=", "Flat");
+  EXPECT_EQ(quiet.status, 0) << quiet.out;
+  EXPECT_NE(quiet.out.find("[  PASSED  ] 1 test"), std::string::npos) << quiet.out;
+  EXPECT_EQ(quiet.out.find("hwloc"), std::string::npos) << quiet.out;
+  Result verbose = run_child("HWLOC_FSROOT=" + root + " LOOM_VERBOSE=on", "Flat");
+  EXPECT_EQ(verbose.status, 0) << verbose.out;
+  EXPECT_EQ(verbose.out.find("[hwloc"), std::string::npos) << verbose.out;
+  const std::string notice = "loom: hwloc could not read this machine's topology; using ";
+  auto at = verbose.out.find(notice);
+  EXPECT_NE(at, std::string::npos) << verbose.out;
+  EXPECT_EQ(verbose.out.find(notice, at + 1), std::string::npos) << "said more than once:\n" << verbose.out;
+}
+
+// Disabled: run only as children, by the tests above.
+TEST(TopoChild, DISABLED_Flat) {
+  EXPECT_FALSE(topo::machine().synthetic);
+  EXPECT_NE(topo::machine().describe().find("flat"), std::string::npos) << topo::machine().describe();
+  EXPECT_NE(topo::from_machine().describe().find("flat"), std::string::npos);  // again: still quiet
+  std::atomic<int> ran{0};
+  { loom::Fibre a([&] { ++ran; }), b([&] { ++ran; }); }
+  EXPECT_EQ(ran.load(), 2);
+}
+
 TEST(TopoChild, DISABLED_Synthetic16) {
   const Topology& t = topo::machine();
   EXPECT_TRUE(t.synthetic);
@@ -328,7 +357,7 @@ TEST(TopoChild, DISABLED_Synthetic16) {
   for (auto* v : victims) pus.push_back(v->pu());
   EXPECT_EQ(pus, (std::vector<unsigned>{1, 3, 2, 7, 6, 5, 4, 15, 14, 13, 12, 11, 10, 9, 8}));
   for (std::size_t i = 1; i < victims.size(); ++i)
-    EXPECT_LE(topo::distance(*thief, *victims[i - 1]), topo::distance(*thief, *victims[i]));
+    EXPECT_LE(loom::rt::distance(*thief, *victims[i - 1]), loom::rt::distance(*thief, *victims[i]));
 
   // Fibres still run on a synthetic machine with more PUs than CPUs.
   std::atomic<int> ran{0};

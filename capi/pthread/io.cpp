@@ -61,6 +61,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/options.hpp"
 #include "capi.hpp"
 #include "io/fd_table.hpp"
 #include "io/poller.hpp"
@@ -155,8 +156,7 @@ bool hooks_on() {
   static std::atomic<int> on{-1};
   int v = on.load(std::memory_order_relaxed);
   if (__builtin_expect(v < 0, 0)) {
-    const char* s = std::getenv("LOOM_HOOK_IO");
-    v = !(s && std::strcmp(s, "0") == 0);
+    v = rt::env_bool("LOOM_HOOK_IO", true);
     on.store(v, std::memory_order_relaxed);
   }
   return v != 0;

@@ -38,8 +38,10 @@ struct ClusterStats {
 
 class Cluster {
  public:
-  // A new cluster with `processors` kernel threads (at least 1). The
-  // configuration is fixed for the cluster's life.
+  // A new cluster with `processors` kernel threads, 1 to 256; otherwise, or
+  // with a config.stack_size outside [kStackMin, kStackMax] (0 is the
+  // default), std::invalid_argument, where C's loom_cluster_create gives
+  // EINVAL. The configuration is fixed for the cluster's life.
   explicit Cluster(std::size_t processors, const SchedConfig& config = SchedConfig::from_env());
   // Stops the cluster's processors and waits for them. Every fibre must have
   // left the cluster (finished or migrated) first; a cluster that still holds
@@ -68,7 +70,10 @@ class Cluster {
 
  private:
   friend void rt::boot_runtime();
-  explicit Cluster(rt::Cluster* adopted);
+  // The default cluster's facade. Tagged: an untagged Cluster(rt::Cluster*)
+  // made the user's Cluster(0) ambiguous (0 is also a null pointer).
+  struct Adopt {};
+  Cluster(Adopt, rt::Cluster* adopted);
   rt::Cluster* impl_;
   bool owned_;
 };

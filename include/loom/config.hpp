@@ -97,6 +97,7 @@ enum class IoBackend {
 
 inline constexpr std::size_t kStackDefault = 64 * 1024;
 inline constexpr std::size_t kStackMin = 16 * 1024;
+inline constexpr std::size_t kStackMax = std::size_t(1) << 30;  // 1 GiB
 
 struct SchedConfig {
   QueueKind queue = QueueKind::nemesis;

@@ -36,7 +36,8 @@ enum class Priority : unsigned char { high = 0, normal = 1, low = 2 };
 inline constexpr unsigned kPriorities = 3;
 
 struct FibreAttr {
-  std::size_t stack_size = 0;  // 0: the cluster's default (64 KiB); min kStackMin
+  std::size_t stack_size = 0;  // 0: the cluster's default (64 KiB); else kStackMin..kStackMax (16 KiB..1 GiB),
+                               // or the constructor throws std::invalid_argument (C: EINVAL)
   Priority priority = Priority::normal;
   Cluster* cluster = nullptr;  // nullptr: the creating fibre's cluster
   bool background = false;     // place in the cluster's background queue

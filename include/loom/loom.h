@@ -100,7 +100,10 @@ struct timeval;
 
 /* ---- limits and constants --------------------------------------------------- */
 
+/* A fibre's stack is between LOOM_STACK_MIN and LOOM_STACK_MAX bytes: a size
+ * outside them is EINVAL here, std::invalid_argument in C++ (FibreAttr). */
 #define LOOM_STACK_MIN 16384         /* = loom::kStackMin */
+#define LOOM_STACK_MAX 1073741824    /* = loom::kStackMax (1 GiB) */
 #define LOOM_STACK_DEFAULT 65536     /* unless LOOM_STACK_SIZE says otherwise */
 #define LOOM_KEYS_MAX 128            /* = loom::kKeysMax */
 #define LOOM_DESTRUCTOR_ITERATIONS 4 /* = loom::kKeyDestructorRounds */
@@ -292,7 +295,7 @@ typedef struct {
  * returns the "may fail" error (ESRCH for a null handle, EINVAL for an
  * attribute object that was never initialised or was destroyed). */
 
-/* Attributes: detach state, stack size (>= LOOM_STACK_MIN, else EINVAL;
+/* Attributes: detach state, stack size (LOOM_STACK_MIN..LOOM_STACK_MAX, else EINVAL;
  * rounded up to whole pages), guard size (kept and reported; loom's guard is
  * always one page), scope (PROCESS only; SYSTEM gives ENOTSUP), and loom's
  * own: the cluster to run in and the fibre priority. */
@@ -469,7 +472,8 @@ int loom_cond_signal(loom_cond_t* cond);
 int loom_cond_broadcast(loom_cond_t* cond);
 
 /* ---- readers-writer locks ------------------------------------------------------------
- * Reader preference by default, as glibc: a reader enters whenever no writer
+ * Reader preference by default, as glibc (C++'s loom::RWLock prefers writers
+ * by default instead: RWPreference::writer): a reader enters whenever no writer
  * holds the lock, so a fibre may take the read lock recursively (POSIX).
  * PREFER_WRITER(_NONRECURSIVE)_NP: new readers wait while a writer waits (no
  * writer starvation; a recursive read lock may then deadlock).

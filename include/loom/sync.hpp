@@ -189,7 +189,8 @@ class CondVar {
 // ---- RWLock ---------------------------------------------------------------------
 
 enum class RWPreference {
-  writer,  // a waiting writer blocks new readers: no writer starvation (default)
+  writer,  // a waiting writer blocks new readers: no writer starvation (default here;
+           // C's loom_rwlock_t and pthread_rwlock_t prefer readers, as glibc's do)
   reader,  // readers join while any reader holds it; writers may starve
 };
 

@@ -610,7 +610,7 @@ ColorConfig ColorConfig::from_env() {
     if (rt::color_policy_valid(s))
       c.steal = s;
     else
-      std::fprintf(stderr, "loom: LOOM_COLOR_STEAL='%s' is not a color steal policy (none, libasync-smp, mely[:locality,time-left,penalty|base]); using %s\n", s, c.steal.c_str());
+      rt::env_complain("LOOM_COLOR_STEAL", s, "none, libasync-smp, mely[:locality,time-left,penalty|base]", c.steal);
   }
   c.batch = unsigned(rt::env_size("LOOM_COLOR_BATCH", c.batch, 1, 1u << 20));
   c.placement = rt::env_choice("LOOM_COLOR_PLACEMENT", {"hash", "local"}, 0) == 0 ? "hash" : "local";

@@ -93,7 +93,7 @@ class ColorPolicy final : public ColorStealPolicy {
       if (items > most_items) most_items = items, most = i;
     }
     std::rotate(v, v + most, v + n);
-    if (h_.locality) topo::order_by_distance(thief, v, n);
+    if (h_.locality) order_by_distance(thief, v, n);
     return n;
   }
 

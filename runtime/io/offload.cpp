@@ -28,7 +28,9 @@ loom::Cluster& offload_cluster() {
   static loom::Cluster* c = [] {
     SchedConfig cfg;  // the defaults: the offload cluster is not a variant under test
     cfg.stack_size = SchedConfig::from_env().stack_size;
-    return new loom::Cluster(env_size("LOOM_OFFLOAD_PROCESSORS", 2, 1, 64), cfg);
+    auto* off = new loom::Cluster(env_size("LOOM_OFFLOAD_PROCESSORS", 2, 1, 64), cfg);
+    off->impl().set_thread_prefix("loom/off");
+    return off;
   }();
   return *c;
 }
@@ -80,8 +82,7 @@ extern "C" __attribute__((weak)) const int loom_pthread_routes;
 
 void io_boot() {
   if (&loom_pthread_routes != nullptr) return;  // SIGPIPE stays the program's
-  const char* keep = std::getenv("LOOM_SIGPIPE");
-  if (keep && std::strcmp(keep, "keep") == 0) return;
+  if (env_choice("LOOM_SIGPIPE", {"ignore", "keep"}, 0) == 1) return;
   struct sigaction old {};
   if (sigaction(SIGPIPE, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL)
     signal(SIGPIPE, SIG_IGN);

@@ -28,6 +28,17 @@ Cluster::Cluster(const SchedConfig& config, unsigned id)
     policy_ = make_steal_policy(config_.steal_policy);
   }
   if (config_.stall_ms) stall_watch();
+  own_prefix_ = id == 0 ? "loom/P" : "loom/c" + std::to_string(id) + "/P";
+  thread_prefix_.store(own_prefix_.c_str(), std::memory_order_seq_cst);
+}
+
+void Cluster::set_thread_prefix(const char* prefix) {
+  // Against a processor thread naming itself with the old prefix: it reads
+  // the prefix again after naming itself (Processor::name_thread), and this
+  // renames it after the store; whichever runs last writes the new name.
+  thread_prefix_.store(prefix, std::memory_order_seq_cst);
+  for (std::size_t i = 0; i < size(); ++i)
+    if (Processor* p = processor(i)) p->name_thread(false);
 }
 
 namespace {

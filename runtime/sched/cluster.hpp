@@ -39,6 +39,14 @@ class Cluster {
   const SchedConfig& config() const { return config_; }
   unsigned id() const { return id_; }
 
+  // Its processors' kernel threads are named prefix + index, for top, ps
+  // and gdb: "loom/P0" in the default cluster, "loom/c2/P0" in cluster 2,
+  // "loom/off0" in the offload cluster (which sets its prefix when made).
+  // The adopted main thread keeps the program's name.
+  const char* thread_prefix() const { return thread_prefix_.load(std::memory_order_seq_cst); }
+  // `prefix` must outlive the cluster; renames the running threads too.
+  void set_thread_prefix(const char* prefix);
+
   // Starts n processors; the first one adopts the calling thread if `adopt`.
   std::size_t add_processors(std::size_t n, bool adopt = false);
   std::size_t size() const { return nprocs_.load(std::memory_order_acquire); }
@@ -124,6 +132,8 @@ class Cluster {
   // re-read by every yield and I/O call.
   SchedConfig config_;
   unsigned id_;
+  std::string own_prefix_;
+  std::atomic<const char*> thread_prefix_{nullptr};
   std::atomic<Processor*> procs_[kMaxProcessors] = {};
   std::atomic<std::size_t> nprocs_{0};
   SpinLock grow_lock_;

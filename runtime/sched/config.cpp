@@ -42,7 +42,7 @@ SchedConfig SchedConfig::from_env() {
   c.sticky_threshold = env_size("LOOM_STICKY", c.sticky_threshold, 0, 1 << 20);
   c.spin = unsigned(env_size("LOOM_SPIN", c.spin, 0, 1 << 24));
   c.steal_fence = static_cast<StealFence>(env_choice("LOOM_STEAL_FENCE", {"lock", "membarrier"}, int(c.steal_fence)));
-  c.stack_size = env_size("LOOM_STACK_SIZE", c.stack_size, kStackMin, std::size_t(1) << 30);
+  c.stack_size = env_bytes("LOOM_STACK_SIZE", c.stack_size, kStackMin, kStackMax);
   c.poller = static_cast<PollerKind>(
       env_choice("LOOM_POLLER", {"idle", "fibre", "loop", "loop-sleep", "opportunistic", "opportunistic-timeout"}, int(c.poller)));
   c.poller_sleep_us = unsigned(env_size("LOOM_POLLER_SLEEP", c.poller_sleep_us, 0, 10'000'000));

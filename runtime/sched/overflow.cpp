@@ -21,8 +21,9 @@ void on_segv(int sig, siginfo_t* info, void* uctx) {
   Fibre* f = this_fibre_or_null();
   if (f && f->stack.in_guard(info->si_addr)) {
     char msg[256];
+    const char* name = f->name && *f->name ? f->name : nullptr;  // a C thread may have none yet
     int n = std::snprintf(msg, sizeof msg, "loom: fibre %llu%s%s%s overflowed its %zu KiB stack (guard page hit at %p)\n",
-                          (unsigned long long)f->id, f->name ? " \"" : "", f->name ? f->name : "", f->name ? "\"" : "",
+                          (unsigned long long)f->id, name ? " \"" : "", name ? name : "", name ? "\"" : "",
                           f->stack.size / 1024, info->si_addr);
     if (n > 0) (void)!sys::write(STDERR_FILENO, msg, std::size_t(n) < sizeof msg ? std::size_t(n) : sizeof msg - 1);
     signal(SIGSEGV, SIG_DFL);

@@ -199,6 +199,7 @@ Processor::Processor(Cluster& cluster, unsigned index, bool adopt)
       std::abort();
     }
     has_thread_ = true;
+    name_thread(false);  // now, not when the thread first runs: the name is there once the cluster is
   }
 }
 
@@ -216,8 +217,20 @@ void Processor::enter_thread() {
   if (cluster_->config().pin) topo::pin_current_thread(pu_);
 }
 
+void Processor::name_thread(bool own) {
+  if (!own && !has_thread_) return;
+  for (;;) {
+    const char* prefix = cluster_->thread_prefix();
+    char name[16];  // the kernel's limit, with the NUL
+    std::snprintf(name, sizeof name, "%s%u", prefix, index_);
+    sys::pthread().setname_np(own ? sys::pthread().self() : thread_, name);
+    if (!own || cluster_->thread_prefix() == prefix) return;
+  }
+}
+
 void* Processor::thread_main(void* self) {
   auto* p = static_cast<Processor*>(self);
+  p->name_thread(true);
   p->enter_thread();
   context_adopt_thread(p->idle_.ctx);
   p->current_ = &p->idle_;
@@ -493,6 +506,10 @@ void WakeDefer::add(Processor* p) {
 }
 
 void schedule(Fibre* f) {
+  // Woken: the listing shows it ready from now on, not still blocked on what
+  // woke it (that looked like a lost wake-up while its processor was busy).
+  // Its waiter set the mark before publishing itself, so this comes after.
+  f->wait_kind.store(WaitKind::none, std::memory_order_relaxed);
   if (f->background) {
     f->cluster->push_background(f);
   } else if (Processor* a = f->affinity; a && &a->cluster() == f->cluster) {

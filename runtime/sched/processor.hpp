@@ -126,6 +126,14 @@ class Processor {
   void run(Fibre* f);
   void enter_thread();  // per-thread set-up on the processor's kernel thread
 
+ public:
+  // Names its kernel thread Cluster::thread_prefix() + index: on the thread
+  // itself (`own`), or from another one (a thread it started; never the
+  // adopted main thread).
+  void name_thread(bool own);
+
+ private:
+
   alignas(64) Cluster* cluster_;
   unsigned index_;
   unsigned pu_;

@@ -116,6 +116,41 @@ const char* syscall_name(long nr) {
     case SYS_accept4: return "accept4";
     case SYS_pread64: return "pread64";
     case SYS_pwrite64: return "pwrite64";
+    // The rest of the calls that can wait (a child, a signal, a lock, a
+    // disk, a message): "system call 130" told a reader nothing.
+    case SYS_open: return "open";
+    case SYS_openat: return "openat";
+    case SYS_close: return "close";
+    case SYS_ioctl: return "ioctl";
+    case SYS_fcntl: return "fcntl (a record lock)";
+    case SYS_pause: return "pause";
+    case SYS_rt_sigsuspend: return "rt_sigsuspend (sigsuspend: waiting for a signal)";
+    case SYS_rt_sigtimedwait: return "rt_sigtimedwait (sigwait)";
+    case SYS_waitid: return "waitid";
+    case SYS_sendfile: return "sendfile";
+    case SYS_splice: return "splice";
+    case SYS_tee: return "tee";
+    case SYS_fdatasync: return "fdatasync";
+    case SYS_sync: return "sync";
+    case SYS_syncfs: return "syncfs";
+    case SYS_sync_file_range: return "sync_file_range";
+    case SYS_msgrcv: return "msgrcv";
+    case SYS_msgsnd: return "msgsnd";
+    case SYS_semop: return "semop";
+    case SYS_semtimedop: return "semtimedop";
+    case SYS_mq_timedreceive: return "mq_timedreceive";
+    case SYS_mq_timedsend: return "mq_timedsend";
+    case SYS_recvmmsg: return "recvmmsg";
+    case SYS_sendmmsg: return "sendmmsg";
+    case SYS_preadv: return "preadv";
+    case SYS_pwritev: return "pwritev";
+    case SYS_io_getevents: return "io_getevents";
+    case SYS_io_uring_enter: return "io_uring_enter";
+    case SYS_epoll_pwait2: return "epoll_pwait2";
+    case SYS_sched_yield: return "sched_yield";
+    case SYS_getrandom: return "getrandom";
+    case SYS_socket: return "socket";
+    case SYS_shutdown: return "shutdown";
     default: break;
   }
 #endif
@@ -177,6 +212,7 @@ class Watchdog {
 
   void report(Cluster& c, Processor& p, std::uint64_t id, std::int64_t held_ms) {
     const char* name = p.running_name.load(std::memory_order_relaxed);
+    if (name && !*name) name = nullptr;  // a C thread not (yet) named
     long nr;
     char state = thread_state(p.tid, &nr);
     bool others = p.ready_queue().maybe_nonempty();
@@ -245,7 +281,7 @@ void* watchdog_main(void*) {
 void stall_watch() {
   static std::atomic<bool> started{false};
   if (started.exchange(true)) return;
-  stall_signal = signal_from_env("LOOM_STALL_SIGNAL", "using SIGRTMIN+6");
+  stall_signal = env_signal("LOOM_STALL_SIGNAL", "SIGRTMIN+6");
   if (!stall_signal) stall_signal = SIGRTMIN + 6;
   struct sigaction sa {};
   sa.sa_handler = &on_stall_signal;

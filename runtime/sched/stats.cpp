@@ -163,35 +163,9 @@ void* reporter_main(void*) {
   }
 }
 
-// "SIGUSR2", "USR2", "12" or "SIGRTMIN+6"; 0 when it names no signal.
-int parse_signal(const char* s) {
-  if (std::strncmp(s, "SIGRTMIN+", 9) == 0) {
-    int k = std::atoi(s + 9);
-    return k >= 0 && SIGRTMIN + k <= SIGRTMAX ? SIGRTMIN + k : 0;
-  }
-  char* end = nullptr;
-  long n = std::strtol(s, &end, 10);
-  if (*s && end && *end == '\0') return n > 0 && n < NSIG ? int(n) : 0;
-  if (std::strncmp(s, "SIG", 3) == 0) s += 3;
-  for (int i = 1; i < NSIG; ++i)
-    if (const char* abbrev = sigabbrev_np(i); abbrev && std::strcmp(abbrev, s) == 0) return i;
-  return 0;
-}
-
 void print_at_exit() { print_stats(stderr); }
 
 }  // namespace
-
-int signal_from_env(const char* var, const char* otherwise) {
-  const char* name = std::getenv(var);
-  if (!name || !*name) return 0;
-  int sig = parse_signal(name);
-  if (sig == 0 || sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV || sig == SIGBUS) {
-    std::fprintf(stderr, "loom: %s=%s: not a signal loom can catch (e.g. SIGUSR2); %s\n", var, name, otherwise);
-    return 0;
-  }
-  return sig;
-}
 
 bool start_runtime_thread(const char* name, void* (*fn)(void*)) {
   // Started with every signal blocked (a thread inherits its creator's
@@ -213,8 +187,8 @@ bool stack_watermark = false;
 void stats_boot() {
   stack_watermark = env_bool("LOOM_STACK_WATERMARK", false);
   if (env_bool("LOOM_STATS", false)) std::atexit(&print_at_exit);
-  stats_signal = signal_from_env("LOOM_STATS_SIGNAL", "ignored");
-  dump_signal = signal_from_env("LOOM_DUMP_SIGNAL", "ignored");
+  stats_signal = env_signal("LOOM_STATS_SIGNAL", "ignored");
+  dump_signal = env_signal("LOOM_DUMP_SIGNAL", "ignored");
   if (!stats_signal && !dump_signal) return;
   // Blocking at both ends: the reporter drains it at once, and a handler
   // would block only behind 64 KiB of undelivered signals.

@@ -52,10 +52,6 @@ void count(Stat s, std::uint64_t n = 1) noexcept;
 // signal, printed by a reporter thread): read at boot.
 void stats_boot();
 
-// LOOM_*_SIGNAL `var`: a signal by name ("SIGUSR2", "USR2", "SIGRTMIN+6")
-// or number; 0 when unset, or when it names no signal loom can catch (said
-// on stderr, ending with `otherwise`: what happens instead).
-int signal_from_env(const char* var, const char* otherwise);
 // A detached kernel thread of the runtime's own (the system's
 // pthread_create), named `name`, with every signal blocked.
 bool start_runtime_thread(const char* name, void* (*fn)(void*));

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <utility>
 
+#include "sched/processor.hpp"
 #include "topo/topo.hpp"
 
 namespace loom::rt {
@@ -10,13 +11,13 @@ namespace loom::rt {
 namespace {
 
 // Longest busy first; on a machine with more than one cache domain, nearest
-// first (topo::distance), longest busy first among equally near victims:
+// first (distance(), below), longest busy first among equally near victims:
 // stolen fibres then find their data in a cache the thief shares.
 class LongestBusy final : public StealPolicy {
  public:
   const char* name() const override { return "longest-busy"; }
   std::size_t order(Processor& thief, Processor** victims, std::size_t n) override {
-    if (locality_) topo::order_by_distance(thief, victims, n);
+    if (locality_) order_by_distance(thief, victims, n);
     return n;
   }
 
@@ -52,6 +53,12 @@ std::unique_ptr<StealPolicy> make_steal_policy(const std::string& name) {
   if (name == "longest-busy") return std::make_unique<LongestBusy>();
   if (name == "random") return std::make_unique<RandomVictim>();
   return nullptr;
+}
+
+unsigned distance(const Processor& a, const Processor& b) { return topo::machine().distance(a.pu(), b.pu()); }
+
+void order_by_distance(const Processor& thief, Processor** victims, std::size_t n) {
+  topo::machine().order_nearest_first(thief.pu(), victims, n, [](const Processor* p) { return p->pu(); });
 }
 
 }  // namespace loom::rt

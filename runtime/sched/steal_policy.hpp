@@ -31,4 +31,12 @@ class StealPolicy {
 // nullptr for an unknown name.
 std::unique_ptr<StealPolicy> make_steal_policy(const std::string& name);
 
+// Locality between processors, from the PUs they were assigned
+// (Processor::pu()) in topo::machine(): topo sits below sched and knows no
+// Processor, so these two live here.
+// Distance rank between two processors' PUs (topo::Topology::distance).
+unsigned distance(const Processor& a, const Processor& b);
+// Reorders victims[0..n) nearest-first from `thief` (stable: equal distances keep their order).
+void order_by_distance(const Processor& thief, Processor** victims, std::size_t n);
+
 }  // namespace loom::rt

@@ -15,9 +15,12 @@
 // a value-type Topology needs no lifetime rules. Pinning uses
 // pthread_setaffinity_np with the PU's OS index for the same reason.
 #include "topo/topo.hpp"
+#include "base/options.hpp"
 #include "base/sys.hpp"
 
 #include <hwloc.h>
+// hwloc/plugins.h (not C++-ready: no extern "C") declares it; libhwloc exports it.
+extern "C" int hwloc_hide_errors(void);
 #include <pthread.h>
 #include <sched.h>
 #include <unistd.h>
@@ -32,7 +35,6 @@
 #include <stdexcept>
 #include <utility>
 
-#include "sched/processor.hpp"
 
 namespace loom::rt::topo {
 
@@ -203,42 +205,8 @@ void notice_once(std::atomic<bool>& said, const std::string& text) {
 
 std::string Topology::describe() const { return summary_ + (synthetic ? " (synthetic)" : ""); }
 
-namespace {
-
-// Stable nearest-first order of items[0..n) by distance from PU `from`. A
-// counting sort over the ranks (there are few) into a stack buffer: no
-// allocation on the steal path. More than 256 items: insertion sort, also
-// stable.
-template <class T, class PuOf>
-void stable_order(const Topology& t, unsigned from, T* items, std::size_t n, PuOf pu_of) {
-  if (n < 2) return;
-  constexpr std::size_t kMax = 256;
-  if (n <= kMax) {
-    std::uint8_t key[kMax];
-    unsigned count[257] = {};
-    for (std::size_t i = 0; i < n; ++i) {
-      key[i] = std::uint8_t(t.distance(from, pu_of(items[i])));
-      ++count[key[i] + 1];
-    }
-    for (unsigned r = 1; r <= t.max_distance() + 1; ++r) count[r] += count[r - 1];
-    T sorted[kMax];
-    for (std::size_t i = 0; i < n; ++i) sorted[count[key[i]]++] = items[i];
-    std::copy(sorted, sorted + n, items);
-    return;
-  }
-  for (std::size_t i = 1; i < n; ++i) {
-    T x = items[i];
-    unsigned d = t.distance(from, pu_of(x));
-    std::size_t j = i;
-    for (; j > 0 && t.distance(from, pu_of(items[j - 1])) > d; --j) items[j] = items[j - 1];
-    items[j] = x;
-  }
-}
-
-}  // namespace
-
 void Topology::order_by_distance(unsigned from, unsigned* pus, std::size_t n) const {
-  stable_order(*this, from, pus, n, [](unsigned pu) { return pu; });
+  order_nearest_first(from, pus, n, [](unsigned pu) { return pu; });
 }
 
 Topology flat(unsigned n) {
@@ -278,7 +246,39 @@ Topology from_synthetic(const std::string& desc, const std::vector<std::uint64_t
   return build(h.t, true);
 }
 
+namespace {
+// hwloc reports what it cannot read on the program's stderr ("[hwloc/linux]
+// failed to find sysfs cpu topology directory", in containers without
+// /sys): loom says it instead, its way (from_machine). hwloc_hide_errors()
+// reads HWLOC_HIDE_ERRORS once, at its first call, and keeps the answer; so
+// unless the user chose a level, the variable is set around that first call
+// (at start-up: the runtime's constructor builds machine() before the
+// program runs a thread) and removed again.
+void quiet_hwloc() {
+  static std::atomic<bool> done{false};
+  if (done.exchange(true)) return;
+  if (std::getenv("HWLOC_HIDE_ERRORS")) return;
+  setenv("HWLOC_HIDE_ERRORS", "2", 0);
+  (void)hwloc_hide_errors();
+  unsetenv("HWLOC_HIDE_ERRORS");
+}
+
+// On Linux hwloc reads the machine from /sys; when it could not, another
+// back end (x86's cpuid, or none) filled in a machine that ignores the
+// process's cpuset and cgroup: loom uses the flat topology instead.
+bool read_by_os(hwloc_topology_t t) {
+#ifdef __linux__
+  const char* backend = hwloc_obj_get_info_by_name(hwloc_get_root_obj(t), "Backend");
+  return backend && std::strcmp(backend, "Linux") == 0;
+#else
+  (void)t;
+  return true;
+#endif
+}
+}  // namespace
+
 Topology from_machine() {
+  quiet_hwloc();
   Hwloc h;
   // The process's binding and cgroup restrict the PUs (hwloc drops
   // disallowed PUs by default); never let hwloc rebind threads while it
@@ -286,7 +286,8 @@ Topology from_machine() {
   unsigned long flags = HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM | HWLOC_TOPOLOGY_FLAG_RESTRICT_TO_CPUBINDING |
                         HWLOC_TOPOLOGY_FLAG_DONT_CHANGE_BINDING;
   if (hwloc_topology_init(&h.t) == 0 && hwloc_topology_set_flags(h.t, flags) == 0 &&
-      hwloc_topology_set_io_types_filter(h.t, HWLOC_TYPE_FILTER_KEEP_NONE) == 0 && hwloc_topology_load(h.t) == 0) {
+      hwloc_topology_set_io_types_filter(h.t, HWLOC_TYPE_FILTER_KEEP_NONE) == 0 && hwloc_topology_load(h.t) == 0 &&
+      read_by_os(h.t)) {
     try {
       return build(h.t, false);
     } catch (const std::exception&) {
@@ -296,7 +297,9 @@ Topology from_machine() {
   // reports, all equally far apart.
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   unsigned n = cpus > 0 ? unsigned(cpus) : 1;
-  std::fprintf(stderr, "loom: hwloc could not load this machine's topology; using %u PUs without locality\n", n);
+  static std::atomic<bool> said{false};
+  if (env_bool("LOOM_VERBOSE", false) && !said.exchange(true))
+    std::fprintf(stderr, "loom: hwloc could not read this machine's topology; using %u PUs without locality\n", n);
   return flat(n);
 }
 
@@ -304,13 +307,13 @@ const Topology& machine() {
   // Built on first use, never freed (processors of destroyed clusters, and
   // threads running at exit, may still ask).
   static const Topology* const topo = [] {
+    quiet_hwloc();
     const char* desc = std::getenv("LOOM_TOPOLOGY");
     if (desc && *desc) {
       try {
         return new Topology(from_synthetic(desc));
       } catch (const std::exception&) {
-        std::fprintf(stderr, "loom: LOOM_TOPOLOGY=%s: hwloc refuses this synthetic topology; using the machine's\n",
-                     desc);
+        env_complain("LOOM_TOPOLOGY", desc, "an hwloc synthetic topology (e.g. \"pack:2 core:4 pu:1\")", "the machine's");
       }
     }
     return new Topology(from_machine());
@@ -347,12 +350,6 @@ bool pin_current_thread(unsigned pu) {
     return false;
   }
   return true;
-}
-
-unsigned distance(const Processor& a, const Processor& b) { return machine().distance(a.pu(), b.pu()); }
-
-void order_by_distance(const Processor& thief, Processor** victims, std::size_t n) {
-  stable_order(machine(), thief.pu(), victims, n, [](const Processor* p) { return p->pu(); });
 }
 
 bool multi_cache_domain() { return machine().cache_domains() > 1; }

@@ -25,14 +25,11 @@
 //   allocate for up to 256 victims.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
-
-namespace loom::rt {
-class Processor;
-}
 
 namespace loom::rt::topo {
 
@@ -56,6 +53,10 @@ struct Topology {
   const std::vector<std::string>& level_names() const { return level_names_; }
   // Reorders pus[0..n) nearest-first from logical PU `from`; stable.
   void order_by_distance(unsigned from, unsigned* pus, std::size_t n) const;
+  // The same for any items, `pu_of(item)` giving each one's logical PU
+  // (sched orders its processors with it).
+  template <class T, class PuOf>
+  void order_nearest_first(unsigned from, T* items, std::size_t n, PuOf pu_of) const;
 
   // Filled by the builders in topo.cpp.
   std::vector<std::uint8_t> rank_;  // pus() x pus(), row-major
@@ -89,11 +90,37 @@ unsigned assign_pu();
 // Pins the calling kernel thread to logical PU `pu` of machine(); false (errno-like
 // reason to stderr once) if the topology is synthetic or the kernel refuses.
 bool pin_current_thread(unsigned pu);
-// Distance rank between the PUs two processors were assigned (Processor::pu()).
-unsigned distance(const Processor& a, const Processor& b);
-// Reorders victims[0..n) nearest-first from `thief` (stable: equal distances keep their order).
-void order_by_distance(const Processor& thief, Processor** victims, std::size_t n);
 // True when machine() has more than one cache domain (then locality ordering is worth doing).
 bool multi_cache_domain();
+
+// Stable nearest-first order of items[0..n) by distance from PU `from`. A
+// counting sort over the ranks (there are few) into a stack buffer: no
+// allocation on the steal path. More than 256 items: insertion sort, also
+// stable.
+template <class T, class PuOf>
+void Topology::order_nearest_first(unsigned from, T* items, std::size_t n, PuOf pu_of) const {
+  if (n < 2) return;
+  constexpr std::size_t kMax = 256;
+  if (n <= kMax) {
+    std::uint8_t key[kMax];
+    unsigned count[257] = {};
+    for (std::size_t i = 0; i < n; ++i) {
+      key[i] = std::uint8_t(distance(from, pu_of(items[i])));
+      ++count[key[i] + 1];
+    }
+    for (unsigned r = 1; r <= max_distance() + 1; ++r) count[r] += count[r - 1];
+    T sorted[kMax];
+    for (std::size_t i = 0; i < n; ++i) sorted[count[key[i]]++] = items[i];
+    std::copy(sorted, sorted + n, items);
+    return;
+  }
+  for (std::size_t i = 1; i < n; ++i) {
+    T x = items[i];
+    unsigned d = distance(from, pu_of(x));
+    std::size_t j = i;
+    for (; j > 0 && distance(from, pu_of(items[j - 1])) > d; --j) items[j] = items[j - 1];
+    items[j] = x;
+  }
+}
 
 }  // namespace loom::rt::topo

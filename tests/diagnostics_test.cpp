@@ -1,0 +1,149 @@
+// Diagnostics that tell the truth (issue 26, item 3): processor threads are
+// named for top, ps and gdb; the fibre listing tells ready from blocked.
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "loom/io.hpp"
+#include "loom/loom.h"
+#include "loom/loom.hpp"
+
+namespace {
+
+// The names of the process's kernel threads, from /proc.
+std::multiset<std::string> thread_names() {
+  std::multiset<std::string> names;
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return names;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+    std::string name;
+    if (std::getline(comm, name)) names.insert(name);
+  }
+  closedir(d);
+  return names;
+}
+
+std::string listing(const std::multiset<std::string>& names) {
+  std::string s;
+  for (auto& n : names) s += "'" + n + "' ";
+  return s;
+}
+
+TEST(Diagnostics, ProcessorThreadsAreNamed) {
+  auto names = thread_names();
+  // The default cluster: processor 0 is the main thread, which keeps its name.
+  for (std::size_t i = 1; i < loom::Cluster::default_cluster().processors(); ++i)
+    EXPECT_EQ(names.count("loom/P" + std::to_string(i)), 1u) << listing(names);
+  EXPECT_EQ(names.count("loom/P0"), 0u) << listing(names);
+
+  loom::Cluster c(2);
+  names = thread_names();
+  std::string prefix = "loom/c" + std::to_string(c.id()) + "/P";
+  EXPECT_EQ(names.count(prefix + "0"), 1u) << listing(names);
+  EXPECT_EQ(names.count(prefix + "1"), 1u) << listing(names);
+
+  // The offload cluster, made on first use.
+  EXPECT_EQ(loom::offload([] { return 7; }), 7);
+  names = thread_names();
+  EXPECT_EQ(names.count("loom/off0"), 1u) << listing(names);
+}
+
+// A fibre woken but not yet run (its only processor is busy with the
+// waker) is listed as ready, not as blocked on what woke it.
+TEST(Diagnostics, AWokenFibreIsListedReady) {
+  loom::Cluster c(1);
+  loom::Semaphore sem(0);
+  loom::FibreAttr a;
+  a.cluster = &c;
+  a.name = "sleeper-26";
+  loom::Fibre sleeper(a, [&] { sem.acquire(); });
+  loom::FibreAttr w;
+  w.cluster = &c;
+  std::string before, after;
+  loom::Fibre waker(w, [&] {
+    auto listing_line = [] {
+      char* buf = nullptr;
+      std::size_t len = 0;
+      std::FILE* out = open_memstream(&buf, &len);
+      loom::dump_fibres(out);
+      std::fclose(out);
+      std::string all(buf, len), line;
+      std::free(buf);
+      auto at = all.find("sleeper-26");
+      if (at != std::string::npos) line = all.substr(at, all.find('\n', at) - at);
+      return line;
+    };
+    while (listing_line().find("blocked") == std::string::npos) loom::this_fibre::yield();
+    before = listing_line();
+    sem.release();  // the sleeper is queued on this very processor, behind us
+    after = listing_line();
+  });
+  waker.join();
+  sleeper.join();
+  EXPECT_NE(before.find("blocked: semaphore"), std::string::npos) << before;
+  EXPECT_NE(after.find("ready"), std::string::npos) << after;
+  EXPECT_EQ(after.find("blocked"), std::string::npos) << after;
+}
+
+// A C thread's name, set with loom_setname_np after it started, is the
+// name the fibre listing shows.
+TEST(Diagnostics, ACThreadsNameIsListed) {
+  static loom_sem_t go;
+  loom_sem_init(&go, 0, 0);
+  loom_t t;
+  ASSERT_EQ(loom_create(&t, nullptr, [](void*) -> void* { loom_sem_wait(&go); return nullptr; }, nullptr), 0);
+  ASSERT_EQ(loom_setname_np(t, "c-worker-26"), 0);
+  char* buf = nullptr;
+  std::size_t len = 0;
+  std::FILE* out = open_memstream(&buf, &len);
+  loom::dump_fibres(out);
+  std::fclose(out);
+  std::string all(buf, len);
+  std::free(buf);
+  EXPECT_NE(all.find("c-worker-26"), std::string::npos) << all;
+  loom_sem_post(&go);
+  ASSERT_EQ(loom_join(t, nullptr), 0);
+}
+
+// The stall report names the system call a processor's thread sits in,
+// also one outside loom's I/O list (rt_sigtimedwait was "system call 128").
+TEST(Diagnostics, StallReportNamesTheSystemCall) {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  ASSERT_GT(n, 0);
+  self[n] = 0;
+  std::string cmd = std::string("LOOM_PROCESSORS=2 LOOM_STALL_MS=100 timeout 60 ") + self +
+                    " --gtest_also_run_disabled_tests --gtest_filter=DiagnosticsChild.DISABLED_SigtimedwaitOnAFibre 2>&1";
+  std::FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (std::size_t got = std::fread(buf, 1, sizeof buf, p)) out.append(buf, got);
+  EXPECT_EQ(pclose(p), 0) << out;
+  EXPECT_NE(out.find("in the kernel for"), std::string::npos) << out;
+  EXPECT_NE(out.find(": rt_sigtimedwait (sigwait), a call loom's I/O did not see"), std::string::npos) << out;
+  EXPECT_EQ(out.find("system call "), std::string::npos) << out;
+}
+
+// Run only as a child, by the test above.
+TEST(DiagnosticsChild, DISABLED_SigtimedwaitOnAFibre) {
+  loom::Fibre([] {
+    sigset_t none;
+    sigemptyset(&none);
+    sigaddset(&none, SIGURG);  // never sent: the wait times out
+    timespec ts{0, 600 * 1000 * 1000};
+    sigtimedwait(&none, nullptr, &ts);
+  }).join();
+}
+
+}  // namespace
