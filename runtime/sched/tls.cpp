@@ -186,7 +186,21 @@ int find_libc_tls(dl_phdr_info* info, std::size_t, void* data) {
 void* (*volatile malloc_fn)(std::size_t) = &std::malloc;
 void (*volatile free_fn)(void*) = &std::free;
 
+// glibc's malloc is the process's malloc (not jemalloc's, tcmalloc's...).
+// Only then is there a glibc cache to hand on, and only then may a scratch
+// block run malloc: another allocator may record the calling thread's
+// block in lists of its own (jemalloc links every thread's state), which a
+// freed scratch block would leave dangling.
+bool glibc_malloc() {
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  if (!libc) return false;
+  void* theirs = dlsym(libc, "malloc");
+  dlclose(libc);
+  return theirs && theirs == dlsym(RTLD_DEFAULT, "malloc");
+}
+
 bool discover_tcache(Processor* p, std::ptrdiff_t* off) {
+  if (!glibc_malloc()) return false;
   LibcTls libc;
   dl_iterate_phdr(&find_libc_tls, &libc);
   if (!libc.size || libc.size > 65536) return false;
@@ -370,7 +384,7 @@ bool enable() noexcept {
   }
   g.tcache_known = discover_tcache(p, &g.tcache_off);
   if (!g.tcache_known && env_bool("LOOM_VERBOSE", false))
-    std::fprintf(stderr, "loom: malloc's per-thread cache not found: a finished thread's cache is not reused\n");
+    std::fprintf(stderr, "loom: glibc malloc's per-thread cache not found (or another malloc runs): not handed on\n");
   void* home = make_home(p);
   p->adopt_home_tcb(home, tp);
   switching = true;
