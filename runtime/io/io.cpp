@@ -369,14 +369,25 @@ struct ReadSpec {
 template <typename Op>
 long read_in_place(int fd, const ReadSpec& rs, Op& op) {
   if (rs.n == 0) return offloaded(op);
-  iovec v{rs.buf, rs.n};
-  long r = syscall_op([&] { return sys::preadv2(fd, &v, 1, RWF_NOWAIT); });
-  if (r == static_cast<long>(rs.n)) return r;
-  if (r < 0 && r != -EAGAIN) {
-    if (r == -EOPNOTSUPP || r == -EINVAL) return offloaded(op);
-    return r;  // the read's own error (EBADF, EISDIR, EIO...)
+  std::size_t got = 0;
+  for (;;) {
+    // A short answer is the end of the file or of what the cache holds:
+    // asking again tells which (0: the end; EAGAIN: the disk).
+    iovec v{static_cast<char*>(rs.buf) + got, rs.n - got};
+    long r = syscall_op([&] { return sys::preadv2(fd, &v, 1, RWF_NOWAIT); });
+    if (r > 0) {
+      got += std::size_t(r);
+      if (got == rs.n) return long(got);
+      continue;
+    }
+    if (r == 0) return long(got);
+    if (r != -EAGAIN) {
+      if (got) return long(got);
+      if (r == -EOPNOTSUPP || r == -EINVAL) return offloaded(op);
+      return r;  // the read's own error (EBADF, EISDIR, EIO...)
+    }
+    break;
   }
-  std::size_t got = r > 0 ? std::size_t(r) : 0;
   auto rest = [&] { return sys::read(fd, static_cast<char*>(rs.buf) + got, rs.n - got); };
   long more = offloaded(rest);
   if (more < 0) return got ? long(got) : more;

@@ -226,7 +226,17 @@ void Cluster::leave(Processor& p) {
 void Cluster::wake(Processor& p) {
   // Publish the work before reading the idle mark (invariant 3).
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (!p.idle.load(std::memory_order_relaxed)) return wake_thief();
+  if (!p.idle.load(std::memory_order_relaxed)) {
+    // Not asleep. In its idle loop (running_id 0) it is about to look at
+    // its queue (it announces itself idle before its last look: invariant
+    // 3), so the fibre runs where it blocked (an offloaded read comes back
+    // to its own kernel thread) — a thief woken now would only take it
+    // away. (If the loop finds another fibre first, it wakes a thief for
+    // what it leaves queued: Processor::idle_loop.) Running a fibre, it may
+    // not look for long: a thief.
+    if (p.running_id.load(std::memory_order_relaxed) == 0) return;
+    return wake_thief();
+  }
   {
     SpinGuard g(list_lock_);
     if (p.list_state != ListState::idle) return;  // somebody woke it already

@@ -476,6 +476,16 @@ void Processor::idle_loop() {
       cluster_->thief_done();
       if (!f) continue;
     }
+    // Work left queued behind f, with a processor asleep: a thief for it
+    // (the rule of Processor::push; Cluster::wake leaves a processor in its
+    // idle loop, running_id 0, to find its own work). The store of f's id,
+    // a fence, then the look at the queue; a pusher pushes, fences, then
+    // reads running_id: one of the two sees the other.
+    if (cluster_->size() > 1) {
+      running_id.store(f->id, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (rq_->maybe_nonempty() && cluster_->idle_processors_relaxed() > 0) cluster_->wake_thief();
+    }
     run(f);
   }
 }

@@ -50,6 +50,14 @@ printf 'b 2\na 1\nc 3\n' > "$tmp/in.txt"
 check "perl, no threads" perl -e 'open(my $f, "<", $ARGV[0]) or die; my @l = sort <$f>; print @l; printf("%s\n", join(",", map { uc } qw(x y z)));' "$tmp/in.txt"
 # perl ithreads: each thread a whole interpreter in its own thread-locals.
 check "perl ithreads" perl -Mthreads -e 'my @t = map { my $i = $_; threads->create(sub { my $s = 0; $s += $_ * $i for 1 .. 20000; $s }) } 1 .. 6; print join(" ", map { $_->join } @t), "\n";'
+# A program that creates no thread stays on one kernel thread, as on glibc:
+# its file reads (in the page cache, or offloaded) come back to the
+# processor they left. (gettid is system call 186 on x86-64.)
+check "perl stays on its kernel thread" perl -e 'my $t = syscall(186); for (1 .. 300) { open(my $f, "<", "/proc/self/stat") or die; my $l = <$f>; close $f; die "moved\n" if syscall(186) != $t } print "same kernel thread\n";'
+# dd: reads of a regular file in the page cache are whole, as the kernel's
+# (a short one would count as a partial record).
+seq 1 2000000 > "$tmp/big"
+check "dd bs=4k" bash -c "dd if='$tmp/big' bs=4k status=noxfer 2>&1 > /dev/null; dd if='$tmp/big' bs=4k status=none | sha256sum"
 # procps: libprocps's thread-local state, and regular-file reads of /proc.
 check "ps" ps -o pid=,comm= -p 1
 check "pgrep" pgrep -l -P 0
