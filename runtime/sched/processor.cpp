@@ -380,10 +380,7 @@ void Processor::push(Fibre* f) {
 }
 
 void Processor::push_local(Fibre* f) {
-  LOOM_CHECK(this_processor() == this, "fibre %llu (%s) pushed onto processor %u's own queue from %s %d",
-             (unsigned long long)f->id, f->name ? f->name : "unnamed", index_,
-             this_processor() ? "processor" : "a kernel thread that is no processor",
-             this_processor() ? int(this_processor()->index()) : -1);
+  LOOM_CHECK_OWNER(*this, "push_local");  // before f is touched: it names the thread, not the fibre
   LOOM_CHECK(!f->pinned || f->affinity == this, "pinned fibre %llu (%s) queued on processor %u, not its own",
              (unsigned long long)f->id, f->name ? f->name : "unnamed", index_);
   if (rq_ == &own_rq_ && own_rq_.has_local()) return push_owned(f);
