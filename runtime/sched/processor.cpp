@@ -211,7 +211,7 @@ void Processor::retire() {
 
 void Processor::enter_thread() {
   tls_processor = this;
-  home_tcb_ = installed_tcb_ = tls::current();
+  home_tcb_ = installed_tcb_ = kernel_tcb_ = tls::current();
   tid = pid_t(::syscall(SYS_gettid));
   altstack_ = enter_signal_stack();
   if (cluster_->config().pin) topo::pin_current_thread(pu_);

@@ -116,6 +116,9 @@ class Processor {
   // kernel thread's block `main_tcb` is main()'s, and `home` is the block of
   // its idle loop and the runtime's fibres.
   void adopt_home_tcb(void* home, void* main_tcb) noexcept;
+  // The block glibc knows this kernel thread by (on its list of threads):
+  // its own, or for processor 0 main()'s. Read by signal handlers.
+  void* kernel_tcb() const noexcept { return kernel_tcb_; }
 
  private:
   void push_owned(Fibre* f);  // onto own_rq_'s local FIFO, in a section of its own
@@ -152,6 +155,7 @@ class Processor {
   void* altstack_ = nullptr;
   void* home_tcb_ = nullptr;       // the block of fibres without one (sched/tls.hpp)
   void* installed_tcb_ = nullptr;  // the block installed on this kernel thread now
+  void* kernel_tcb_ = nullptr;     // the kernel thread's own block, as glibc lists it
 };
 
 // The processor the calling kernel thread is, or nullptr (out of line: see

@@ -7,6 +7,7 @@
 #include <bits/types/res_state.h>  // struct __res_state (resolv.h would rename p_type)
 #include <sys/auxv.h>
 #include <sys/syscall.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -243,6 +244,53 @@ bool discover_tcache(Processor* p, std::ptrdiff_t* off) {
   return matches == 1;
 }
 
+// glibc's setuid family (setuid, setgid, setgroups, ...) changes every
+// kernel thread's credentials: it signals each thread on its list
+// (SIGSETXID, glibc's second real-time signal) and waits until each
+// thread's handler has cleared a flag in that thread's own block. The
+// handler finds "its own block" through %fs, which on a processor is the
+// running fibre's: the flag of the block glibc waits on would never clear
+// and the caller would signal forever. So the handler runs inside a
+// trampoline that installs the kernel thread's own block around it (no
+// tls_processor written: for processor 0 that block is main()'s, which may
+// be running on another processor). Installed once by enable(), over
+// glibc's handler, with glibc's flags, mask and restorer.
+constexpr int kSigSetxid = 33;  // __SIGRTMIN + 1
+struct KernelSigaction {
+  void (*handler)(int, siginfo_t*, void*);
+  unsigned long flags;
+  void (*restorer)();
+  unsigned long mask;
+};
+KernelSigaction glibc_setxid{};
+
+inline void set_fs(void* tp) noexcept {
+  if (g.wrfsbase)
+    asm volatile("wrfsbase %0" ::"r"(tp) : "memory");
+  else
+    ::syscall(SYS_arch_prctl, ARCH_SET_FS, tp);
+}
+
+void setxid_trampoline(int sig, siginfo_t* si, void* ctx) {
+  void* was = current();
+  Processor* p = tls_processor;
+  void* own = p ? p->kernel_tcb() : nullptr;
+  if (own && own != was) set_fs(own);
+  glibc_setxid.handler(sig, si, ctx);
+  if (own && own != was) set_fs(was);
+}
+
+void wrap_setxid_handler() {
+  KernelSigaction old{};
+  if (::syscall(SYS_rt_sigaction, kSigSetxid, nullptr, &old, sizeof(unsigned long)) != 0 || !old.handler ||
+      !(old.flags & SA_SIGINFO) || reinterpret_cast<void*>(old.handler) == reinterpret_cast<void*>(SIG_IGN))
+    return;  // none installed (no thread was ever made by glibc): nothing to wrap
+  glibc_setxid = old;
+  KernelSigaction ours = old;
+  ours.handler = &setxid_trampoline;
+  ::syscall(SYS_rt_sigaction, kSigSetxid, &ours, nullptr, sizeof(unsigned long));
+}
+
 }  // namespace
 
 void* current() noexcept { return __builtin_thread_pointer(); }
@@ -387,6 +435,7 @@ bool enable() noexcept {
     std::fprintf(stderr, "loom: glibc malloc's per-thread cache not found (or another malloc runs): not handed on\n");
   void* home = make_home(p);
   p->adopt_home_tcb(home, tp);
+  wrap_setxid_handler();
   switching = true;
   if (env_bool("LOOM_VERBOSE", false))
     std::fprintf(stderr, "loom: per-fibre thread-local storage on (%zu bytes a thread, switched by %s)\n", g.static_size,
