@@ -55,6 +55,10 @@
  * after. Keep per-fibre data in loom keys (loom_key_create), or reach a
  * thread-local only through a function the compiler may not inline
  * (__attribute__((noinline))), as loom_errno_location does.
+ * In a process that loads libloom-pthread (the link and preload routes),
+ * each thread made by loom_create has a thread control block of its own,
+ * installed whenever it runs (README, "Three ways"; LOOM_TLS): there errno
+ * and every thread-local are per thread, as on glibc, and the trap is gone.
  *
  * What differs from glibc's pthreads, all documented at the functions:
  * process-private objects only (PTHREAD_PROCESS_SHARED gives ENOTSUP);
