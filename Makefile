@@ -40,7 +40,11 @@ asan: deps-test
 tsan: deps-test
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread >/dev/null
 	@cmake --build build-tsan -j $(JOBS)
-	@cd build-tsan && LOOM_TEST_SCALE=1000 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -L sanitize --timeout 600
+	@# close_reuse_test and pthread_destroy_after_use_inproc race a close, and a
+	@# destroyed object's reuse, against another thread on purpose (issue 25,
+	@# bugs 4-6): TSan reports those races by design. ASan runs them.
+	@cd build-tsan && LOOM_TEST_SCALE=1000 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -L sanitize \
+	  -E '^(close_reuse_test|pthread_destroy_after_use_inproc)$$' --timeout 600
 
 # The schedule-perturbation build (docs/DESIGN.md "Perturbation"): the
 # runtime stalls its threads at named points, seeded (LOOM_CHAOS=SEED), and
