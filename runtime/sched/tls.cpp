@@ -297,10 +297,7 @@ void* current() noexcept { return __builtin_thread_pointer(); }
 
 void install(void* tp, Processor* p) noexcept {
   put<Processor*>(tp, g.proc_off, p);
-  if (g.wrfsbase)
-    asm volatile("wrfsbase %0" ::"r"(tp) : "memory");
-  else
-    ::syscall(SYS_arch_prctl, ARCH_SET_FS, tp);
+  set_fs(tp);
 }
 
 std::size_t reserve() noexcept {
