@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -62,6 +63,7 @@ struct Contract {
   std::size_t static_size = 0;   // static TLS blocks + struct pthread
   std::size_t static_align = 0;
   bool wrfsbase = false;
+  void* main_tcb = nullptr;      // main()'s block: the initial kernel thread's, which glibc lists
 };
 Contract g;
 
@@ -358,6 +360,21 @@ void* make_home(Processor* p) {
   return tp;
 }
 
+KernelIdentity::KernelIdentity() noexcept {
+  if (!switching) return;
+  Processor* p = tls_processor;
+  if (!p || current() != g.main_tcb || p->kernel_tcb() == g.main_tcb) return;
+  proc_ = p;
+  install(p->kernel_tcb(), p);
+}
+
+KernelIdentity::~KernelIdentity() {
+  if (!proc_) return;
+  int e = errno;  // set, if at all, in the kernel thread's block
+  install(g.main_tcb, proc_);
+  errno = e;
+}
+
 std::size_t blocks_made() noexcept { return made.load(std::memory_order_relaxed); }
 
 bool enable() noexcept {
@@ -411,6 +428,7 @@ bool enable() noexcept {
   g.rseq_size = *rseq_size;
   g.static_info(&g.static_size, &g.static_align);
   void* tp = current();
+  g.main_tcb = tp;
   g.resp_off = static_cast<char*>(resp) - static_cast<char*>(tp);
   g.proc_off = reinterpret_cast<char*>(&tls_processor) - static_cast<char*>(tp);
   // Check what was read against the running thread's own block.

@@ -73,6 +73,26 @@ void thread_end(Fibre* self) noexcept;
 // (processor 0); made on that processor.
 void* make_home(Processor* p);
 
+// glibc's setuid family (setuid ... setgroups) changes the credentials of
+// every kernel thread it lists by signalling each but the caller's, named by
+// the tid in the caller's block, and making the call itself on the calling
+// kernel thread. main()'s block names the initial kernel thread (processor
+// 0's); when main() runs on another processor, the initial kernel thread
+// would be skipped and keep the old credentials. For the scope of one such
+// call (which must not switch fibres: glibc's makes only inline system
+// calls), this installs the calling kernel thread's own block if main()'s
+// is installed elsewhere; errno comes back to main()'s block.
+class KernelIdentity {
+ public:
+  KernelIdentity() noexcept;
+  ~KernelIdentity();
+  KernelIdentity(const KernelIdentity&) = delete;
+  KernelIdentity& operator=(const KernelIdentity&) = delete;
+
+ private:
+  Processor* proc_ = nullptr;
+};
+
 // Statistics for tests and the benchmark.
 std::size_t blocks_made() noexcept;
 
