@@ -65,6 +65,9 @@ struct Thread {
   void* arg = nullptr;
   void* retval = nullptr;
   std::atomic<rt::Fibre*> fibre{nullptr};  // set by the fibre when it starts
+  // The fibre id the listing, stall reports and gdb print (loom_getid_np):
+  // set by loom_create for a joinable thread, by the fibre when it starts.
+  std::atomic<std::uint64_t> fibre_id{0};
   Semaphore finished{0, 1};                // released once it has exited
   std::size_t guardsize = 0;
   int priority = LOOM_PRIORITY_NORMAL;
@@ -221,7 +224,10 @@ Thread* current_record() {
   if (f->fn == &trampoline) return static_cast<Thread*>(f->arg);
   if (is_main_fibre(f)) {
     Thread& m = main_thread();
-    if (!m.fibre.load(std::memory_order_relaxed)) m.fibre.store(f, std::memory_order_relaxed);
+    if (!m.fibre.load(std::memory_order_relaxed)) {
+      m.fibre_id.store(f->id, std::memory_order_relaxed);
+      m.fibre.store(f, std::memory_order_relaxed);
+    }
     return &m;
   }
   return nullptr;
@@ -258,6 +264,7 @@ void finish(Thread* t, rt::Fibre* self) {
 void trampoline(void* p) {
   auto* t = static_cast<Thread*>(p);
   rt::Fibre* self = rt::this_fibre_or_null();
+  t->fibre_id.store(self->id, std::memory_order_relaxed);
   t->fibre.store(self, std::memory_order_release);
   try {
     t->retval = t->start(t->arg);
@@ -540,6 +547,7 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
       // Built in place: the handle is complete before the fibre can run and
       // call loom_detach(loom_self()).
       new (t->handle_mem) loom::Fibre(fa, &trampoline, arg);
+      t->fibre_id.store(t->handle().id(), std::memory_order_relaxed);  // also before it starts (a color's wait)
     }
   } catch (...) {
     live_threads.fetch_sub(1, std::memory_order_relaxed);
@@ -686,6 +694,29 @@ int loom_setname_np(loom_t id, const char* name) {
   rt::SpinGuard g(names_lock);
   std::memcpy(t->name, name, n + 1);
   return 0;
+}
+
+int loom_getid_np(loom_t id, uint64_t* out) {
+  if (!out) return EINVAL;
+  if ((id & kTagMask) == kTagFibre) {  // a fibre loom_create did not make (loom_self's tagged id)
+    *out = reinterpret_cast<rt::Fibre*>(id & ~kTagMask)->id;
+    return 0;
+  }
+  for (;;) {
+    Thread* t = record_of(id);
+    if (!t) return ESRCH;  // null, stale, or a kernel thread's: no fibre id
+    std::uint64_t v = t->fibre_id.load(std::memory_order_relaxed);
+    // The slot's memory is never freed: a value read from a record that was
+    // reaped meanwhile is refused by the generation check.
+    if (record_of(id) != t) return ESRCH;
+    if (v) {
+      *out = v;
+      return 0;
+    }
+    // A detached thread that has not started yet (loom_create returned, or
+    // is returning): its fibre sets the id first thing.
+    this_fibre::yield();
+  }
 }
 
 int loom_getname_np(loom_t id, char* name, size_t len) {

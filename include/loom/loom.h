@@ -372,6 +372,12 @@ int loom_getattr_np(loom_t thread, loom_attr_t* attr);
  * and main (ESRCH for others). */
 int loom_setname_np(loom_t thread, const char* name);
 int loom_getname_np(loom_t thread, char* name, size_t len);
+/* The id by which the fibre listing (loom_dump_fibres), the stall detector,
+ * gdb's `info fibres` and loom's messages name `thread`'s fibre (a loom_t
+ * is a handle, not that id). Any id loom_self returns on a fibre works,
+ * also for fibres not made by loom_create. ESRCH: a null or stale handle,
+ * or a kernel thread that is not running a fibre; EINVAL: id null. */
+int loom_getid_np(loom_t thread, uint64_t* id);
 /* Kept but without effect (XSI): EINVAL for a negative level. */
 int loom_getconcurrency(void);
 int loom_setconcurrency(int level);

@@ -329,6 +329,54 @@ static void names(void) {
   CHECK_EQ(loom_getname_np(0, buf, sizeof buf), ESRCH);
 }
 
+/* loom_getid_np: the id the fibre listing prints for a thread (issue 26). */
+static void* wait_on_sem(void* arg) {
+  CHECK_EQ(loom_sem_wait((loom_sem_t*)arg), 0);
+  return NULL;
+}
+
+static void ids_match_the_listing(void) {
+  loom_sem_t go;
+  loom_t t, d;
+  loom_attr_t a;
+  uint64_t id = 0, did = 0, mine = 0;
+  CHECK_EQ(loom_sem_init(&go, 0, 0), 0);
+  CHECK_EQ(loom_create(&t, NULL, wait_on_sem, &go), 0);
+  CHECK_EQ(loom_setname_np(t, "id-subject"), 0);
+  CHECK_EQ(loom_attr_init(&a), 0);
+  CHECK_EQ(loom_attr_setdetachstate(&a, LOOM_CREATE_DETACHED), 0);
+  CHECK_EQ(loom_create(&d, &a, wait_on_sem, &go), 0);
+  CHECK_EQ(loom_attr_destroy(&a), 0);
+  CHECK_EQ(loom_getid_np(t, &id), 0);
+  CHECK_EQ(loom_getid_np(d, &did), 0);
+  CHECK_EQ(loom_getid_np(loom_self(), &mine), 0);
+  CHECK(id != 0 && did != 0 && mine != 0 && id != did && id != mine);
+  /* The listing's line for that id is the named thread's. */
+  char* buf = NULL;
+  size_t len = 0;
+  FILE* out = open_memstream(&buf, &len);
+  CHECK(out != NULL);
+  loom_dump_fibres(out);
+  fclose(out);
+  char want[64];
+  snprintf(want, sizeof want, "\n  %-8llu id-subject ", (unsigned long long)id);
+  if (!strstr(buf, want)) fprintf(stderr, "no line '%s' in:\n%s", want + 1, buf);
+  CHECK(strstr(buf, want) != NULL);
+  snprintf(want, sizeof want, "\n  %-8llu main ", (unsigned long long)mine);
+  if (!strstr(buf, want)) fprintf(stderr, "no line '%s' in:\n%s", want + 1, buf);
+  CHECK(strstr(buf, want) != NULL);
+  free(buf);
+  /* Errors: a null out, a null or stale handle. */
+  CHECK_EQ(loom_getid_np(t, NULL), EINVAL);
+  CHECK_EQ(loom_getid_np(0, &id), ESRCH);
+  CHECK_EQ(loom_sem_post(&go), 0);
+  CHECK_EQ(loom_sem_post(&go), 0);
+  CHECK_EQ(loom_join(t, NULL), 0);
+  CHECK_EQ(loom_getid_np(t, &id), ESRCH);
+  loom_usleep(1000); /* the detached one finishes before `go` goes */
+  CHECK_EQ(loom_sem_destroy(&go), 0);
+}
+
 static void cancellation_state(void) {
   int old = -1;
   CHECK_EQ(loom_setcancelstate(LOOM_CANCEL_DISABLE, &old), 0);
@@ -632,6 +680,7 @@ int main(void) {
   RUN(attributes);
   RUN(getattr_of_detached);
   RUN(names);
+  RUN(ids_match_the_listing);
   RUN(cancellation_state);
   RUN(once_runs_once_for_many_fibres);
   RUN(keys);
