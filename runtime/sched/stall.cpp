@@ -88,74 +88,41 @@ char thread_state(pid_t tid, long* syscall_nr) {
   return state;
 }
 
-const char* syscall_name(long nr) {
+#if defined(__x86_64__)
+#include "sched/syscall_names_x86_64.inc"
+#endif
+
+// The call's name, with a word on what it waits for where the name alone
+// does not say; every number the kernel header knows has its name (a number
+// loom's table lacks: a kernel newer than the table).
+const char* syscall_name(long nr, char* buf, std::size_t size) {
 #if defined(__x86_64__)
   switch (nr) {
-    case SYS_read: return "read";
-    case SYS_write: return "write";
-    case SYS_poll: return "poll";
-    case SYS_readv: return "readv";
-    case SYS_writev: return "writev";
-    case SYS_select: return "select";
-    case SYS_nanosleep: return "nanosleep";
-    case SYS_connect: return "connect";
-    case SYS_accept: return "accept";
-    case SYS_sendto: return "sendto";
-    case SYS_recvfrom: return "recvfrom";
-    case SYS_sendmsg: return "sendmsg";
-    case SYS_recvmsg: return "recvmsg";
-    case SYS_wait4: return "wait4";
-    case SYS_flock: return "flock";
-    case SYS_fsync: return "fsync";
     case SYS_futex: return "futex (a kernel-level lock or condition variable)";
-    case SYS_epoll_wait: return "epoll_wait";
-    case SYS_clock_nanosleep: return "clock_nanosleep";
-    case SYS_pselect6: return "pselect6";
-    case SYS_ppoll: return "ppoll";
-    case SYS_epoll_pwait: return "epoll_pwait";
-    case SYS_accept4: return "accept4";
-    case SYS_pread64: return "pread64";
-    case SYS_pwrite64: return "pwrite64";
-    // The rest of the calls that can wait (a child, a signal, a lock, a
-    // disk, a message): "system call 130" told a reader nothing.
-    case SYS_open: return "open";
-    case SYS_openat: return "openat";
-    case SYS_close: return "close";
-    case SYS_ioctl: return "ioctl";
     case SYS_fcntl: return "fcntl (a record lock)";
-    case SYS_pause: return "pause";
     case SYS_rt_sigsuspend: return "rt_sigsuspend (sigsuspend: waiting for a signal)";
     case SYS_rt_sigtimedwait: return "rt_sigtimedwait (sigwait)";
-    case SYS_waitid: return "waitid";
-    case SYS_sendfile: return "sendfile";
-    case SYS_splice: return "splice";
-    case SYS_tee: return "tee";
-    case SYS_fdatasync: return "fdatasync";
-    case SYS_sync: return "sync";
-    case SYS_syncfs: return "syncfs";
-    case SYS_sync_file_range: return "sync_file_range";
-    case SYS_msgrcv: return "msgrcv";
-    case SYS_msgsnd: return "msgsnd";
-    case SYS_semop: return "semop";
-    case SYS_semtimedop: return "semtimedop";
-    case SYS_mq_timedreceive: return "mq_timedreceive";
-    case SYS_mq_timedsend: return "mq_timedsend";
-    case SYS_recvmmsg: return "recvmmsg";
-    case SYS_sendmmsg: return "sendmmsg";
-    case SYS_preadv: return "preadv";
-    case SYS_pwritev: return "pwritev";
-    case SYS_io_getevents: return "io_getevents";
-    case SYS_io_uring_enter: return "io_uring_enter";
-    case SYS_epoll_pwait2: return "epoll_pwait2";
-    case SYS_sched_yield: return "sched_yield";
-    case SYS_getrandom: return "getrandom";
-    case SYS_socket: return "socket";
-    case SYS_shutdown: return "shutdown";
+    case SYS_wait4: return "wait4 (waitpid: waiting for a child)";
+    case SYS_waitid: return "waitid (waiting for a child)";
     default: break;
   }
+  if (nr >= 0 && std::size_t(nr) < sizeof kSyscallNames / sizeof kSyscallNames[0] && kSyscallNames[nr])
+    return kSyscallNames[nr];
 #endif
+  std::snprintf(buf, size, "system call %ld (not in loom's table of names)", nr);
+  return buf;
+}
+
+// Calls that wait for another process or a signal (a shell or `timeout`
+// waiting for its child): a processor's thread in one holds up only the
+// fibres queued behind it, so it is a stall only when some are.
+bool waits_for_others(long nr) {
+#if defined(__x86_64__)
+  return nr == SYS_wait4 || nr == SYS_waitid || nr == SYS_rt_sigsuspend || nr == SYS_pause;
+#else
   (void)nr;
-  return nullptr;
+  return false;
+#endif
 }
 
 class Watchdog {
@@ -189,11 +156,28 @@ class Watchdog {
       w = Watch{sw, id, now, false};
       return;
     }
+    if (w.reported) return;
+    if (waiting_alone(p)) {
+      // Not counted, and looked at again next period (someone may queue
+      // behind it): the time it waited is no fibre's hold, also when it
+      // runs on after the wait without a scheduling point.
+      w.since = now;
+      return;
+    }
     std::int64_t held_ms = (now - w.since) / 1000000;
-    if (w.reported || held_ms < std::int64_t(ms)) return;
+    if (held_ms < std::int64_t(ms)) return;
     w.reported = true;
     if (!allow(now)) return;
     report(c, p, id, held_ms);
+  }
+
+  // The processor's thread waits in the kernel for a child or a signal and
+  // no fibre is queued behind it: a process whose main() waits for what it
+  // started (a shell, `timeout`), not a stall.
+  bool waiting_alone(Processor& p) {
+    long nr;
+    char state = thread_state(p.tid, &nr);
+    return state != 'R' && waits_for_others(nr) && !p.ready_queue().maybe_nonempty();
   }
 
   // At most 10 reports in any second.
@@ -224,9 +208,8 @@ class Watchdog {
       suppressed_ = 0;
     }
     if (state != 'R' && nr >= 0) {
-      const char* call = syscall_name(nr);
-      char number[32];
-      if (!call) std::snprintf(number, sizeof number, "system call %ld", nr), call = number;
+      char number[64];
+      const char* call = syscall_name(nr, number, sizeof number);
       std::fprintf(stderr,
                    "loom: stall: %s has blocked processor %u of cluster %u in the kernel for %lld ms: %s, a call "
                    "loom's I/O did not see%s\n",
