@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +18,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "loom/io.hpp"
 #include "loom/loom.h"
@@ -97,6 +101,86 @@ TEST(Diagnostics, AWokenFibreIsListedReady) {
   EXPECT_NE(before.find("blocked: semaphore"), std::string::npos) << before;
   EXPECT_NE(after.find("ready"), std::string::npos) << after;
   EXPECT_EQ(after.find("blocked"), std::string::npos) << after;
+}
+
+// The listing's line of the fibre named `name` ("" if none).
+std::string listing_line(const std::string& name) {
+  char* buf = nullptr;
+  std::size_t len = 0;
+  std::FILE* out = open_memstream(&buf, &len);
+  loom::dump_fibres(out);
+  std::fclose(out);
+  std::string all(buf, len), line;
+  std::free(buf);
+  auto at = all.find(" " + name + " ");
+  if (at != std::string::npos) {
+    auto b = all.rfind('\n', at) + 1;
+    line = all.substr(b, all.find('\n', at) - b);
+  }
+  return line;
+}
+
+// The listing's cluster column (the fifth field from the end).
+std::string cluster_column(const std::string& line) {
+  std::vector<std::string> f;
+  std::size_t i = 0;
+  while ((i = line.find_first_not_of(' ', i)) != std::string::npos) {
+    std::size_t e = line.find(' ', i);
+    f.push_back(line.substr(i, e == std::string::npos ? std::string::npos : e - i));
+    i = e;
+  }
+  return f.size() >= 5 ? f[f.size() - 5] : "";
+}
+
+// A fibre in a call made on the offload cluster is listed blocked in that
+// call, on its own cluster: it was "running" on the offload cluster.
+TEST(Diagnostics, AnOffloadedCallIsListedBlockedAtHome) {
+  // A named FIFO, open for reading and writing, blocking: not a pipe loom
+  // can try per call (PIPEFS), so its read is made on the offload cluster.
+  char dir[] = "/tmp/loom-diag-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string path = std::string(dir) + "/fifo";
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  loom::FibreAttr a;
+  a.name = "fifo-reader-26";
+  char b = 0;
+  loom::Fibre reader(a, [&] { (void)!loom::io::read(fd, &b, 1); });
+  loom::FibreAttr g;
+  g.name = "function-26";
+  std::atomic<bool> go{false};
+  loom::Fibre fn(g, [&] {
+    loom::offload([&] {
+      while (!go.load()) ::usleep(1000);  // the kernel thread of an offload processor waits
+      return 0;
+    });
+  });
+  std::string line, fline;
+  for (int i = 0; i < 5000; ++i) {
+    line = listing_line("fifo-reader-26");
+    fline = listing_line("function-26");
+    if (line.find("offloaded") != std::string::npos && fline.find("offloaded") != std::string::npos) break;
+    loom::this_fibre::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_NE(line.find("blocked: fd " + std::to_string(fd) + " (read), offloaded"), std::string::npos) << line;
+  EXPECT_NE(fline.find("blocked: a function (loom::offload), offloaded"), std::string::npos) << fline;
+  std::string home = std::to_string(loom::Cluster::default_cluster().id());
+  EXPECT_EQ(cluster_column(line), home) << line;
+  EXPECT_EQ(cluster_column(fline), home) << fline;
+  ASSERT_EQ(::write(fd, "x", 1), 1);
+  go.store(true);
+  reader.join();
+  fn.join();
+  EXPECT_EQ(b, 'x');
+  // Back: no longer listed as offloaded.
+  loom::Fibre after(a, [] { loom::this_fibre::sleep_for(std::chrono::milliseconds(200)); });
+  loom::this_fibre::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(listing_line("fifo-reader-26").find("offloaded,"), std::string::npos);
+  after.join();
+  ::close(fd);
+  ::unlink(path.c_str());
+  ::rmdir(dir);
 }
 
 // A C thread's name, set with loom_setname_np after it started, is the

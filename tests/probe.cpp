@@ -126,12 +126,17 @@ int main(int argc, char** argv) {
     loom::FibreAttr a;
     a.name = "blocker";
     loom::Fibre f(a, [] { block_in_named_function(m); });
+    // And one in a call made on the offload cluster (listed at home).
+    loom::FibreAttr o;
+    o.name = "offloader";
+    loom::Fibre off(o, [] { loom::offload([] { return ::sleep(60); }); });
     loom::this_fibre::sleep_for(std::chrono::milliseconds(50));
     std::printf("ready %d\n", int(getpid()));
     std::fflush(stdout);
     loom::this_fibre::sleep_for(std::chrono::seconds(60));
     m.unlock();
     f.join();
+    off.join();
     return 0;
   }
   if (!std::strcmp(what, "watermark")) {

@@ -286,6 +286,9 @@ TEST(Fibres, ListingShowsADeadlock) {
   }
   EXPECT_NE(l.find("blocked: mutex " + address(&b)), std::string::npos) << text;
   EXPECT_NE(r.find("blocked: mutex " + address(&a)), std::string::npos) << text;
+  // And who holds it: the cycle, without gdb.
+  EXPECT_NE(l.find(" held by fibre " + std::to_string(right.id()) + " \"right\""), std::string::npos) << text;
+  EXPECT_NE(r.find(" held by fibre " + std::to_string(left.id()) + " \"left\""), std::string::npos) << text;
   // The main fibre lists too, as running (it is making the listing).
   EXPECT_NE(line_of(text, "main").find("running"), std::string::npos) << text;
   EXPECT_NE(l.find("64K"), std::string::npos) << "stack size: " << l;

@@ -82,7 +82,7 @@ bool park_fibre(unsigned* addr, unsigned val, bool has_timeout, std::chrono::sec
   }
   ErrnoKeeper k;
   rt::Parked p = rt::parking_lot::park_if(
-      addr, [addr, val] { return __atomic_load_n(addr, __ATOMIC_SEQ_CST) == val; }, d);
+      addr, [addr, val] { return __atomic_load_n(addr, __ATOMIC_SEQ_CST) == val; }, d, rt::WaitKind::futex);
   k.done();
   return p.result != rt::ParkResult::TimedOut || (has_timeout && !reached(clock, abs));
 }

@@ -281,11 +281,10 @@ ssize_t fibre_sendfile(int out, int in, off_t* off, size_t n) {
   // flags, io/io.cpp's descriptor rule) it waits in the kernel.
   if (kind != rt::kFdPollable || e->per_call()) {
     int err = 0;
-    r = loom::offload([&] {
-      ssize_t v = k::sendfile(out, in, off, n);
-      if (v < 0) err = *errno_slot();
-      return v;
-    });
+    void* token = rt::offload_enter(rt::WaitKind::fd_out, rt::fd_object(out));
+    r = k::sendfile(out, in, off, n);
+    if (r < 0) err = *errno_slot();
+    rt::offload_leave(token);
     keep.done(r < 0 ? err : 0);
     return r;
   }

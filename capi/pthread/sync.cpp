@@ -144,6 +144,23 @@ std::atomic<const void*>& mowner(pthread_mutex_t* m) { return at<const void*>(m,
 std::atomic<int>& mkind(pthread_mutex_t* m) { return at<int>(m, 16); }
 bool owned_kind(int k) { return k == kRecursive || k == kErrorcheck; }
 
+// The holder of a normal or adaptive mutex, for the fibre listing only
+// (nothing here reads it back): the thread pointer, which is the holder
+// fibre's own block where each thread has one (libloom-pthread's default,
+// sched/tls.hpp). One load of %fs:0 and a plain store on lock, a plain
+// store on unlock: the fast path stays a CAS.
+void note_holder(pthread_mutex_t* m) { mowner(m).store(__builtin_thread_pointer(), std::memory_order_relaxed); }
+
+// rt::pthread_mutex_holder, for the listing's "held by".
+const void* holder_of(const void* object, bool* is_tcb) {
+  auto* m = static_cast<pthread_mutex_t*>(const_cast<void*>(object));
+  int k = mkind(m).load(std::memory_order_relaxed);
+  if (k < kNormal || k > kAdaptive) return nullptr;
+  *is_tcb = !owned_kind(k);
+  return mowner(m).load(std::memory_order_relaxed);
+}
+[[maybe_unused]] const bool holder_hook = (rt::pthread_mutex_holder = &holder_of, true);
+
 // loom's mutex policy (LOOM_MUTEX), read once: the barging spectrum of
 // loom::Mutex carried over — blocking and spin barge, baton hands the lock
 // to the first waiter, hybrid to a waiter parked for 100 us or more.
@@ -189,6 +206,7 @@ int acquire_slow(std::atomic<std::uint32_t>& st, Deadline d, bool spin) {
     pl::ParkOps ops;
     ops.ctx = &st;
     ops.stamp = policy() == MutexPolicy::hybrid;  // only hybrid's hand_over reads it
+    ops.wait_kind = rt::WaitKind::pthread_mutex;  // the key is the mutex (its state word, at 0)
     ops.validate = [](void* c) {
       return static_cast<std::atomic<std::uint32_t>*>(c)->load(std::memory_order_relaxed) == (kLocked | kParked);
     };
@@ -234,9 +252,11 @@ int mutex_lock(pthread_mutex_t* m, Deadline d) {
   auto& st = mstate(m);
   if (!owned_kind(k)) {
     std::uint32_t z = 0;
-    if (st.compare_exchange_strong(z, kLocked, std::memory_order_acquire)) return 0;
+    if (st.compare_exchange_strong(z, kLocked, std::memory_order_acquire)) return note_holder(m), 0;
     if (d == kNow) return EBUSY;
-    return acquire_slow(st, d, k == kAdaptive || policy() == MutexPolicy::spin);
+    int e = acquire_slow(st, d, k == kAdaptive || policy() == MutexPolicy::spin);
+    if (e == 0) note_holder(m);
+    return e;
   }
   const void* self = rt::identity();
   if (mowner(m).load(std::memory_order_relaxed) == self) {
@@ -263,8 +283,8 @@ int mutex_unlock(pthread_mutex_t* m) {
   if (owned_kind(k)) {
     if (mowner(m).load(std::memory_order_relaxed) != rt::identity()) return EPERM;
     if (k == kRecursive && --mcount(m) > 0) return 0;
-    mowner(m).store(nullptr, std::memory_order_relaxed);
   }
+  mowner(m).store(nullptr, std::memory_order_relaxed);
   release(mstate(m));
   return 0;
 }
@@ -326,10 +346,10 @@ int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const time
   // Release the mutex entirely (a recursive one too), and take it back
   // with its count after waking.
   std::uint32_t count = mcount(m);
-  if (self) mowner(m).store(nullptr, std::memory_order_relaxed);
+  mowner(m).store(nullptr, std::memory_order_relaxed);
   release(mstate(m));
   rt::Parked r = pl::park_if(
-      &seq, [&seq, s] { return seq.load(std::memory_order_relaxed) == s; }, d);
+      &seq, [&seq, s] { return seq.load(std::memory_order_relaxed) == s; }, d, rt::WaitKind::condvar);
   cwaiters(c).fetch_sub(1, std::memory_order_release);  // last touch of c
   released(c);
   auto& st = mstate(m);
@@ -339,6 +359,8 @@ int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const time
   if (self) {
     mowner(m).store(self, std::memory_order_relaxed);
     mcount(m) = count;
+  } else {
+    note_holder(m);
   }
   keep.done();
   // A realtime clock set back makes the monotonic deadline early: then it
@@ -467,6 +489,7 @@ int rdlock(pthread_rwlock_t* rw, Deadline d) {
     pl::ParkOps ops;
     ops.ctx = &ctx;
     ops.park_token = kReadersParked;
+    ops.wait_kind = rt::WaitKind::rwlock_read;
     ops.validate = [](void* c) {
       auto* p = static_cast<RwPark*>(c);
       std::uint32_t v = rwstate(p->rw).load(std::memory_order_relaxed);
@@ -518,6 +541,7 @@ int wrlock(pthread_rwlock_t* rw, Deadline d) {
     pl::ParkOps ops;
     ops.ctx = rw;
     ops.park_token = kWritersParked;
+    ops.wait_kind = rt::WaitKind::rwlock_write;
     ops.validate = [](void* c) {
       std::uint32_t v = rwstate(static_cast<pthread_rwlock_t*>(c)).load(std::memory_order_seq_cst);
       return (v & kWritersParked) && (v & ~kParkedBits) != 0;
@@ -744,6 +768,7 @@ int sem_wait_fibre(sem_t* s, clockid_t clock, const timespec* abs) {
   int e = 0;
   pl::ParkOps ops;
   ops.ctx = s;
+  ops.wait_kind = rt::WaitKind::semaphore;
   ops.validate = [](void* c) {
     std::uint64_t v = sdata(static_cast<sem_t*>(c)).load(std::memory_order_seq_cst);
     return std::uint32_t(v) == 0 && (v & kFibresParked);
@@ -1055,7 +1080,8 @@ int pthread_barrier_wait(pthread_barrier_t* b) noexcept {
   ErrnoKeeper keep;
   while (word.load(std::memory_order_acquire) >> 32 == gen)
     pl::park_if(
-        &word, [&word, gen] { return word.load(std::memory_order_acquire) >> 32 == gen; }, kForever);
+        &word, [&word, gen] { return word.load(std::memory_order_acquire) >> 32 == gen; }, kForever,
+        rt::WaitKind::barrier);
   keep.done();
   binside(b).fetch_sub(1, std::memory_order_release);
   released(b);

@@ -33,6 +33,7 @@ using Clock = std::chrono::steady_clock;
 namespace rt {
 struct WaitList;
 struct WakeBatch;
+struct MutexHolder;
 }
 
 // Absolute CLOCK_MONOTONIC deadline in ns; kForever = no deadline, and
@@ -145,6 +146,7 @@ class Mutex {
 
  private:
   friend class CondVar;
+  friend struct rt::MutexHolder;  // the fibre listing's "held by"
   int slow_lock(Deadline d, const void* self);
   std::atomic<const void*> owner_{nullptr};  // the owning fibre (or kernel thread)
   detail::SpinLock lock_;  // guards waiters_

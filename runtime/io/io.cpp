@@ -272,9 +272,11 @@ bool lazy_here() {
 }
 
 
+// The call made on the offload cluster; meanwhile the fibre is listed as
+// blocked on `fd` in direction `kind` (fd_in, fd_out), offloaded.
 template <typename Op>
-long offloaded(Op& op) {
-  void* token = offload_enter();
+long offloaded(Op& op, WaitKind kind, int fd) {
+  void* token = offload_enter(kind, fd_object(fd));
   long r = syscall_op(op);
   offload_leave(token);
   return r;
@@ -368,7 +370,7 @@ struct ReadSpec {
 // file (EOPNOTSUPP, EINVAL) takes the offload every time.
 template <typename Op>
 long read_in_place(int fd, const ReadSpec& rs, Op& op) {
-  if (rs.n == 0) return offloaded(op);
+  if (rs.n == 0) return offloaded(op, WaitKind::fd_in, fd);
   std::size_t got = 0;
   for (;;) {
     // A short answer is the end of the file or of what the cache holds:
@@ -383,13 +385,13 @@ long read_in_place(int fd, const ReadSpec& rs, Op& op) {
     if (r == 0) return long(got);
     if (r != -EAGAIN) {
       if (got) return long(got);
-      if (r == -EOPNOTSUPP || r == -EINVAL) return offloaded(op);
+      if (r == -EOPNOTSUPP || r == -EINVAL) return offloaded(op, WaitKind::fd_in, fd);
       return r;  // the read's own error (EBADF, EISDIR, EIO...)
     }
     break;
   }
   auto rest = [&] { return sys::read(fd, static_cast<char*>(rs.buf) + got, rs.n - got); };
-  long more = offloaded(rest);
+  long more = offloaded(rest, WaitKind::fd_in, fd);
   if (more < 0) return got ? long(got) : more;
   return long(got) + more;
 }
@@ -503,7 +505,7 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
   if (kind != kFdPollable) {
     if (kind == kFdInPlace) return syscall_op(op);
     if (kind == kFdRegular && rs) return read_in_place(fd, *rs, op);
-    return offloaded(op);
+    return offloaded(op, side == kIn ? WaitKind::fd_in : WaitKind::fd_out, fd);
   }
   if (e->user_nonblock.load(std::memory_order_relaxed)) {
     // The program waits itself (poll, epoll_wait): the hints are for it.
@@ -600,7 +602,7 @@ long connect_wait(int fd, const sockaddr* addr, socklen_t len, Deadline d, int t
     std::uint8_t kind = e->kind.load(std::memory_order_acquire);
     if (kind == kFdUnknown) classify(fd, *e);
     // A blocking socket (the descriptor rule): connect(2) waits in the kernel.
-    if (e->per_call()) return offloaded(op);
+    if (e->per_call()) return offloaded(op, WaitKind::fd_out, fd);
   }
   long r = syscall_op(op);
   if (r != -EINPROGRESS) return r;
@@ -696,7 +698,7 @@ long poll_one_until(int fd, short events, Deadline d) {
       int n = sys::poll(&q, 1, ms_until(d));
       return n <= 0 ? n : q.revents;
     };
-    return p ? offloaded(blocking) : syscall_op(blocking);
+    return p ? offloaded(blocking, (events & POLLIN) ? WaitKind::fd_in : WaitKind::fd_out, fd) : syscall_op(blocking);
   }
   // A wait here may consume the edge a drained read would wait for.
   if (events & POLLIN) e->in_drained.store(false, std::memory_order_relaxed);
@@ -900,18 +902,21 @@ int sendmmsg(int fd, mmsghdr* vec, unsigned vlen, int flags) {
 
 ssize_t pread(int fd, void* buf, size_t n, off_t off) {
   auto op = [&] { return rt::sys::pread(fd, buf, n, off); };
-  return finish(rt::offloaded(op));
+  return finish(rt::offloaded(op, rt::WaitKind::fd_in, fd));
 }
 ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
   auto op = [&] { return rt::sys::pwrite(fd, buf, n, off); };
-  return finish(rt::offloaded(op));
+  return finish(rt::offloaded(op, rt::WaitKind::fd_out, fd));
 }
 int fsync(int fd) {
   auto op = [&] { return ::fsync(fd); };
-  return int(finish(rt::offloaded(op)));
+  return int(finish(rt::offloaded(op, rt::WaitKind::fd_out, fd)));
 }
 int getaddrinfo(const char* node, const char* service, const addrinfo* hints, addrinfo** res) {
-  return offload([&] { return ::getaddrinfo(node, service, hints, res); });
+  void* token = rt::offload_enter(rt::WaitKind::offload, "getaddrinfo");
+  int r = ::getaddrinfo(node, service, hints, res);
+  rt::offload_leave(token);
+  return r;
 }
 
 int close(int fd) {

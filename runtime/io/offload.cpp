@@ -37,10 +37,11 @@ loom::Cluster& offload_cluster() {
 
 }  // namespace
 
-void* offload_enter() {
+void* offload_enter(WaitKind kind, const void* object) {
   Processor* p = this_processor();
   if (!p) return nullptr;
-  Cluster* home = p->current()->cluster;
+  Fibre* self = p->current();
+  Cluster* home = self->cluster;
   loom::Cluster& off = offload_cluster();
   if (home == &off.impl()) return nullptr;
   p->counters.add(Stat::offloads);
@@ -48,11 +49,19 @@ void* offload_enter() {
   // fibre visiting another cluster returns to its cluster's placement).
   Processor* from = &p->cluster() == home ? p : nullptr;
   this_fibre::migrate(off);
+  // On the offload cluster now: listed as blocked in the call, at home
+  // (plain stores, read by the listing; the migration's switch cleared the
+  // wait mark, so it is set here).
+  self->offload_proc.store(from ? int(from->index()) : -1, std::memory_order_relaxed);
+  self->offload_home.store(home, std::memory_order_relaxed);
+  note_wait(kind, object);
   // The token: the processor with its low bit set (a Processor is 64-byte
   // aligned), or the cluster's facade.
   if (from) return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(from) | 1);
   return home->facade;
 }
+
+void* offload_enter() { return offload_enter(WaitKind::offload, "a function (loom::offload)"); }
 
 namespace {
 void post_return(Processor&, Fibre* prev, void* arg) {
@@ -67,6 +76,9 @@ void post_return(Processor&, Fibre* prev, void* arg) {
 
 void offload_leave(void* token) noexcept {
   if (!token) return;
+  Fibre* self = this_fibre_or_null();
+  self->offload_home.store(nullptr, std::memory_order_relaxed);
+  self->wait_kind.store(WaitKind::none, std::memory_order_relaxed);
   auto bits = reinterpret_cast<std::uintptr_t>(token);
   if (bits & 1) {
     this_processor()->suspend(&post_return, reinterpret_cast<void*>(bits & ~std::uintptr_t(1)));

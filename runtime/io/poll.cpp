@@ -267,7 +267,7 @@ long wait_many(Processor& p, Deadline d, Look&& look, Watch&& watch, Blocking&& 
   WatchSet set(p);
   watch(set);
   if (set.failed()) {
-    void* token = offload_enter();
+    void* token = offload_enter(WaitKind::poll, nullptr);
     long r = blocking();
     offload_leave(token);
     return r;

@@ -57,6 +57,8 @@ class Fibre;
 
 namespace loom::rt {
 
+enum class WaitKind : unsigned char;  // sched/fibre.hpp
+
 class Cluster;
 class Fibre;
 class Processor;
@@ -124,6 +126,13 @@ void io_busy_poll(IoState& s);
 void io_boot();
 // Stops the cluster's poller (cluster shutdown).
 void io_shutdown(Cluster& c);
+
+// offload_enter (loom/io.hpp) for a call loom makes on the offload cluster:
+// until offload_leave the fibre is listed as blocked on `kind` and
+// `object` (fd_in/fd_out with the descriptor, poll, offload with the
+// call's name: a string literal), on the cluster it left.
+void* offload_enter(WaitKind kind, const void* object);
+inline const void* fd_object(int fd) { return reinterpret_cast<const void*>(std::intptr_t(fd)); }
 
 // poll(2) on one descriptor until d (ns; kForever): the revents (> 0), 0 at
 // d, or -errno. Waits on the descriptor's own readiness words, so it costs

@@ -21,6 +21,7 @@
 #include "context/context.hpp"
 #include "context/stack.hpp"
 #include "loom/fibre.hpp"
+#include "loom/sync.hpp"
 
 namespace loom::rt {
 
@@ -44,8 +45,12 @@ enum class WaitKind : unsigned char {
   fd_out,
   poll,      // poll/select/epoll_wait on the program's descriptors
   pthread,   // a pthread object of libloom-pthread (object: its address)
+  pthread_mutex,  // libloom-pthread's pthread_mutex_t (object: its address; its holder is named)
+  futex,     // a futex word of the program's (atomic::wait, std::latch...: libloom-pthread)
   color,     // a colored fibre waiting for its color
   runtime,   // the runtime's own fibres (event runner, poller) between jobs
+  offload,   // a call made on the offload cluster (object: its name, a string literal);
+             // fd_in, fd_out and poll are noted there too, with offload_home set
 };
 const char* to_string(WaitKind k) noexcept;
 
@@ -83,6 +88,12 @@ class Fibre {
   // on (sched/stats.hpp), from start to exit.
   std::atomic<WaitKind> wait_kind{WaitKind::none};
   std::atomic<const void*> wait_object{nullptr};
+  // While it makes a call on the offload cluster (io/offload.cpp): the
+  // cluster and processor it left, where the listing shows it, blocked in
+  // that call (wait_kind) — not running on a processor of the offload
+  // cluster. Null otherwise; -1: no processor of its own to return to.
+  std::atomic<Cluster*> offload_home{nullptr};
+  std::atomic<int> offload_proc{-1};
   Fibre* live_prev = nullptr;
   Fibre* live_next = nullptr;
   LiveFibres* live_in = nullptr;
@@ -91,6 +102,17 @@ class Fibre {
 // The calling fibre is about to suspend waiting for `kind` (no-op on a kernel
 // thread that is not a processor).
 void note_wait(WaitKind kind, const void* object) noexcept;
+
+// The holder a mutex records, for the listing's "held by fibre N": a
+// loom::Mutex's owner (rt::identity()), and, set by libloom-pthread
+// (capi/pthread/sync.cpp), a pthread_mutex_t's — a fibre, or for the
+// normal and adaptive kinds the holder's thread pointer (*is_tcb set),
+// which is its fibre's own block where each thread has one. Read while the
+// process runs: a moment's answer, never dereferenced as a fibre.
+struct MutexHolder {
+  static const void* of(const Mutex& m) noexcept;
+};
+extern const void* (*pthread_mutex_holder)(const void* m, bool* is_tcb);
 
 // Called at a fibre's exit, on the fibre, when it has key values.
 extern void (*fibre_exit_hook)(Fibre*);

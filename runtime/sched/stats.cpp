@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "base/options.hpp"
 #include "base/sys.hpp"
@@ -67,61 +68,130 @@ void print_cluster(std::FILE* out, const rt::Cluster& c) {
 
 }  // namespace
 
-// One line per live fibre, every list walked under its lock (a fibre
-// cannot exit while it is described).
-void describe_fibres(std::FILE* out, rt::LiveFibres& list, std::size_t& count) {
-  rt::SpinGuard g(list.lock);
-  for (rt::Fibre* f = list.head; f; f = f->live_next) {
-    ++count;
-    rt::Cluster* c = f->cluster;
-    // Running: some processor of its cluster runs it now.
-    int running_on = -1;
-    for (std::size_t i = 0, n = c->size(); i < n && running_on < 0; ++i)
-      if (c->processor(i)->running_id.load(std::memory_order_relaxed) == f->id) running_on = int(i);
-    char state[96];
-    rt::WaitKind k = f->wait_kind.load(std::memory_order_relaxed);
-    const void* o = f->wait_object.load(std::memory_order_relaxed);
-    if (running_on >= 0) {
-      std::snprintf(state, sizeof state, "running");
-    } else if (k == rt::WaitKind::none) {
-      std::snprintf(state, sizeof state, "ready");
-    } else if (k == rt::WaitKind::fd_in || k == rt::WaitKind::fd_out) {
-      std::snprintf(state, sizeof state, "blocked: fd %ld %s", long(reinterpret_cast<std::intptr_t>(o)),
-                    k == rt::WaitKind::fd_in ? "(read)" : "(write)");
-    } else if (k == rt::WaitKind::join) {
-      std::snprintf(state, sizeof state, "blocked: join fibre %llu",
-                    (unsigned long long)reinterpret_cast<std::uintptr_t>(o));
-    } else if (o) {
-      std::snprintf(state, sizeof state, "blocked: %s %p", rt::to_string(k), o);
-    } else {
-      std::snprintf(state, sizeof state, "blocked: %s", rt::to_string(k));
-    }
-    rt::Processor* home = f->affinity;
-    int proc = running_on >= 0 ? running_on : home && &home->cluster() == c ? int(home->index()) : -1;
-    char used[32] = "-", high[32] = "-", size[32] = "-";
-    if (f->stack) {
-      std::snprintf(size, sizeof size, "%zuK", f->stack.size / 1024);
-      auto sp = reinterpret_cast<const char*>(f->ctx.fctx);
-      if (running_on < 0 && sp > f->stack.lo() && sp <= f->stack.hi())
-        std::snprintf(used, sizeof used, "%.1fK", double(f->stack.hi() - sp) / 1024);
-      if (std::size_t h = rt::stack_high_water(*f)) std::snprintf(high, sizeof high, "%.1fK", double(h) / 1024);
-    }
-    std::fprintf(out, "  %-8llu %-20.20s %-40s %7u %4d %7s %7s %7s\n", (unsigned long long)f->id,
-                 f->name ? f->name : "", state, c->id(), proc, size, used, high);
+// The fibre listing. Each list is walked under its lock (a fibre cannot
+// exit, and its stack be reused, while it is described) into rows; the
+// holders of the mutexes fibres wait on are then named from the rows, with
+// no two list locks ever held at once.
+namespace {
+
+struct FibreRow {
+  const rt::Fibre* fibre;
+  void* tcb;
+  std::uint64_t id;
+  char name[32];
+  char state[96];
+  unsigned cluster;
+  int proc;
+  char size[24], used[24], high[24];
+  // The holder of the mutex it waits on, as the mutex records it: a fibre
+  // (rt::identity()) or a thread control block (a pthread mutex of the
+  // normal kind: the holder's thread pointer). Matched against the rows.
+  const void* holder = nullptr;
+  bool holder_is_tcb = false;
+};
+
+// What the waited-on object says of its holder (see FibreRow::holder).
+void find_holder(rt::WaitKind k, const void* o, FibreRow& r) {
+  if (!o) return;
+  if (k == rt::WaitKind::mutex) {
+    r.holder = rt::MutexHolder::of(*static_cast<const Mutex*>(o));
+  } else if (k == rt::WaitKind::pthread_mutex) {
+    if (rt::pthread_mutex_holder) r.holder = rt::pthread_mutex_holder(o, &r.holder_is_tcb);
   }
 }
+
+void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
+  rt::SpinGuard g(list.lock);
+  for (rt::Fibre* f = list.head; f; f = f->live_next) {
+    FibreRow r{};
+    r.fibre = f;
+    r.tcb = f->tcb;
+    r.id = f->id;
+    std::snprintf(r.name, sizeof r.name, "%s", f->name ? f->name : "");
+    rt::Cluster* c = f->cluster;
+    rt::WaitKind k = f->wait_kind.load(std::memory_order_relaxed);
+    const void* o = f->wait_object.load(std::memory_order_relaxed);
+    // In a call on the offload cluster: listed at home, blocked in that call.
+    rt::Cluster* home = f->offload_home.load(std::memory_order_relaxed);
+    // Running: some processor of its cluster runs it now.
+    int running_on = -1;
+    if (!home)
+      for (std::size_t i = 0, n = c->size(); i < n && running_on < 0; ++i)
+        if (c->processor(i)->running_id.load(std::memory_order_relaxed) == f->id) running_on = int(i);
+    const char* tail = home ? ", offloaded" : "";
+    if (running_on >= 0) {
+      std::snprintf(r.state, sizeof r.state, "running");
+    } else if (k == rt::WaitKind::none) {
+      std::snprintf(r.state, sizeof r.state, home ? "blocked: a call, offloaded" : "ready");
+    } else if (k == rt::WaitKind::fd_in || k == rt::WaitKind::fd_out) {
+      std::snprintf(r.state, sizeof r.state, "blocked: fd %ld %s%s", long(reinterpret_cast<std::intptr_t>(o)),
+                    k == rt::WaitKind::fd_in ? "(read)" : "(write)", tail);
+    } else if (k == rt::WaitKind::join) {
+      std::snprintf(r.state, sizeof r.state, "blocked: join fibre %llu%s",
+                    (unsigned long long)reinterpret_cast<std::uintptr_t>(o), tail);
+    } else if (k == rt::WaitKind::offload) {
+      std::snprintf(r.state, sizeof r.state, "blocked: %s%s", o ? static_cast<const char*>(o) : "a call", tail);
+    } else if (o) {
+      std::snprintf(r.state, sizeof r.state, "blocked: %s %p%s", rt::to_string(k), o, tail);
+      find_holder(k, o, r);
+    } else {
+      std::snprintf(r.state, sizeof r.state, "blocked: %s%s", rt::to_string(k), tail);
+    }
+    rt::Processor* aff = f->affinity;
+    if (home) {
+      r.cluster = home->id();
+      r.proc = f->offload_proc.load(std::memory_order_relaxed);
+    } else {
+      r.cluster = c->id();
+      r.proc = running_on >= 0 ? running_on : aff && &aff->cluster() == c ? int(aff->index()) : -1;
+    }
+    std::snprintf(r.size, sizeof r.size, "-");
+    std::snprintf(r.used, sizeof r.used, "-");
+    std::snprintf(r.high, sizeof r.high, "-");
+    if (f->stack) {
+      std::snprintf(r.size, sizeof r.size, "%zuK", f->stack.size / 1024);
+      auto sp = reinterpret_cast<const char*>(f->ctx.fctx);
+      if (running_on < 0 && !home && sp > f->stack.lo() && sp <= f->stack.hi())
+        std::snprintf(r.used, sizeof r.used, "%.1fK", double(f->stack.hi() - sp) / 1024);
+      if (std::size_t h = rt::stack_high_water(*f)) std::snprintf(r.high, sizeof r.high, "%.1fK", double(h) / 1024);
+    }
+    rows.push_back(r);
+  }
+}
+
+}  // namespace
 
 ClusterStats stats() { return Cluster::current().stats(); }
 
 void dump_fibres(std::FILE* out) {
   if (!out) out = stderr;
-  std::fprintf(out, "loom: live fibres\n  %-8s %-20s %-40s %7s %4s %7s %7s %7s\n", "id", "name", "state", "cluster",
-               "proc", "stack", "used", "deepest");
-  std::size_t count = 0;
+  std::vector<FibreRow> rows;
+  std::size_t expect = 64;  // room enough that the walk, under list locks, seldom allocates
+  for (rt::Cluster* c = rt::Cluster::first(); c; c = c->next_made())
+    if (long n = c->fibres.load(std::memory_order_relaxed); n > 0) expect += std::size_t(n);
+  rows.reserve(expect);
   for (rt::Cluster* c = rt::Cluster::first(); c; c = c->next_made()) {
-    describe_fibres(out, c->live_foreign, count);
-    for (std::size_t i = 0, n = c->size(); i < n; ++i) describe_fibres(out, c->processor(i)->live, count);
+    describe_fibres(rows, c->live_foreign);
+    for (std::size_t i = 0, n = c->size(); i < n; ++i) describe_fibres(rows, c->processor(i)->live);
   }
+  std::fprintf(out, "loom: live fibres\n  %-8s %-20s %-60s %7s %4s %7s %7s %7s\n", "id", "name", "state", "cluster",
+               "proc", "stack", "used", "deepest");
+  for (FibreRow& r : rows) {
+    char state[192];
+    std::snprintf(state, sizeof state, "%s", r.state);
+    if (r.holder) {
+      for (const FibreRow& h : rows) {
+        if (r.holder_is_tcb ? h.tcb != r.holder : h.fibre != r.holder) continue;
+        std::size_t n = std::strlen(state);
+        std::snprintf(state + n, sizeof state - n, " held by fibre %llu%s%s%s", (unsigned long long)h.id,
+                      *h.name ? " \"" : "", h.name, *h.name ? "\"" : "");
+        break;
+      }
+    }
+    std::fprintf(out, "  %-8llu %-20.20s %-60s %7u %4d %7s %7s %7s\n", (unsigned long long)r.id, r.name, state,
+                 r.cluster, r.proc, r.size, r.used, r.high);
+  }
+  std::size_t count = rows.size();
   std::fprintf(out, "loom: %zu live fibre%s%s\n", count, count == 1 ? "" : "s",
                rt::stack_watermark ? "" : " (deepest: with LOOM_STACK_WATERMARK=1)");
   std::fflush(out);
@@ -225,6 +295,9 @@ const char* to_string(WaitKind k) noexcept {
     case WaitKind::fd_out: return "fd (write)";
     case WaitKind::poll: return "poll";
     case WaitKind::pthread: return "pthread object";
+    case WaitKind::pthread_mutex: return "mutex";
+    case WaitKind::futex: return "futex word";
+    case WaitKind::offload: return "offloaded call";
     case WaitKind::color: return "its color";
     case WaitKind::runtime: return "runtime work";
   }

@@ -54,6 +54,11 @@ Mutex::Mutex(MutexType type, MutexPolicy policy) : type_(type), policy_(policy) 
 
 Mutex::~Mutex() = default;
 
+namespace rt {
+const void* MutexHolder::of(const Mutex& m) noexcept { return m.owner_.load(std::memory_order_relaxed); }
+const void* (*pthread_mutex_holder)(const void*, bool*) = nullptr;
+}  // namespace rt
+
 bool Mutex::held_by_caller() const { return owner_.load(std::memory_order_relaxed) == rt::identity(); }
 
 int Mutex::lock_errno(Deadline d) {

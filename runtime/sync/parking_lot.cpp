@@ -116,7 +116,7 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
       w.timer.expire = &timer_expire;
       w.timer.complete = &timer_complete;
     }
-    note_wait(WaitKind::pthread, key);
+    note_wait(ops.wait_kind, key);
     p->suspend(&post_park, &w);
     // Resumed, perhaps on another processor: unparked, or timed out and
     // already unqueued by timer_complete.

@@ -80,6 +80,7 @@
 #include <cstdint>
 
 #include "loom/sync.hpp"
+#include "sched/fibre.hpp"
 
 namespace loom::rt {
 
@@ -109,6 +110,8 @@ struct ParkOps {
   void* ctx = nullptr;
   bool stamp = false;  // record when the waiter parked (UnparkResult::since); else since is 0
   ParkToken park_token = 0;  // the waiter's kind, for unpark_some (and was_last)
+  // What the fibre listing says a parked fibre waits on (the object: key).
+  WaitKind wait_kind = WaitKind::pthread;
 };
 
 // unpark_some's choice: the oldest `limit` waiters whose park token & mask.
@@ -134,10 +137,11 @@ SomeResult unpark_some(const void* key, Take (*choose)(void* ctx, ParkToken queu
 
 // Convenience: park with a lambda as validate (no timed_out hook).
 template <class F>
-Parked park_if(const void* key, F&& validate, Deadline deadline) {
+Parked park_if(const void* key, F&& validate, Deadline deadline, WaitKind kind = WaitKind::pthread) {
   ParkOps ops;
   ops.validate = [](void* c) { return (*static_cast<F*>(c))(); };
   ops.ctx = &validate;
+  ops.wait_kind = kind;
   return park(key, ops, deadline);
 }
 

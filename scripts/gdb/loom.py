@@ -89,44 +89,93 @@ def running_on(fibre, cluster):
     return -1
 
 
+# The listing's words for the wait kinds whose enumerator names differ.
+KIND_WORDS = {"rwlock_read": "rwlock (read)", "rwlock_write": "rwlock (write)", "pthread_mutex": "mutex",
+              "pthread": "pthread object", "futex": "futex word", "color": "its color",
+              "runtime": "runtime work"}
+
+
+def _ulong(v):
+    return int(v.cast(gdb.lookup_type("unsigned long")))
+
+
+def _word(addr, typename):
+    return gdb.Value(addr).cast(gdb.lookup_type(typename).pointer()).dereference()
+
+
+def mutex_holder(kind, obj):
+    """(holder, is_tcb) as the mutex records it (sched/fibre.hpp, MutexHolder),
+    or (0, False)."""
+    try:
+        if kind == "mutex":
+            m = gdb.Value(obj).cast(gdb.lookup_type("loom::Mutex").pointer()).dereference()
+            return _ulong(_atomic(m["owner_"])), False
+        if kind == "pthread_mutex":  # capi/pthread/sync.cpp: @8 holder, @16 kind
+            k = int(_word(obj + 16, "int"))
+            if 0 <= k <= 3:
+                return int(_word(obj + 8, "unsigned long")), k in (0, 3)
+    except gdb.error:
+        pass
+    return 0, False
+
+
 def describe(f, c):
+    """(id, name, state, cluster, processor, stack size, holder, is_tcb) of
+    a live fibre, as loom::dump_fibres lists it."""
     fid = int(f["id"])
     name = _str(f["name"])
-    proc = running_on(f, c)
     kind = _wait_kind_name(_atomic(f["wait_kind"]))
-    obj = int(_atomic(f["wait_object"]).cast(gdb.lookup_type("unsigned long")))
+    obj = _ulong(_atomic(f["wait_object"]))
+    home = _atomic(f["offload_home"])
+    offloaded = int(home) != 0
+    proc = -1 if offloaded else running_on(f, c)
+    tail = ", offloaded" if offloaded else ""
+    holder, is_tcb = 0, False
     if proc >= 0:
         state = "running"
     elif kind == "none":
-        state = "ready"
+        state = "blocked: a call, offloaded" if offloaded else "ready"
     elif kind in ("fd_in", "fd_out"):
-        state = "blocked: fd %d (%s)" % (obj, "read" if kind == "fd_in" else "write")
+        state = "blocked: fd %d (%s)%s" % (obj, "read" if kind == "fd_in" else "write", tail)
     elif kind == "join":
-        state = "blocked: join fibre %d" % obj
+        state = "blocked: join fibre %d%s" % (obj, tail)
+    elif kind == "offload":
+        state = "blocked: %s%s" % (_str(gdb.Value(obj).cast(gdb.lookup_type("char").pointer())) if obj else "a call", tail)
     elif obj:
-        state = "blocked: %s 0x%x" % (kind, obj)
+        state = "blocked: %s 0x%x%s" % (KIND_WORDS.get(kind, kind), obj, tail)
+        holder, is_tcb = mutex_holder(kind, obj)
     else:
-        state = "blocked: %s" % kind
-    if proc < 0:
+        state = "blocked: %s%s" % (KIND_WORDS.get(kind, kind), tail)
+    cluster = int(c["id_"])
+    if offloaded:
+        cluster = int(home.dereference()["id_"])
+        proc = int(_atomic(f["offload_proc"]))
+    elif proc < 0:
         aff = f["affinity"]
         if int(aff):
             proc = int(aff.dereference()["index_"])
     size = int(f["stack"]["size"])
-    return fid, name, state, int(c["id_"]), proc, size
+    return fid, name, state, cluster, proc, size, holder, is_tcb, int(f.address), _ulong(f["tcb"])
 
 
 class InfoFibres(gdb.Command):
     """List loom's live fibres: id, name, state (running, ready, or what it is
-blocked on), cluster, processor, stack size."""
+blocked on, with a mutex's holder; a call made on the offload cluster is
+listed at home, blocked in that call), cluster, processor, stack size."""
 
     def __init__(self):
         super().__init__("info fibres", gdb.COMMAND_STATUS)
 
     def invoke(self, arg, from_tty):
-        rows = [describe(f, c) for f, c in live_fibres()]
-        print("%-8s %-20s %-40s %7s %4s %7s" % ("id", "name", "state", "cluster", "proc", "stack"))
-        for fid, name, state, cl, proc, size in sorted(rows):
-            print("%-8d %-20.20s %-40s %7d %4d %7s" % (fid, name, state, cl, proc, "%dK" % (size // 1024) if size else "-"))
+        rows = sorted(describe(f, c) for f, c in live_fibres())
+        print("%-8s %-20s %-60s %7s %4s %7s" % ("id", "name", "state", "cluster", "proc", "stack"))
+        for fid, name, state, cl, proc, size, holder, is_tcb, _, _ in rows:
+            if holder:  # the listing's "held by": a fibre's address, or its thread block
+                for hid, hname, _, _, _, _, _, _, addr, tcb in rows:
+                    if holder == (tcb if is_tcb else addr):
+                        state += " held by fibre %d%s" % (hid, ' "%s"' % hname if hname else "")
+                        break
+            print("%-8d %-20.20s %-60s %7d %4d %7s" % (fid, name, state, cl, proc, "%dK" % (size // 1024) if size else "-"))
         print("%d live fibre%s" % (len(rows), "" if len(rows) == 1 else "s"))
 
 
@@ -152,8 +201,9 @@ from the context its last switch saved."""
         for f, c in live_fibres():
             if int(f["id"]) != want:
                 continue
-            if running_on(f, c) >= 0:
-                raise gdb.GdbError("fibre %d is running: find its thread with `info threads` and use `bt` there" % want)
+            if running_on(f, c) >= 0 or int(_atomic(f["offload_home"])):
+                raise gdb.GdbError("fibre %d is running (an offloaded call runs on a loom/off thread): find its "
+                                   "thread with `info threads` and use `bt` there" % want)
             sp = int(f["ctx"]["fctx"].cast(gdb.lookup_type("unsigned long")))
             if not sp:
                 raise gdb.GdbError("fibre %d has no saved context" % want)
