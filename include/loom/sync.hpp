@@ -69,6 +69,7 @@ class Semaphore {
   static constexpr unsigned kMax = 0x7fffffff;
   // A counting semaphore; max = 1 makes a binary one (releases collapse).
   explicit Semaphore(unsigned initial = 0, unsigned max = kMax);
+  ~Semaphore();
   void acquire();
   bool try_acquire();
   bool try_acquire_until(Clock::time_point t);
@@ -146,12 +147,11 @@ class Mutex {
  private:
   friend class CondVar;
   int slow_lock(Deadline d, const void* self);
-  std::atomic<const void*> owner_{nullptr};  // the owning fibre (or kernel thread)
+  std::atomic<const void*> owner_{nullptr};  // the owner, and bit 0: fibres may be queued (mutex.cpp)
   detail::SpinLock lock_;  // guards waiters_
   MutexType type_;
   MutexPolicy policy_;
   unsigned recursion_ = 0;
-  std::atomic<unsigned> waiting_{0};  // queued waiters (read by unlock without the lock)
   WaitQueue waiters_;
 };
 
