@@ -20,6 +20,7 @@
 
 #include "loom/loom.hpp"
 #include "sched/cluster.hpp"
+#include "sched/processor.hpp"
 #include "test_util.hpp"
 
 namespace io = loom::io;
@@ -843,12 +844,25 @@ TEST(Io, AProcessorDoesNotWakeItselfForWorkItsSleepFound) {
     ASSERT_EQ(io::write(p[1], &ch, 1), 1);
     ASSERT_EQ(io::read(p[1], &ch, 1), 1);
   };
+  // Each write goes to a processor asleep in the poller: waited for, not
+  // slept for (a sleep of a few ms assumed it, and under make chaos's
+  // stalls on a loaded machine the write came during the idle loop's last
+  // look, where a processor that makes work must wake itself).
+  loom::rt::Processor* proc = c.impl().processor(0);
+  auto asleep_in_poller = [&] {
+    auto end = std::chrono::steady_clock::now() + 10s;
+    while (proc->sleeping_in.load() == nullptr) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      std::this_thread::sleep_for(100us);
+    }
+    return true;
+  };
   round_trip();
-  std::this_thread::sleep_for(20ms);  // the processor goes back to sleep
+  ASSERT_TRUE(asleep_in_poller());
   std::uint64_t wakes = c.stats().wakes;
   for (int i = 0; i < 20; ++i) {
     round_trip();
-    std::this_thread::sleep_for(2ms);
+    ASSERT_TRUE(asleep_in_poller());
   }
   EXPECT_EQ(c.stats().wakes - wakes, 0u);
   ::shutdown(p[1], SHUT_WR);  // the echo loop reads end of file

@@ -70,6 +70,7 @@ class Semaphore {
   static constexpr unsigned kMax = 0x7fffffff;
   // A counting semaphore; max = 1 makes a binary one (releases collapse).
   explicit Semaphore(unsigned initial = 0, unsigned max = kMax);
+  ~Semaphore();
   void acquire();
   bool try_acquire();
   bool try_acquire_until(Clock::time_point t);
@@ -148,12 +149,11 @@ class Mutex {
   friend class CondVar;
   friend struct rt::MutexHolder;  // the fibre listing's "held by"
   int slow_lock(Deadline d, const void* self);
-  std::atomic<const void*> owner_{nullptr};  // the owning fibre (or kernel thread)
+  std::atomic<const void*> owner_{nullptr};  // the owner, and bit 0: fibres may be queued (mutex.cpp)
   detail::SpinLock lock_;  // guards waiters_
   MutexType type_;
   MutexPolicy policy_;
   unsigned recursion_ = 0;
-  std::atomic<unsigned> waiting_{0};  // queued waiters (read by unlock without the lock)
   WaitQueue waiters_;
 };
 

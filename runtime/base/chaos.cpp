@@ -26,6 +26,7 @@
 #include "sched/fibre.hpp"
 #include "sched/processor.hpp"
 #include "sched/stats.hpp"
+#include "sync/wait.hpp"
 
 namespace loom::rt {
 
@@ -190,6 +191,20 @@ void on_switch(const Fibre* next, const Processor& p) noexcept {
          (unsigned long long)next->id, name_of(next), p.index(), p.cluster().id(),
          next->affinity ? int(next->affinity->index()) : -1);
   start_wait_watch();
+}
+
+void touched_dead(const void* object, const char* kind) noexcept {
+  Processor* here = this_processor();
+  Fibre* f = here ? here->current() : nullptr;
+  if (here)
+    fail(
+        "%s %p touched after its destructor ran, by fibre %llu \"%s\" on processor %u of cluster %u (an operation "
+        "that let another thread through and then went on using the object?)",
+        kind, object, f ? (unsigned long long)f->id : 0ull, f ? name_of(f) : "", here->index(), here->cluster().id());
+  fail(
+      "%s %p touched after its destructor ran, by a thread that is no processor (an operation that let another "
+      "thread through and then went on using the object?)",
+      kind, object);
 }
 
 void on_owner(const Processor& p, const char* what) noexcept {

@@ -58,7 +58,8 @@ class Processor;
   X(uring_complete) /* io_uring: a completion read, before it is delivered */                   \
   X(io_park)        /* a descriptor wait: armed, before parking */                              \
   X(close_retire)   /* close: the generation bumped, before waiters are woken */                \
-  X(close_syscall)  /* close: loom's state retired, before close(2) */
+  X(close_syscall)  /* close: loom's state retired, before close(2) */                         \
+  X(sync_release)   /* a sync object released (another thread may destroy it), before return */
 
 #if defined(LOOM_CHAOS)
 namespace chaos {

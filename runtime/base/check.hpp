@@ -14,6 +14,11 @@ namespace loom::rt {
 [[noreturn]] void check_failed(const char* file, int line, const char* cond, const char* fmt, ...) noexcept
     __attribute__((format(printf, 4, 5), cold));
 
+// What a synchronisation object's destructor fills it with in a checking
+// build (sync/wait.hpp, dead_object): the runtime's take of a spin lock
+// that reads this byte reports a touch after the destructor ran.
+inline constexpr unsigned char kDeadByte = 0xDD;
+
 #if defined(LOOM_CHECKS)
 inline constexpr bool kChecks = true;
 #define LOOM_CHECK(cond, ...)                                                                           \

@@ -2,6 +2,7 @@
 // (without timeouts, so every signal_one succeeds).
 #include <stdexcept>
 
+#include "base/chaos.hpp"
 #include "sync/wait.hpp"
 
 namespace loom {
@@ -10,17 +11,18 @@ Barrier::Barrier(unsigned count) : count_(count) {
   if (count == 0) throw std::invalid_argument("loom::Barrier: count must be at least 1");
 }
 
-Barrier::~Barrier() = default;
+Barrier::~Barrier() { rt::dead_object(this, sizeof *this); }
 
 bool Barrier::arrive_and_wait() {
-  lock_.lock();
+  rt::lock_object(lock_, this, "loom::Barrier");
   if (++arrived_ == count_) {
     // The last arrival is the serial one: it opens the next phase.
     arrived_ = 0;
     ++phase_;
     rt::WakeBatch batch;
     while (rt::Waiter* w = rt::WaitList::signal_one(waiters_)) batch.add(w);
-    lock_.unlock();
+    lock_.unlock();  // the last touch: a waiter let through may destroy it
+    LOOM_CHAOS_POINT(sync_release);
     batch.wake_all();
     return true;
   }

@@ -9,15 +9,16 @@
 #include <cerrno>
 #include <system_error>
 
+#include "base/chaos.hpp"
 #include "sync/wait.hpp"
 
 namespace loom {
 
-CondVar::~CondVar() = default;
+CondVar::~CondVar() { rt::dead_object(this, sizeof *this); }
 
 int CondVar::wait_errno(Mutex& m, Deadline d) {
   if (m.type() != MutexType::normal && !m.held_by_caller()) return EPERM;
-  lock_.lock();
+  rt::lock_object(lock_, this, "loom::CondVar");
   if (rt::expired(d)) {
     lock_.unlock();
     return ETIMEDOUT;  // the mutex was never released: nothing to reacquire
@@ -46,17 +47,19 @@ bool CondVar::wait_until(Mutex& m, Clock::time_point t) {
 }
 
 void CondVar::notify_one() {
-  lock_.lock();
+  rt::lock_object(lock_, this, "loom::CondVar");
   rt::Waiter* w = rt::WaitList::signal_one(waiters_);
-  lock_.unlock();
+  lock_.unlock();  // the last touch: the woken waiter may destroy it
+  LOOM_CHAOS_POINT(sync_release);
   if (w) rt::wake(w);
 }
 
 void CondVar::notify_all() {
   rt::WakeBatch batch;
-  lock_.lock();
+  rt::lock_object(lock_, this, "loom::CondVar");
   while (rt::Waiter* w = rt::WaitList::signal_one(waiters_)) batch.add(w);
-  lock_.unlock();
+  lock_.unlock();  // the last touch
+  LOOM_CHAOS_POINT(sync_release);
   batch.wake_all();
 }
 

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <system_error>
 
+#include "base/chaos.hpp"
 #include "sync/wait.hpp"
 
 namespace loom {
@@ -32,13 +33,13 @@ struct RWLockAccess {
   }
 };
 
-RWLock::~RWLock() = default;
+RWLock::~RWLock() { rt::dead_object(this, sizeof *this); }
 
 bool RWLock::writer_may_enter() const { return writer_ == nullptr && readers_ == 0; }
 
 int RWLock::lock_shared_errno(Deadline d) {
   const void* self = rt::identity();
-  lock_.lock();
+  rt::lock_object(lock_, this, "loom::RWLock");
   if (writer_ == self) {
     lock_.unlock();
     return EDEADLK;
@@ -65,7 +66,7 @@ int RWLock::lock_shared_errno(Deadline d) {
 
 int RWLock::lock_errno(Deadline d) {
   const void* self = rt::identity();
-  lock_.lock();
+  rt::lock_object(lock_, this, "loom::RWLock");
   if (writer_ == self) {
     lock_.unlock();
     return EDEADLK;
@@ -113,7 +114,7 @@ void RWLock::wake_after_release_into(rt::WakeBatch& batch, bool writer_left) {
 int RWLock::unlock_errno() {
   const void* self = rt::identity();
   rt::WakeBatch batch;
-  lock_.lock();
+  rt::lock_object(lock_, this, "loom::RWLock");
   bool writer_left = writer_ == self;
   if (writer_left) {
     writer_ = nullptr;
@@ -124,7 +125,8 @@ int RWLock::unlock_errno() {
     return EPERM;
   }
   wake_after_release_into(batch, writer_left);
-  lock_.unlock();
+  lock_.unlock();  // the last touch
+  LOOM_CHAOS_POINT(sync_release);
   batch.wake_all();
   return 0;
 }

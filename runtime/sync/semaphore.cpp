@@ -5,16 +5,17 @@
 #include <cerrno>
 #include <system_error>
 
+#include "base/chaos.hpp"
 #include "sync/wait.hpp"
 
 namespace loom {
 
-using rt::SpinGuard;
-
 Semaphore::Semaphore(unsigned initial, unsigned max) : count_(initial > max ? max : initial), max_(max ? max : 1) {}
 
+Semaphore::~Semaphore() { rt::dead_object(this, sizeof *this); }
+
 int Semaphore::acquire_errno(Deadline d) {
-  lock_.lock();
+  rt::lock_object(lock_, this, "loom::Semaphore");
   if (count_ > 0) {
     --count_;
     lock_.unlock();
@@ -34,9 +35,10 @@ bool Semaphore::try_acquire() { return acquire_errno(kNow) == 0; }
 bool Semaphore::try_acquire_until(Clock::time_point t) { return acquire_errno(to_deadline(t)) == 0; }
 
 int Semaphore::release_errno() {
-  lock_.lock();
+  rt::lock_object(lock_, this, "loom::Semaphore");
   if (rt::Waiter* w = rt::WaitList::signal_one(waiters_)) {
-    lock_.unlock();
+    lock_.unlock();  // the last touch: the unit is the waiter's
+    LOOM_CHAOS_POINT(sync_release);
     rt::wake(w);
     return 0;
   }
@@ -46,6 +48,7 @@ int Semaphore::release_errno() {
   else if (max_ != 1)
     e = EOVERFLOW;  // a binary semaphore just stays at 1
   lock_.unlock();
+  LOOM_CHAOS_POINT(sync_release);
   return e;
 }
 
@@ -54,8 +57,10 @@ void Semaphore::release() {
 }
 
 unsigned Semaphore::value() const {
-  SpinGuard g(lock_);
-  return count_;
+  rt::lock_object(lock_, this, "loom::Semaphore");
+  unsigned n = count_;
+  lock_.unlock();
+  return n;
 }
 
 }  // namespace loom

@@ -1,5 +1,7 @@
 #include "sync/wait.hpp"
 
+#include <cstring>
+
 #include "sched/cluster.hpp"
 #include "sched/processor.hpp"
 
@@ -7,7 +9,8 @@ namespace loom::rt {
 
 namespace {
 
-thread_local char thread_identity;
+// Even, like a Fibre's address: loom::Mutex keeps a mark in bit 0 of its owner.
+alignas(8) thread_local char thread_identity;
 
 bool timer_expire(TimerNode* n) {
   auto* w = reinterpret_cast<Waiter*>(n);
@@ -144,5 +147,12 @@ bool wait_on(WaitQueue& q, SpinLock& lock, Waiter& w, Deadline d) {
     futex_wait(&w.released, 0, signalled || d == kForever ? -1 : d);
   }
 }
+
+#if defined(LOOM_CHECKS)
+void dead_object(void* object, unsigned long size) noexcept {
+  std::memset(object, kDeadByte, size);
+  asm volatile("" : : "r"(object) : "memory");  // not a dead store, though the object's lifetime ends here
+}
+#endif
 
 }  // namespace loom::rt

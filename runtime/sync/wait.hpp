@@ -49,6 +49,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "base/check.hpp"
 #include "base/futex.hpp"
 #include "base/spinlock.hpp"
 #include "loom/sync.hpp"
@@ -128,5 +129,37 @@ bool wait_on(WaitQueue& q, SpinLock& lock, Waiter& w, Deadline d);
 void wake(Waiter* w);
 
 inline bool expired(Deadline d) { return d != kForever && (d == kNow || now_ns() >= d); }
+
+// ---- Release is the last touch (docs/DESIGN.md), checked ---------------------
+// An operation that may let another thread through (an unlock, a post, a
+// notify, a barrier's last arrival) must not touch the object after the
+// store that does so: the thread let through may destroy it and reuse its
+// memory at once, as POSIX allows. In a checking build (LOOM_CHECKS) every
+// primitive's destructor fills the object with kDeadByte (dead_object), and
+// the runtime takes a primitive's spin lock only through lock_object, which
+// first reads the lock's byte: kDeadByte there is a touch after the
+// destructor ran, reported with the object, the fibre and the processor
+// (then abort). Every path into a primitive takes its lock or fails a CAS
+// into a path that does, so a late touch is caught at its first step when
+// the memory still holds the fill (tests/chaos_test.cpp DestroyAfterUse
+// keeps it so). In the default build dead_object does nothing and
+// lock_object is lock().
+#if defined(LOOM_CHECKS)
+void dead_object(void* object, unsigned long size) noexcept;  // out of line: not a dead store
+namespace check {
+[[noreturn]] void touched_dead(const void* object, const char* kind) noexcept;
+}
+#else
+inline void dead_object(void*, unsigned long) noexcept {}
+#endif
+inline void lock_object(SpinLock& l, const void* object, const char* kind) noexcept {
+#if defined(LOOM_CHECKS)
+  if (__atomic_load_n(reinterpret_cast<const unsigned char*>(&l), __ATOMIC_RELAXED) == kDeadByte)
+    check::touched_dead(object, kind);
+#endif
+  (void)object;
+  (void)kind;
+  l.lock();
+}
 
 }  // namespace loom::rt

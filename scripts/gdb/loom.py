@@ -109,7 +109,7 @@ def mutex_holder(kind, obj):
     try:
         if kind == "mutex":
             m = gdb.Value(obj).cast(gdb.lookup_type("loom::Mutex").pointer()).dereference()
-            return _ulong(_atomic(m["owner_"])), False
+            return _ulong(_atomic(m["owner_"])) & ~1, False  # bit 0: waiters may be queued
         if kind == "pthread_mutex":  # capi/pthread/sync.cpp: @8 holder, @16 kind
             k = int(_word(obj + 16, "int"))
             if 0 <= k <= 3:
