@@ -5,7 +5,7 @@ PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all test demo bench install clean asan tsan chaos deps deps-test deps-bench check-sanitizers fuzz soak test-memcached demo-memcached
+.PHONY: all test check memcached demo bench install clean asan tsan chaos deps deps-test deps-bench check-sanitizers fuzz soak test-memcached demo-memcached
 
 all: $(BUILD)/Makefile
 	@cmake --build $(BUILD) -j $(JOBS)
@@ -21,12 +21,26 @@ deps-test:
 deps-bench:
 	@scripts/deps.sh bench
 
-# Unit, stress and integration tests of the default build, then the
-# sanitizer builds' tests (ASan+valgrind-visible switches, TSan).
+# The quick suite: the default build's unit and integration tests, less
+# those labelled slow (the echo sweep, a million fibres in every variant,
+# the real-program suites) or memcached. About 10 minutes on 2 cores, build
+# included (docs/BENCHMARKS.md, "The test suites").
 test: deps-test
 	@$(MAKE) --no-print-directory all
-	@cd $(BUILD) && ctest --output-on-failure -j 1 --timeout 600
+	@cd $(BUILD) && ctest --output-on-failure -j 1 --timeout 600 -LE '^(slow|memcached)$$'
+
+# Everything, what CI runs: every test of the default build (memcached-port
+# built, its core suite included), then the ASan, TSan and perturbation
+# builds' (check-sanitizers, chaos).
+check: deps-test
+	@$(MAKE) --no-print-directory all memcached
+	@cd $(BUILD) && ctest --output-on-failure -j 1 --timeout 900
 	@$(MAKE) --no-print-directory check-sanitizers
+	@$(MAKE) --no-print-directory chaos
+
+# memcached-port's three builds (CMake target memcached-port).
+memcached: $(BUILD)/Makefile
+	@cmake --build $(BUILD) --target memcached-port
 
 check-sanitizers:
 	@$(MAKE) --no-print-directory asan
@@ -50,7 +64,7 @@ tsan: deps-test
 # runtime stalls its threads at named points, seeded (LOOM_CHAOS=SEED), and
 # checks its invariants; the stress, color, steal, I/O and pthread_three
 # tests run under CHAOS_SEEDS (default 1 2 3; scripts/chaos.sh). About 4
-# minutes on 2 cores once built (187-228 s, 2026-11-27). Not part of `make test`.
+# minutes on 2 cores once built (187-228 s, 2026-11-27). Part of `make check`.
 CHAOS_TARGETS = sched_test steal_test sync_test mutex_test rwlock_test color_test io_test io_echo_client \
   io_backend_probe chaos_test loom-pthread bounded_buffer_pthread bounded_buffer_loom \
   pthread_three_bounded_buffer_link pthread_three_cxx_glibc pthread_three_cxx_link \
@@ -64,7 +78,7 @@ chaos: deps-test
 # loom-memcached and memcached-tpc (tests/memcached/run_suite.sh; about
 # 7 minutes a server). `make test` runs only its core, through ctest.
 test-memcached: deps-test
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all memcached
 	@rc=0; for s in memcached-vanilla loom-memcached memcached-tpc; do \
 	  tests/memcached/run_suite.sh $$s --port-dir $(BUILD)/memcached-port || rc=1; \
 	done; exit $$rc
@@ -80,7 +94,7 @@ demo: deps-bench
 # memcached's own event loop, memcached-tpc and Debian's memcached, under
 # apps/mcload (about 3 minutes once built; scripts/bench_memcached.py).
 demo-memcached: deps-bench
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all memcached
 	@scripts/bench memcached --quick
 
 # libFuzzer on the web server's request parser (clang, ASan + UBSan) for
@@ -109,7 +123,7 @@ fuzz: deps-bench
 # docs/BENCHMARKS.md.
 SOAK_SECONDS ?= 120
 soak: deps-test
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all memcached
 	@mkdir -p bench-results
 	@rc=0; \
 	scripts/soak.py web --server $(BUILD)/apps/webserver/webserver --seconds $(SOAK_SECONDS) \
@@ -119,7 +133,7 @@ soak: deps-test
 	exit $$rc
 
 bench: deps-bench
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all memcached
 	@scripts/bench all
 
 # The libraries, headers, pkg-config files, CMake package and gdb script:
