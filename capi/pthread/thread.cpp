@@ -48,7 +48,8 @@
 //  - callers that are not loom processors (before the runtime started, other
 //    kernel threads, a fork child) may call pthread_self, pthread_equal, the
 //    key and attribute calls; pthread_create from a kernel thread that is not
-//    a processor makes a fibre in the default cluster.
+//    a processor makes a fibre in the default cluster (in a fork child, a
+//    kernel thread of glibc's).
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
@@ -359,6 +360,17 @@ void after_fork_in_child() {
   is_child_thread = false;
   fork_child_thread_end = &forking_thread_ends;
 }
+
+}  // namespace
+}  // namespace loom::capi::pthread_lib
+
+bool loom::capi::pthread_signal::glibc_thread_of_fork_child(pthread_t t) noexcept {
+  using namespace loom::capi::pthread_lib;
+  return child_handle(t) || (is_child_thread && t == glibc().self());
+}
+
+namespace loom::capi::pthread_lib {
+namespace {
 
 __attribute__((constructor(110))) void register_fork_handler() {
   child_threads();
@@ -705,7 +717,7 @@ void __pthread_unwind_next(__pthread_unwind_buf_t* b) {
 
 int pthread_getattr_np(pthread_t t, pthread_attr_t* a) {
   if (!a) return EINVAL;
-  if (child_handle(t) || (is_child_thread && t == glibc().self())) {
+  if (pthread_signal::glibc_thread_of_fork_child(t)) {
     // glibc's answer, in loom's attribute object.
     pthread_attr_t ga;
     if (int e = glibc().getattr_np(t, &ga)) return e;
@@ -742,11 +754,11 @@ int pthread_getattr_np(pthread_t t, pthread_attr_t* a) {
 }
 
 int pthread_setname_np(pthread_t t, const char* name) {
-  if (child_handle(t) || (is_child_thread && t == glibc().self())) return glibc().setname_np(t, name);
+  if (pthread_signal::glibc_thread_of_fork_child(t)) return glibc().setname_np(t, name);
   return loom_setname_np(t, name);
 }
 int pthread_getname_np(pthread_t t, char* name, size_t len) {
-  if (child_handle(t) || (is_child_thread && t == glibc().self())) return glibc().getname_np(t, name, len);
+  if (pthread_signal::glibc_thread_of_fork_child(t)) return glibc().getname_np(t, name, len);
   return loom_getname_np(t, name, len);
 }
 int pthread_getconcurrency(void) { return loom_getconcurrency(); }

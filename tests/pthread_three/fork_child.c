@@ -9,7 +9,8 @@
  * lock in the child: the prepare handler must wait for a worker to release
  * it. The fork is made twice: from main, and from a thread.
  * In each child:
- *  - four threads add to a counter under the workers' mutex (contended),
+ *  - four threads (each its handle: pthread_self, pthread_kill, names) add
+ *    to a counter under the workers' mutex (contended),
  *    and hand a token round a condition variable of the child's own;
  *  - two threads ping-pong 1,000 bytes over a new socketpair (blocking
  *    reads), and a pipe carries the child's report to the parent;
@@ -103,8 +104,18 @@ static void destroyed(void* v) {
   say(line);
 }
 
+static pthread_t adders[4];
+
 static void* adder(void* a) {
   long me = (long)a;
+  /* its handle is the one pthread_create gave, and names it to the calls
+   * by handle */
+  char name[16];
+  snprintf(name, sizeof name, "adder%ld", me);
+  if (!pthread_equal(pthread_self(), adders[me]) || pthread_kill(pthread_self(), 0) != 0 ||
+      pthread_setname_np(pthread_self(), name) != 0 || pthread_getname_np(adders[me], name, sizeof name) != 0 ||
+      name[5] != (char)('0' + me))
+    return (void*)-100;
   for (int i = 0; i < kAdds; ++i) {
     pthread_mutex_lock(&lock);
     ++child_counter;
@@ -132,7 +143,8 @@ static void* echo(void* a) {
 }
 
 static void child_work(void) {
-  pthread_t t[kThreads], e;
+  pthread_t* t = adders;
+  pthread_t e;
   if (pthread_key_create(&key, destroyed) != 0) die("pthread_key_create");
   for (long i = 0; i < kThreads; ++i)
     if (pthread_create(&t[i], NULL, adder, (void*)i) != 0) die("pthread_create in the child");
