@@ -77,6 +77,7 @@
 #include "sched/processor.hpp"
 #include "sched/tls.hpp"
 #include "signals.hpp"
+#include "sync/keys.hpp"
 #include "sync/parking_lot.hpp"
 
 // glibc declares most pointer arguments here nonnull; the checks are kept for
@@ -349,6 +350,7 @@ int child_create(pthread_t* thread, const Attr* r, void* (*start)(void*), void* 
 void after_fork_in_child() {
   forked_child.store(true, std::memory_order_relaxed);
   if (rt::Processor* p = rt::tls_processor) rt::tls::forget_kernel_rseq(p->kernel_tcb());
+  keys_move_to_kernel_thread(rt::this_fibre_or_null());
   rt::tls_processor = nullptr;
   // Waiters queued in the parking lot are the parent's, and a bucket lock
   // may have been held by one of its processors at the fork.

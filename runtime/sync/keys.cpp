@@ -6,6 +6,8 @@
 // threads that are not fibres get a table of their own, cleaned at thread
 // exit (without malloc: see thread_table below). The key registry is
 // process-wide (keys are process-wide in POSIX).
+#include "sync/keys.hpp"
+
 #include <pthread.h>
 #include <sys/mman.h>
 
@@ -124,6 +126,11 @@ Table* table(bool create) {
 }
 
 }  // namespace
+
+void keys_move_to_kernel_thread(rt::Fibre* f) noexcept {
+  if (!f || !f->specific) return;
+  if (Table* t = thread_table_of(true)) *t = *static_cast<Table*>(f->specific);
+}
 
 int key_create(Key* key, void (*destructor)(void*)) {
   rt::SpinGuard g(registry);

@@ -14,7 +14,8 @@
  *    and hand a token round a condition variable of the child's own;
  *  - two threads ping-pong 1,000 bytes over a new socketpair (blocking
  *    reads), and a pipe carries the child's report to the parent;
- *  - a thread's key destructor runs at its exit;
+ *  - the forking thread keeps its key's value; a thread's key destructor
+ *    runs at its exit;
  *  - the child forked from a thread ends that thread with pthread_exit while
  *    a detached thread it made still has work to do: the child lives on
  *    until that thread has written its line (its exit status 0).
@@ -93,6 +94,7 @@ static long child_counter, child_token;
 static pthread_cond_t child_turn = PTHREAD_COND_INITIALIZER;
 static pthread_key_t key;
 static int report; /* the pipe to the parent */
+static pthread_key_t forker_key; /* set by the forking thread before the fork */
 
 static void say(const char* line) {
   if (write(report, line, strlen(line)) < 0) _exit(3);
@@ -186,12 +188,16 @@ static void fork_once(const char* from, int from_thread) {
   if (pipe(p) != 0) die("pipe");
   fflush(stdout);
   long before = counter;
+  pthread_setspecific(forker_key, (void*)(from_thread ? 8L : 7L));
   pid_t pid = fork();
   if (pid < 0) die("fork");
   if (pid == 0) {
     close(p[0]);
     report = p[1];
     child_counter = child_token = 0;
+    char line[80];
+    snprintf(line, sizeof line, "child: the forking thread's key still holds %ld\n", (long)pthread_getspecific(forker_key));
+    say(line);
     child_work();
     if (from_thread) {
       pthread_t t;
@@ -233,6 +239,7 @@ static void* forker(void* a) {
 int main(void) {
   setvbuf(stdout, NULL, _IOFBF, 4096);
   if (pthread_atfork(prepare, release, release) != 0) die("pthread_atfork");
+  if (pthread_key_create(&forker_key, NULL) != 0) die("pthread_key_create");
   pthread_t w[4], pi, po;
   for (long i = 0; i < 4; ++i)
     if (pthread_create(&w[i], NULL, worker, (void*)i) != 0) die("pthread_create");
