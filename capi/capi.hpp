@@ -160,4 +160,9 @@ bool any_signal_state(bool (*fn)(SignalState&, void*), void* arg) noexcept;
 // silent fall-through to glibc's threads.
 long fibres_created() noexcept;
 
+// The child of a fork: called when the thread that forked ends there (its
+// start routine returns) before the process exits with status 0; set by
+// libloom-pthread, whose threads made in the child must end first.
+extern void (*fork_child_thread_end)();
+
 }  // namespace loom::capi

@@ -273,9 +273,13 @@ void trampoline(void* p) {
   }
   rt::Fibre* now = rt::this_fibre_or_null();
   // No processor under a fibre of loom_create: this is the child of a fork
-  // (libloom-pthread makes its one kernel thread a plain one), where this
-  // thread is the last: the process ends with status 0, as POSIX says.
-  if (!now) std::exit(0);
+  // (libloom-pthread makes its one kernel thread a plain one). When the
+  // threads made there have ended too, the process ends with status 0, as
+  // POSIX says of the last thread.
+  if (!now) {
+    if (fork_child_thread_end) fork_child_thread_end();
+    std::exit(0);
+  }
   if (now->tcb) rt::tls::run_tls_destructors();  // C++ thread_locals: before the keys, as glibc
   finish(t, now);
 }
@@ -397,6 +401,8 @@ bool any_signal_state(bool (*fn)(SignalState&, void*), void* arg) noexcept {
 }
 
 long fibres_created() noexcept { return threads_created.load(std::memory_order_relaxed); }
+
+void (*fork_child_thread_end)() = nullptr;
 
 }  // namespace loom::capi
 

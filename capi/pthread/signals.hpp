@@ -4,6 +4,7 @@
 // pthread_kill). docs/DESIGN.md, "Signals and fibres", has the whole story.
 #pragma once
 
+#include <pthread.h>
 #include <signal.h>
 
 #include <cstdint>
@@ -38,5 +39,10 @@ bool route(int sig, const siginfo_t* si, bool by_default) noexcept;
 // (handlers, default actions): the fibre's "next switch". Cheap when
 // nothing is pending (two loads). No-op off a fibre and inside a handler.
 void deliver_pending() noexcept;
+
+// thread.cpp's: `t` names a thread made in the child of a fork (a kernel
+// thread of glibc's, whose handle is glibc's), so pthread_kill and
+// pthread_sigqueue are glibc's for it.
+bool glibc_thread_of_fork_child(pthread_t t) noexcept;
 
 }  // namespace loom::capi::pthread_signal

@@ -298,6 +298,8 @@ struct Glibc {
   int (*pause)();
   int (*sigpending)(sigset_t*);
   int (*raise)(int);
+  int (*kill)(pthread_t, int);
+  int (*sigqueue)(pthread_t, int, const union sigval);
 };
 const Glibc& glibc() {
   static const Glibc g = [] {
@@ -309,6 +311,8 @@ const Glibc& glibc() {
     glibc_fn(r.sigtimedwait, "sigtimedwait");
     glibc_fn(r.sigsuspend, "sigsuspend");
     glibc_fn(r.pause, "pause");
+    glibc_fn(r.kill, "pthread_kill");
+    glibc_fn(r.sigqueue, "pthread_sigqueue");
     glibc_fn(r.sigpending, "sigpending");
     glibc_fn(r.raise, "raise");
     return r;
@@ -460,6 +464,7 @@ int pthread_kill(pthread_t t, int sig) {
   SignalState* target = signal_state(t);
   SignalState* self = fibre_state();
   if (!target) {
+    if (glibc_thread_of_fork_child(t)) return glibc().kill(t, sig);
     if (t != loom_self()) return ESRCH;
     if (sig == 0) return 0;
     int e = *errno_slot();  // a caller without a record: its own kernel thread
@@ -474,6 +479,7 @@ int pthread_kill(pthread_t t, int sig) {
 int pthread_sigqueue(pthread_t t, int sig, const union sigval value) {
   if (sig < 0 || sig >= NSIG || sig == 32 || sig == 33) return EINVAL;
   SignalState* target = signal_state(t);
+  if (!target && glibc_thread_of_fork_child(t)) return glibc().sigqueue(t, sig, value);
   if (!target) return t == loom_self() ? ENOTSUP : ESRCH;
   if (sig == 0) return 0;
   return send(*target, sig, SignalInfo{SI_QUEUE, int(::getpid()), unsigned(::getuid()), value.sival_ptr},

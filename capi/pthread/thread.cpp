@@ -20,9 +20,8 @@
 //    unwinding reaches them.)
 //  - fork: a handler registered before any of the program's marks the child's
 //    only kernel thread as "not a processor", so every hook of the library
-//    behaves as glibc's there (blocking the kernel thread); the child may
-//    exec, or run single-threaded code, but pthread_create fails there with
-//    EAGAIN and a message, since no processor would ever run the fibre.
+//    behaves as glibc's there (blocking the kernel thread); threads the
+//    child creates are glibc's kernel threads (see "fork" below).
 //
 // Choices where glibc's threads and fibres differ (README: "Three ways to
 // run a pthread program on loom"):
@@ -49,7 +48,8 @@
 //  - callers that are not loom processors (before the runtime started, other
 //    kernel threads, a fork child) may call pthread_self, pthread_equal, the
 //    key and attribute calls; pthread_create from a kernel thread that is not
-//    a processor makes a fibre in the default cluster.
+//    a processor makes a fibre in the default cluster (in a fork child, a
+//    kernel thread of glibc's).
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
@@ -60,11 +60,16 @@
 
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
+#include <vector>
 
+#include "base/futex.hpp"
+#include "base/spinlock.hpp"
 #include "base/sys.hpp"
 #include "capi.hpp"
 #include "loom/loom.h"
@@ -72,6 +77,8 @@
 #include "sched/processor.hpp"
 #include "sched/tls.hpp"
 #include "signals.hpp"
+#include "sync/keys.hpp"
+#include "sync/parking_lot.hpp"
 
 // glibc declares most pointer arguments here nonnull; the checks are kept for
 // callers that reach these through casts or dlsym (EINVAL, as loom.h does).
@@ -182,6 +189,22 @@ struct Glibc {
   // Also in base/sys.hpp, but there sanitizer builds take the names' own
   // addresses, which would be this library's definitions.
   [[noreturn]] void (*exit)(void*);
+  // For the threads of a fork child (see "fork" below).
+  int (*create)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  int (*join)(pthread_t, void**);
+  int (*tryjoin_np)(pthread_t, void**);
+  int (*timedjoin_np)(pthread_t, void**, const struct timespec*);
+  int (*clockjoin_np)(pthread_t, void**, clockid_t, const struct timespec*);
+  int (*detach)(pthread_t);
+  pthread_t (*self)();
+  int (*getattr_np)(pthread_t, pthread_attr_t*);
+  int (*setname_np)(pthread_t, const char*);
+  int (*getname_np)(pthread_t, char*, size_t);
+  int (*attr_init)(pthread_attr_t*);
+  int (*attr_setdetachstate)(pthread_attr_t*, int);
+  int (*attr_setstacksize)(pthread_attr_t*, size_t);
+  int (*attr_destroy)(pthread_attr_t*);
+  int (*attr_getstack)(const pthread_attr_t*, void**, size_t*);
 };
 
 // Looked up in libc.so.6 itself, as base/sys.cpp does (not RTLD_NEXT: what
@@ -195,27 +218,164 @@ const Glibc& glibc() {
     rt::sys::find_symbol(r.unregister_cancel_restore, "libc.so.6", "__pthread_unregister_cancel_restore");
     rt::sys::find_symbol(r.unwind_next, "libc.so.6", "__pthread_unwind_next");
     rt::sys::find_symbol(r.exit, "libc.so.6", "pthread_exit");
+    rt::sys::find_symbol(r.create, "libc.so.6", "pthread_create");
+    rt::sys::find_symbol(r.join, "libc.so.6", "pthread_join");
+    rt::sys::find_symbol(r.tryjoin_np, "libc.so.6", "pthread_tryjoin_np");
+    rt::sys::find_symbol(r.timedjoin_np, "libc.so.6", "pthread_timedjoin_np");
+    rt::sys::find_symbol(r.clockjoin_np, "libc.so.6", "pthread_clockjoin_np");
+    rt::sys::find_symbol(r.detach, "libc.so.6", "pthread_detach");
+    rt::sys::find_symbol(r.self, "libc.so.6", "pthread_self");
+    rt::sys::find_symbol(r.getattr_np, "libc.so.6", "pthread_getattr_np");
+    rt::sys::find_symbol(r.setname_np, "libc.so.6", "pthread_setname_np");
+    rt::sys::find_symbol(r.getname_np, "libc.so.6", "pthread_getname_np");
+    rt::sys::find_symbol(r.attr_init, "libc.so.6", "pthread_attr_init");
+    rt::sys::find_symbol(r.attr_setdetachstate, "libc.so.6", "pthread_attr_setdetachstate");
+    rt::sys::find_symbol(r.attr_setstacksize, "libc.so.6", "pthread_attr_setstacksize");
+    rt::sys::find_symbol(r.attr_destroy, "libc.so.6", "pthread_attr_destroy");
+    rt::sys::find_symbol(r.attr_getstack, "libc.so.6", "pthread_attr_getstack");
     return r;
   }();
   return g;
 }
 
-// ---- fork ------------------------------------------------------------------------------
+// ---- fork ----------------------------------------------------------------------------
+//
+// The child of a fork has one kernel thread: the one that ran the forking
+// fibre. It stops being a processor (after_fork_in_child, the first child
+// handler the program's run after), so every hook of the library takes the
+// path of a kernel thread that is not loom's — glibc's behaviour: locks wait
+// on futexes, I/O and sleeps block in the kernel. The parent's other
+// fibres, processors, poller and offload threads are not in the child, and
+// loom does not rebuild them there (docs/DESIGN.md, "fork"): a thread the
+// child creates is a kernel thread of glibc's own, which runs the program's
+// code with loom's locks, keys and I/O calls as such a thread does.
 
 std::atomic<bool> forked_child{false};
 
-// Runs in the child, before the program's own child handlers (registered by
-// this library's constructor, which runs before the program's; a library
-// initialised earlier may have registered one before it): the only kernel
-// thread left stops being a processor, so every loom call on it takes the
-// path of a kernel thread that is not loom's — glibc's behaviour. Its fibre
-// keeps running on it, on the fibre's stack, until it execs or exits.
-void after_fork_in_child() {
-  forked_child.store(true, std::memory_order_relaxed);
-  rt::tls_processor = nullptr;
+// Threads made in the child: their handles are glibc's, kept here so that
+// join, detach and the calls by handle reach glibc for them (a handle of
+// the parent's threads still reaches loom, which knows it). `live` counts
+// those whose start routine has not ended: the forking thread's own end
+// waits for them, since the process ends with its last thread.
+struct ChildThreads {
+  rt::SpinLock lock;
+  std::vector<pthread_t> handles;
+  std::atomic<int> live{0};
+};
+ChildThreads& child_threads() {
+  static ChildThreads* c = new ChildThreads;  // never destroyed: threads may outlive exit's destructors
+  return *c;
+}
+thread_local bool is_child_thread = false;
+
+bool child_handle(pthread_t t) {
+  if (!forked_child.load(std::memory_order_relaxed)) return false;
+  ChildThreads& c = child_threads();
+  rt::SpinGuard g(c.lock);
+  for (pthread_t h : c.handles)
+    if (h == t) return true;
+  return false;
 }
 
+void forget_child_handle(pthread_t t) {
+  ChildThreads& c = child_threads();
+  rt::SpinGuard g(c.lock);
+  for (auto& h : c.handles)
+    if (h == t) {
+      h = c.handles.back();
+      c.handles.pop_back();
+      return;
+    }
+}
+
+void child_thread_ended() {
+  ChildThreads& c = child_threads();
+  if (c.live.fetch_sub(1, std::memory_order_acq_rel) == 1) rt::futex_wake(&c.live, INT_MAX);
+}
+
+// The forking thread ends in the child (its start routine returned, or
+// pthread_exit): once the threads made there have ended, the process exits
+// with status 0, as glibc's last thread does.
+void forking_thread_ends() {
+  ChildThreads& c = child_threads();
+  for (int n; (n = c.live.load(std::memory_order_acquire)) != 0;) rt::futex_wait(&c.live, n);
+}
+
+struct ChildStart {
+  void* (*start)(void*);
+  void* arg;
+};
+
+void* child_start(void* p) {
+  ChildStart s = *static_cast<ChildStart*>(p);
+  delete static_cast<ChildStart*>(p);
+  is_child_thread = true;
+  void* r = s.start(s.arg);
+  child_thread_ended();
+  return r;
+}
+
+// pthread_create in the child: glibc's, with the program's attribute turned
+// into glibc's (detach state, and the stack size if one was set: otherwise
+// glibc's default); the rest is kept in loom's attribute, as on fibres.
+int child_create(pthread_t* thread, const Attr* r, void* (*start)(void*), void* arg) {
+  const Glibc& g = glibc();
+  pthread_attr_t ga;
+  g.attr_init(&ga);
+  g.attr_setdetachstate(&ga, r->detach);
+  if (r->stacksize) g.attr_setstacksize(&ga, r->stacksize);
+  auto* s = new (std::nothrow) ChildStart{start, arg};
+  ChildThreads& c = child_threads();
+  int e = s ? 0 : EAGAIN;
+  if (!e) {
+    // Listed before it runs, so that its own pthread_detach(pthread_self())
+    // finds it; the list's lock is held across glibc's create for that.
+    rt::SpinGuard guard(c.lock);
+    c.live.fetch_add(1, std::memory_order_relaxed);
+    e = g.create(thread, &ga, &child_start, s);
+    if (e) {
+      c.live.fetch_sub(1, std::memory_order_relaxed);
+      delete s;
+    } else if (r->detach != PTHREAD_CREATE_DETACHED) {
+      c.handles.push_back(*thread);
+    }
+  }
+  g.attr_destroy(&ga);
+  return e;
+}
+
+// Runs in the child, before the program's own child handlers (registered by
+// this library's constructor, which runs before the program's; a library
+// initialised earlier may have registered one before it).
+void after_fork_in_child() {
+  forked_child.store(true, std::memory_order_relaxed);
+  if (rt::Processor* p = rt::tls_processor) rt::tls::forget_kernel_rseq(p->kernel_tcb());
+  keys_move_to_kernel_thread(rt::this_fibre_or_null());
+  rt::tls_processor = nullptr;
+  // Waiters queued in the parking lot are the parent's, and a bucket lock
+  // may have been held by one of its processors at the fork.
+  rt::parking_lot::forget_after_fork();
+  ChildThreads& c = child_threads();
+  new (&c.lock) rt::SpinLock();
+  c.handles.clear();  // a child of a child: its parent's threads are not here
+  c.live.store(0, std::memory_order_relaxed);
+  is_child_thread = false;
+  fork_child_thread_end = &forking_thread_ends;
+}
+
+}  // namespace
+}  // namespace loom::capi::pthread_lib
+
+bool loom::capi::pthread_signal::glibc_thread_of_fork_child(pthread_t t) noexcept {
+  using namespace loom::capi::pthread_lib;
+  return child_handle(t) || (is_child_thread && t == glibc().self());
+}
+
+namespace loom::capi::pthread_lib {
+namespace {
+
 __attribute__((constructor(110))) void register_fork_handler() {
+  child_threads();
   __register_atfork(nullptr, nullptr, &after_fork_in_child, &__dso_handle);
 }
 
@@ -445,14 +605,6 @@ int pthread_setattr_default_np(const pthread_attr_t* a) {
 // ---- create, join, detach, exit -------------------------------------------------------------
 
 int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)(void*), void* arg) {
-  if (forked_child.load(std::memory_order_relaxed)) {
-    static std::atomic<bool> said{false};
-    if (!said.exchange(true))
-      std::fprintf(stderr,
-                   "loom: pthread_create in the child of fork(): the child has one kernel thread and no loom "
-                   "processors to run a new thread (exec, or stay single-threaded); EAGAIN\n");
-    return EAGAIN;
-  }
   Attr defaults;
   const Attr* r = attr ? attr_of(attr) : nullptr;
   if (attr && !r) return EINVAL;
@@ -460,6 +612,7 @@ int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)
     init_attr(&defaults);
     r = &defaults;
   }
+  if (forked_child.load(std::memory_order_relaxed)) return child_create(thread, r, start, arg);
   loom_attr_t la;
   loom_attr_init(&la);
   loom_attr_setdetachstate(&la, r->detach == PTHREAD_CREATE_DETACHED ? LOOM_CREATE_DETACHED : LOOM_CREATE_JOINABLE);
@@ -470,22 +623,53 @@ int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)
   return e;
 }
 
-int pthread_join(pthread_t t, void** retval) { return loom_join(t, retval); }
-int pthread_tryjoin_np(pthread_t t, void** retval) { return loom_tryjoin_np(t, retval); }
+// A thread made in a fork child is glibc's (see "fork" above); every other
+// handle is loom's.
+int pthread_join(pthread_t t, void** retval) {
+  if (!child_handle(t)) return loom_join(t, retval);
+  int e = glibc().join(t, retval);
+  if (e == 0) forget_child_handle(t);
+  return e;
+}
+int pthread_tryjoin_np(pthread_t t, void** retval) {
+  if (!child_handle(t)) return loom_tryjoin_np(t, retval);
+  int e = glibc().tryjoin_np(t, retval);
+  if (e == 0) forget_child_handle(t);
+  return e;
+}
 int pthread_timedjoin_np(pthread_t t, void** retval, const struct timespec* abstime) {
-  return loom_timedjoin_np(t, retval, abstime);
+  if (!child_handle(t)) return loom_timedjoin_np(t, retval, abstime);
+  int e = glibc().timedjoin_np(t, retval, abstime);
+  if (e == 0) forget_child_handle(t);
+  return e;
 }
 int pthread_clockjoin_np(pthread_t t, void** retval, clockid_t clock, const struct timespec* abstime) {
-  return loom_clockjoin_np(t, retval, clock, abstime);
+  if (!child_handle(t)) return loom_clockjoin_np(t, retval, clock, abstime);
+  int e = glibc().clockjoin_np(t, retval, clock, abstime);
+  if (e == 0) forget_child_handle(t);
+  return e;
 }
-int pthread_detach(pthread_t t) { return loom_detach(t); }
-pthread_t pthread_self(void) { return loom_self(); }
+int pthread_detach(pthread_t t) {
+  if (!child_handle(t)) return loom_detach(t);
+  int e = glibc().detach(t);
+  if (e == 0) forget_child_handle(t);
+  return e;
+}
+pthread_t pthread_self(void) { return is_child_thread ? glibc().self() : loom_self(); }
 int pthread_equal(pthread_t a, pthread_t b) { return a == b; }
 
 void pthread_exit(void* retval) {
-  // The child of a fork: its one thread is the last (cleanup handlers pushed
-  // before the fork are not run there).
-  if (forked_child.load(std::memory_order_relaxed)) std::exit(0);
+  if (forked_child.load(std::memory_order_relaxed)) {
+    // A thread made in the child: glibc's, its cleanup handlers are glibc's.
+    if (is_child_thread) {
+      child_thread_ended();
+      glibc().exit(retval);
+    }
+    // The forking thread (cleanup handlers pushed before the fork are not
+    // run there): the process ends with the last of the child's threads.
+    forking_thread_ends();
+    std::exit(0);
+  }
   if (GlibcCleanup* g = glibc_cleanup()) {
     g->retval = retval;
     run_next_handler(g);
@@ -535,6 +719,21 @@ void __pthread_unwind_next(__pthread_unwind_buf_t* b) {
 
 int pthread_getattr_np(pthread_t t, pthread_attr_t* a) {
   if (!a) return EINVAL;
+  if (pthread_signal::glibc_thread_of_fork_child(t)) {
+    // glibc's answer, in loom's attribute object.
+    pthread_attr_t ga;
+    if (int e = glibc().getattr_np(t, &ga)) return e;
+    Attr* r = reinterpret_cast<Attr*>(a);
+    init_attr(r);
+    void* addr = nullptr;
+    size_t size = 0;
+    if (glibc().attr_getstack(&ga, &addr, &size) == 0) {
+      r->stackaddr = addr;
+      r->stacksize = size;
+    }
+    glibc().attr_destroy(&ga);
+    return 0;
+  }
   loom_attr_t la;
   int e = loom_getattr_np(t, &la);
   if (e) return e;
@@ -556,8 +755,14 @@ int pthread_getattr_np(pthread_t t, pthread_attr_t* a) {
   return 0;
 }
 
-int pthread_setname_np(pthread_t t, const char* name) { return loom_setname_np(t, name); }
-int pthread_getname_np(pthread_t t, char* name, size_t len) { return loom_getname_np(t, name, len); }
+int pthread_setname_np(pthread_t t, const char* name) {
+  if (pthread_signal::glibc_thread_of_fork_child(t)) return glibc().setname_np(t, name);
+  return loom_setname_np(t, name);
+}
+int pthread_getname_np(pthread_t t, char* name, size_t len) {
+  if (pthread_signal::glibc_thread_of_fork_child(t)) return glibc().getname_np(t, name, len);
+  return loom_getname_np(t, name, len);
+}
 int pthread_getconcurrency(void) { return loom_getconcurrency(); }
 int pthread_setconcurrency(int level) { return loom_setconcurrency(level); }
 int pthread_setcancelstate(int state, int* old) { return loom_setcancelstate(state, old); }

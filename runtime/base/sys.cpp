@@ -18,11 +18,11 @@ template <class F>
 // The sanitizers intercept these names: their runtime must see every thread
 // start (see sys.hpp).
 Pthread load() {
-  return Pthread{&::pthread_create,         &::pthread_join,         &::pthread_detach,
-                 &::pthread_self,           &::pthread_setname_np,   &::pthread_setaffinity_np,
-                 &::pthread_getaffinity_np, &::pthread_getattr_np,   &::pthread_attr_getstack,
-                 &::pthread_attr_destroy,   &::pthread_sigmask,      &::pthread_once,
-                 &::pthread_mutex_lock,     &::pthread_mutex_unlock, &::pthread_exit};
+  return Pthread{&::pthread_create,        &::pthread_join,           &::pthread_detach,         &::pthread_self,
+                 &::pthread_setname_np,    &::pthread_setaffinity_np, &::pthread_getaffinity_np, &::pthread_getattr_np,
+                 &::pthread_attr_getstack, &::pthread_attr_destroy,   &::pthread_sigmask,        &::pthread_once,
+                 &::pthread_mutex_lock,    &::pthread_mutex_unlock,   &::pthread_exit,           &::pthread_key_create,
+                 &::pthread_setspecific};
 }
 #else
 Pthread load() {
@@ -42,6 +42,8 @@ Pthread load() {
   find(p.mutex_lock, "pthread_mutex_lock");
   find(p.mutex_unlock, "pthread_mutex_unlock");
   find(p.exit, "pthread_exit");
+  find(p.key_create, "pthread_key_create");
+  find(p.setspecific, "pthread_setspecific");
   return p;
 }
 #endif

@@ -145,6 +145,8 @@ struct Pthread {
   int (*mutex_lock)(pthread_mutex_t*);
   int (*mutex_unlock)(pthread_mutex_t*);
   [[noreturn]] void (*exit)(void*);
+  int (*key_create)(pthread_key_t*, void (*)(void*));
+  int (*setspecific)(pthread_key_t, const void*);
 };
 // Looked up on first use (from the library's constructor at the latest).
 const Pthread& pthread() noexcept;

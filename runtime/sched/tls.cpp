@@ -458,4 +458,23 @@ bool enable() noexcept {
   return true;
 }
 
+// The kernel registered the rseq area glibc gave the kernel thread, in that
+// thread's own block; the child of a fork inherits the registration. But
+// there glibc takes the forking fibre's block for the thread's (it is the
+// one installed), and puts the stack holding the kernel thread's block in
+// its cache of free stacks, for a thread the child creates to reuse or
+// unmap: the kernel's next update of the area then wrote into another
+// thread's block, or met no memory and killed the process with SIGSEGV.
+// glibc registers the area with the length of its struct (32 bytes on
+// x86-64), which __rseq_size (the features' size) may be smaller than; the
+// kernel unregisters only with the length it was given.
+void forget_kernel_rseq(void* kernel_tcb) noexcept {
+  if (!switching || !g.rseq_size || !kernel_tcb) return;
+  constexpr int kUnregister = 1;         // RSEQ_FLAG_UNREGISTER
+  constexpr unsigned kSig = 0x53053053;  // RSEQ_SIG on x86
+  void* area = static_cast<char*>(kernel_tcb) + g.rseq_off;
+  for (unsigned len : {32u, g.rseq_size})
+    if (syscall(SYS_rseq, area, len, kUnregister, kSig) == 0) return;
+}
+
 }  // namespace loom::rt::tls

@@ -69,6 +69,10 @@ void run_tls_destructors() noexcept;
 // export).
 void thread_end(Fibre* self) noexcept;
 
+// In the child of a fork, on its one kernel thread, which was a processor's
+// (`kernel_tcb` its own block, Processor::kernel_tcb()): the kernel forgets
+// the rseq area registered there (see tls.cpp).
+void forget_kernel_rseq(void* kernel_tcb) noexcept;
 // A block for a processor whose kernel thread's own block belongs to main()
 // (processor 0); made on that processor.
 void* make_home(Processor* p);

@@ -3,12 +3,20 @@
 // A fibre's values live in a table allocated on its first set_specific; at
 // its exit the scheduler calls keys_at_exit (through fibre_exit_hook), which
 // runs destructors of non-null values in rounds, as POSIX says. Kernel
-// threads that are not fibres get a thread_local table, cleaned at thread
-// exit. The key registry is process-wide (keys are process-wide in POSIX).
-#include <cerrno>
+// threads that are not fibres get a table of their own, cleaned at thread
+// exit (without malloc: see thread_table below). The key registry is
+// process-wide (keys are process-wide in POSIX).
+#include "sync/keys.hpp"
 
-#include "sched/processor.hpp"
+#include <pthread.h>
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <new>
+
 #include "base/spinlock.hpp"
+#include "base/sys.hpp"
+#include "sched/processor.hpp"
 #include "sync/wait.hpp"
 
 namespace loom {
@@ -53,16 +61,54 @@ void run_destructors(Table* t) {
   }
 }
 
-struct ThreadTable {
-  Table* table = nullptr;
-  ~ThreadTable() {
-    if (table) {
-      run_destructors(table);
-      delete table;
-    }
+// A kernel thread's table: no malloc on the way to it. Allocators call
+// pthread_setspecific from inside their own initialisation (jemalloc's
+// tsd_boot, for the first malloc of the process, from the loader), where
+// glibc's does not allocate; a malloc here re-entered that initialisation,
+// and jemalloc, initialised twice over, registered its fork handlers twice:
+// the second prefork run then waited for the locks the first had taken
+// (redis' BGSAVE hung in fork). So the table is mapped, not allocated, and a
+// key of glibc's own (glibc's pthread_setspecific does not allocate for its
+// first 32 keys) runs its destructors when the thread exits, where a C++
+// thread_local's destructor is registered through __cxa_thread_atexit,
+// which callocs. Looking glibc's key functions up allocates too (dlopen),
+// so the key is made by this file's constructor, and a table made before
+// that (in the loader, by another library's constructor) is registered at
+// the thread's next use of a key; a thread that exits before then has its
+// values' destructors not run.
+thread_local Table* thread_table = nullptr;  // trivially destructible
+thread_local bool thread_registered = false;
+pthread_key_t glibc_key;
+std::atomic<bool> glibc_key_made{false};
+
+constexpr std::size_t kTableBytes = (sizeof(Table) + 4095) & ~std::size_t(4095);
+
+void thread_exit(void* p) {
+  auto* t = static_cast<Table*>(p);
+  run_destructors(t);  // still attached: destructors may set values
+  thread_table = nullptr;
+  thread_registered = false;
+  t->~Table();
+  munmap(t, kTableBytes);
+}
+
+__attribute__((constructor)) void make_glibc_key() {
+  if (rt::sys::pthread().key_create(&glibc_key, &thread_exit) == 0)
+    glibc_key_made.store(true, std::memory_order_release);
+}
+
+Table* thread_table_of(bool create) {
+  if (!thread_table && create) {
+    void* m = mmap(nullptr, kTableBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return nullptr;
+    thread_table = new (m) Table;
   }
-};
-thread_local ThreadTable thread_table;
+  if (thread_table && !thread_registered && glibc_key_made.load(std::memory_order_acquire)) {
+    rt::sys::pthread().setspecific(glibc_key, thread_table);
+    thread_registered = true;
+  }
+  return thread_table;
+}
 
 void keys_at_exit(rt::Fibre* f) {
   auto* t = static_cast<Table*>(f->specific);
@@ -76,11 +122,15 @@ Table* table(bool create) {
     if (!f->specific && create) f->specific = new (std::nothrow) Table;
     return static_cast<Table*>(f->specific);
   }
-  if (!thread_table.table && create) thread_table.table = new (std::nothrow) Table;
-  return thread_table.table;
+  return thread_table_of(create);
 }
 
 }  // namespace
+
+void keys_move_to_kernel_thread(rt::Fibre* f) noexcept {
+  if (!f || !f->specific) return;
+  if (Table* t = thread_table_of(true)) *t = *static_cast<Table*>(f->specific);
+}
 
 int key_create(Key* key, void (*destructor)(void*)) {
   rt::SpinGuard g(registry);

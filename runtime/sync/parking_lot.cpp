@@ -5,6 +5,8 @@
 // whether it was the last one on its key.
 #include "sync/parking_lot.hpp"
 
+#include <new>
+
 #include "sched/cluster.hpp"
 #include "sched/processor.hpp"
 #include "sync/wait.hpp"
@@ -244,6 +246,10 @@ unsigned queued_now() {
     b.lock.unlock();
   }
   return n;
+}
+
+void forget_after_fork() noexcept {
+  for (Bucket& b : table) new (&b) Bucket();
 }
 
 }  // namespace loom::rt::parking_lot

@@ -108,7 +108,7 @@ struct ParkOps {
   bool (*validate)(void* ctx) = nullptr;
   void (*timed_out)(void* ctx, bool was_last) = nullptr;
   void* ctx = nullptr;
-  bool stamp = false;  // record when the waiter parked (UnparkResult::since); else since is 0
+  bool stamp = false;        // record when the waiter parked (UnparkResult::since); else since is 0
   ParkToken park_token = 0;  // the waiter's kind, for unpark_some (and was_last)
   // What the fibre listing says a parked fibre waits on (the object: key).
   WaitKind wait_kind = WaitKind::pthread;
@@ -147,6 +147,14 @@ Parked park_if(const void* key, F&& validate, Deadline deadline, WaitKind kind =
 
 // Statistics for tests: waiters queued now, across the table.
 unsigned queued_now();
+
+// In the child of a fork, before anything there waits or wakes: the one
+// thread left is the one that forked, which was not waiting; every waiter
+// queued is a fibre or thread of the parent's, and a bucket lock may be held
+// by a thread that is not there. Empties the table and frees its locks, so
+// that a wake in the child is not spent on a waiter that will never run
+// (libloom-pthread's atfork child handler).
+void forget_after_fork() noexcept;
 
 }  // namespace parking_lot
 }  // namespace loom::rt

@@ -4,7 +4,8 @@
  * stable, keys are its own, and a thread it creates runs (as a fibre in the
  * default cluster, on loom) and is joined from it. The same output on glibc
  * and every loom route. It ends with pthread_exit, which on loom must reach
- * glibc's for such a thread, after its cleanup handler. */
+ * glibc's for such a thread, after its cleanup handler; then its key's
+ * destructor runs. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -17,7 +18,10 @@
 typedef int (*create_fn)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
 typedef int (*join_fn)(pthread_t, void**);
 
-static pthread_key_t key;
+static pthread_key_t key, dkey;
+
+/* A key's destructor runs when the kernel thread exits (glibc's exit). */
+static void destroyed(void* v) { printf("kernel thread: its key's destructor ran with %ld\n", (long)v); }
 
 static void* child(void* a) {
   pthread_setspecific(key, (void*)3);
@@ -36,6 +40,7 @@ static void* kernel_thread(void* a) {
   printf("kernel thread: self is stable %d, differs from main's %d\n", pthread_equal(me, pthread_self()),
          !pthread_equal(me, *(pthread_t*)a));
   pthread_setspecific(key, (void*)7);
+  pthread_setspecific(dkey, (void*)9);
   pthread_t t;
   void* r = NULL;
   if (pthread_create(&t, NULL, child, (void*)20) != 0 || pthread_join(t, &r) != 0) {
@@ -59,6 +64,7 @@ int main(void) {
     return 1;
   }
   pthread_key_create(&key, NULL);
+  pthread_key_create(&dkey, destroyed);
   pthread_setspecific(key, (void*)5);
   pthread_t main_id = pthread_self(), k;
   void* r = NULL;

@@ -1,15 +1,14 @@
 /* fork_exec.c — fork and exec from a program whose threads are fibres.
  * Run preloaded into its glibc build and linked with -lloom-pthread (the
- * header route refuses pthread_atfork); fork_exec.expect is loom's output.
+ * header route refuses pthread_atfork); the output is glibc's.
  *  - fork + execve of /bin/true from a thread (a fibre): the parent sees
  *    the child's exit status; pthread_atfork handlers run in POSIX's order
  *    (prepare in reverse order of registration, parent and child in order);
  *  - posix_spawn of /bin/sh -c 'exit 3' from main;
  *  - a bare fork: the child is one kernel thread, which loom treats as a
  *    thread that is not one of its processors: a mutex, a sleep and a write
- *    work as glibc's, but pthread_create fails with EAGAIN (no processor
- *    would run the thread; loom says so on stderr). On glibc it would give
- *    0: this line is why glibc's output is not the reference;
+ *    work as glibc's, and pthread_create gives 0 (a kernel thread of
+ *    glibc's; fork_child.c does more there);
  *  - a fork child that returns from its thread, or calls pthread_exit, ends
  *    with status 0 (the last thread ended). */
 #define _GNU_SOURCE
