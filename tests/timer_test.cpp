@@ -660,6 +660,45 @@ TEST(TimerRegression, TimerFiredWhileSuspendingDoesNotSpinOnTheWaitersLock) {
   EXPECT_EQ(timeouts.load(), 8 * waits);
 }
 
+// Regression: on a busy processor timers were fired only at a yield's slow
+// path and in the idle loop; fibres that only block and wake each other (a
+// token passed round a condvar) never yield and leave the processor no idle
+// moment, so a sleeper on the same processor never woke (found with a
+// pthread program on LOOM_PROCESSORS=1). Processor::suspend now leaves the
+// due timers to the fibre it switches to, which fires them once the blocking
+// fibre's post action has released its lock.
+TEST(TimerRegression, SleeperAmongFibresThatOnlyBlockWakes) {
+  Watchdog dog(std::chrono::seconds(60));
+  Cluster c(1);
+  Mutex m;
+  CondVar cv;
+  int turn = 0;
+  std::atomic<bool> stop{false}, starved{false};
+  const auto give_up = Clock::now() + 20s;  // the ring's bound, far past the sleep
+  std::vector<Fibre> ring;
+  for (int i = 0; i < 4; ++i)
+    ring.emplace_back(on(c), [&, i] {
+      m.lock();
+      while (!stop.load()) {
+        while (turn != i && !stop.load()) cv.wait(m);
+        if (Clock::now() > give_up) {
+          starved.store(true);
+          stop.store(true);
+        }
+        turn = (turn + 1) % 4;
+        cv.notify_all();
+      }
+      cv.notify_all();
+      m.unlock();
+    });
+  Fibre(on(c), [&] {
+    loom::this_fibre::sleep_for(5ms);
+    stop.store(true);
+  }).join();
+  ring.clear();
+  EXPECT_FALSE(starved.load()) << "the sleeper never woke while the ring ran";
+}
+
 // A wait that was signalled before its deadline leaves no timer behind: a
 // stale timer firing later would end the next wait early.
 TEST(Timer, SignalledWaitLeavesNoTimerBehind) {

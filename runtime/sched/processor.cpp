@@ -34,13 +34,17 @@ struct SwitchNote {
   Processor* here;  // the switching processor, which also runs post
 };
 
-inline void after_switch(transfer_t t) {
+// Returns the processor the switch happened on (the note lives on prev's
+// stack, which post may free).
+inline Processor* after_switch(transfer_t t) {
   auto* note = static_cast<SwitchNote*>(t.data);
   Fibre* prev = note->prev;
   PostFn post = note->post;
   void* arg = note->arg;
+  Processor* here = note->here;
   prev->ctx.fctx = t.fctx;  // saved: from here on prev may be published
-  if (post) post(*note->here, prev, arg);
+  if (post) post(*here, prev, arg);
+  return here;
 }
 
 // A yielding fibre goes to the back of the queue it would be placed in if it
@@ -113,7 +117,7 @@ void fibre_entry(transfer_t t) {
   Fibre* self = this_processor()->current();
   self->wait_kind.store(WaitKind::none, std::memory_order_relaxed);
   context_arrived(self->ctx);
-  after_switch(t);
+  after_switch(t)->fire_timers_left();
   if (self->tcb) tls::thread_start(self);
   try {
     self->fn(self->arg);
@@ -275,7 +279,7 @@ void Processor::switch_to(Fibre* next, PostFn post, void* arg, bool dying) {
   // Resumed, perhaps on another kernel thread: `this` is stale from here.
   self->wait_kind.store(WaitKind::none, std::memory_order_relaxed);
   context_arrived(self->ctx);
-  after_switch(t);
+  after_switch(t)->fire_timers_left();
 }
 
 Fibre* Processor::next_ready(unsigned max_level, bool fire_timers) {
@@ -298,11 +302,22 @@ Fibre* Processor::next_ready(unsigned max_level, bool fire_timers) {
   return cluster_->pop_staging(*this);
 }
 
+void Processor::fire_timers_left() {
+  if (__builtin_expect(timers_due_, 0)) {
+    timers_due_ = false;
+    cluster_->fire_timers();
+  }
+}
+
 void Processor::suspend(PostFn post, void* arg) {
   // No timers here: a blocking caller may still hold the lock of the
   // primitive it waits on (released by `post`), and a firing timer takes
   // that lock to unqueue its waiter.
   Fibre* next = next_ready(kPriorities - 1, /*fire_timers=*/false);
+  // Left to the fibre that runs next, after post: fibres that only block
+  // and wake each other never yield nor idle, and a sleeper among them
+  // would never wake (timer_test, SleeperAmongFibresThatOnlyBlockWakes).
+  if ((tick_ & 15) == 0 && next && cluster_->timers.pending()) timers_due_ = true;
   switch_to(next ? next : &idle_, post, arg);
 }
 

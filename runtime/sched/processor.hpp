@@ -66,8 +66,12 @@ class Processor {
   // Switches to `next`, which runs post(prev, arg) first.
   void switch_to(Fibre* next, PostFn post, void* arg, bool dying = false);
   // The running fibre stops; post(self, arg) publishes it wherever it must
-  // wait. Runs the next ready fibre, or the idle loop.
+  // wait. Runs the next ready fibre, or the idle loop; on every 16th pick
+  // with timers pending, that fibre fires them once post() has run (post
+  // releases the primitive's lock that a firing timer may take).
   void suspend(PostFn post, void* arg);
+  // The resumed side of a switch: the timers suspend() left to it.
+  void fire_timers_left();
   void yield();
   // The next fibre to run without sleeping or stealing (local, staging);
   // fires due timers on every 16th call unless told not to (a caller that
@@ -148,6 +152,7 @@ class Processor {
   Stack idle_stack_;  // adopt only: the idle loop needs a stack of its own
   StackCache stacks_;
   unsigned tick_ = 0;
+  bool timers_due_ = false;      // suspend() left due timers to the fibre it switched to
   std::uint64_t last_look_ = 0;  // TSC of the extensions' last busy_pick
   std::atomic<bool> stop_{false};
   pthread_t thread_{};
