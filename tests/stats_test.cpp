@@ -1,6 +1,7 @@
 // The runtime's counters (sched/stats.hpp): each counts what it says, they
 // add up across processors, and the tables come out at exit and on a signal.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include "loom/io.hpp"
 #include "loom/loom.h"
 #include "loom/loom.hpp"
+#include "sched/fibre.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -256,6 +258,23 @@ std::string address(const void* p) {
   char s[32];
   std::snprintf(s, sizeof s, "%p", p);
   return s;
+}
+
+// The listing reads the holder of the mutex a fibre was seen blocked on; by
+// then the fibre may have been woken, and the mutex destroyed and its memory
+// unmapped (the listing faulted so under load, with the woken waiter
+// freeing its mutex). The read is of memory that may be gone: it answers
+// "nobody", never faults.
+TEST(Fibres, ListingReadsAGoneMutexWithoutFaulting) {
+  void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  auto* m = new (page) loom::Mutex;
+  m->lock();
+  EXPECT_NE(loom::rt::MutexHolder::of(*m), nullptr);
+  m->unlock();
+  m->~Mutex();
+  ASSERT_EQ(munmap(page, 4096), 0);
+  EXPECT_EQ(loom::rt::MutexHolder::of(*m), nullptr);
 }
 
 // Two fibres that deadlock on two mutexes (with timeouts, so the test ends):

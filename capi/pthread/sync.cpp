@@ -152,12 +152,16 @@ bool owned_kind(int k) { return k == kRecursive || k == kErrorcheck; }
 void note_holder(pthread_mutex_t* m) { mowner(m).store(__builtin_thread_pointer(), std::memory_order_relaxed); }
 
 // rt::pthread_mutex_holder, for the listing's "held by".
+// The mutex is read as memory that may be gone: its waiter may have been
+// woken, and it destroyed and unmapped, since the listing found the waiter
+// blocked on it (the listing faulted so, under load).
 const void* holder_of(const void* object, bool* is_tcb) {
-  auto* m = static_cast<pthread_mutex_t*>(const_cast<void*>(object));
-  int k = mkind(m).load(std::memory_order_relaxed);
+  pthread_mutex_t m;
+  if (!rt::sys::peek(object, &m, sizeof m)) return nullptr;
+  int k = mkind(&m).load(std::memory_order_relaxed);
   if (k < kNormal || k > kAdaptive) return nullptr;
   *is_tcb = !owned_kind(k);
-  return mowner(m).load(std::memory_order_relaxed);
+  return mowner(&m).load(std::memory_order_relaxed);
 }
 [[maybe_unused]] const bool holder_hook = (rt::pthread_mutex_holder = &holder_of, true);
 

@@ -159,4 +159,17 @@ void find_symbol(F& slot, const char* lib, const char* name) noexcept {
   slot = reinterpret_cast<F>(library_symbol(lib, name));
 }
 
+// Copies n bytes of this process's memory at `from` into `to`, or returns
+// false (errno kept) when they are not all mapped or the call is refused:
+// for diagnostics that read an object another thread may free and unmap
+// meanwhile (the fibre listing's mutex holder, sched/stats.cpp). The bytes
+// of freed, still mapped memory are garbage, never to be dereferenced.
+inline bool peek(const void* from, void* to, std::size_t n) noexcept {
+  int saved = errno;
+  iovec local{to, n}, remote{const_cast<void*>(from), n};
+  bool ok = ::syscall(SYS_process_vm_readv, long(::syscall(SYS_getpid)), &local, 1L, &remote, 1L, 0L) == long(n);
+  errno = saved;
+  return ok;
+}
+
 }  // namespace loom::rt::sys

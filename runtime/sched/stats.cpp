@@ -90,7 +90,10 @@ struct FibreRow {
   bool holder_is_tcb = false;
 };
 
-// What the waited-on object says of its holder (see FibreRow::holder).
+// What the waited-on object says of its holder (see FibreRow::holder). The
+// object is read as memory that may be gone (sys::peek, in the hooks): the
+// fibre may have been woken since it was seen blocked, and the mutex
+// destroyed and unmapped.
 void find_holder(rt::WaitKind k, const void* o, FibreRow& r) {
   if (!o) return;
   if (k == rt::WaitKind::mutex) {

@@ -360,19 +360,38 @@ void* make_home(Processor* p) {
   return tp;
 }
 
+namespace {
+// errno of the block installed now. glibc declares __errno_location()
+// const, so a compiler may keep &errno from before an install() and write
+// the other block's (as KernelIdentity's did: a failed call's errno landed
+// in the kernel thread's block, main() read 0): noinline, and the asm makes
+// it impure, so each use looks the slot up again (capi::errno_slot's way).
+__attribute__((noinline)) int* errno_of_installed() noexcept {
+  int* p = __errno_location();
+  asm volatile("" : "+r"(p) : : "memory");
+  return p;
+}
+}  // namespace
+
 KernelIdentity::KernelIdentity() noexcept {
   if (!switching) return;
   Processor* p = tls_processor;
   if (!p || current() != g.main_tcb || p->kernel_tcb() == g.main_tcb) return;
   proc_ = p;
+  int e = *errno_of_installed();  // main()'s: a call that succeeds leaves it
   install(p->kernel_tcb(), p);
+  int* kernel = errno_of_installed();
+  kernel_errno_ = *kernel;
+  *kernel = e;
 }
 
 KernelIdentity::~KernelIdentity() {
   if (!proc_) return;
-  int e = errno;  // set, if at all, in the kernel thread's block
+  int* kernel = errno_of_installed();
+  int e = *kernel;  // the call's, set (if at all) in the kernel thread's block
+  *kernel = kernel_errno_;
   install(g.main_tcb, proc_);
-  errno = e;
+  *errno_of_installed() = e;
 }
 
 std::size_t blocks_made() noexcept { return made.load(std::memory_order_relaxed); }

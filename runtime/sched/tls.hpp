@@ -85,7 +85,9 @@ void* make_home(Processor* p);
 // would be skipped and keep the old credentials. For the scope of one such
 // call (which must not switch fibres: glibc's makes only inline system
 // calls), this installs the calling kernel thread's own block if main()'s
-// is installed elsewhere; errno comes back to main()'s block.
+// is installed elsewhere; main()'s errno goes in and comes back to main()'s
+// block (the kernel thread's own is kept), looked up afresh after each
+// install, never through an address from before it.
 class KernelIdentity {
  public:
   KernelIdentity() noexcept;
@@ -95,6 +97,7 @@ class KernelIdentity {
 
  private:
   Processor* proc_ = nullptr;
+  int kernel_errno_ = 0;  // the kernel thread's block's errno, put back
 };
 
 // Statistics for tests and the benchmark.

@@ -33,6 +33,7 @@
 
 #include "base/chaos.hpp"
 #include "base/options.hpp"
+#include "base/sys.hpp"
 #include "sched/processor.hpp"
 #include "sync/wait.hpp"
 
@@ -74,7 +75,12 @@ Mutex::Mutex(MutexType type, MutexPolicy policy) : type_(type), policy_(policy) 
 Mutex::~Mutex() { rt::dead_object(this, sizeof *this); }
 
 namespace rt {
-const void* MutexHolder::of(const Mutex& m) noexcept { return holder(m.owner_.load(std::memory_order_relaxed)); }
+const void* MutexHolder::of(const Mutex& m) noexcept {
+  // Read as memory that may be gone: the waiter may have been woken, and
+  // the mutex destroyed and unmapped, since the listing found it blocked.
+  const void* w = nullptr;
+  return sys::peek(&m.owner_, &w, sizeof w) ? holder(w) : nullptr;
+}
 const void* (*pthread_mutex_holder)(const void*, bool*) = nullptr;
 }  // namespace rt
 
