@@ -2,15 +2,21 @@
 # redis.sh LIB — Debian's redis-server (jemalloc, which calls syscall(2)
 # while the loader is still starting the process, and background threads)
 # under LD_PRELOAD=LIB: it starts, serves SET and GET, and shuts down.
+# redis.sh LIB io-threads — the same with --io-threads 2 (reads too), under
+# redis-benchmark --threads 2 -c 32: main busy-waits for its I/O threads,
+# which livelocked once (issue 24, item 5); every request must be answered.
 # Skipped (77) without redis-server and redis-cli (scripts/deps.sh test).
 set -uo pipefail
 lib=$1
+mode=${2:-plain}
+extra=()
+[ "$mode" = io-threads ] && extra=(--io-threads 2 --io-threads-do-reads yes)
 command -v redis-server > /dev/null && command -v redis-cli > /dev/null ||
   { echo "*** SKIPPED: redis-server or redis-cli is not installed ***"; exit 77; }
 tmp=$(mktemp -d)
 port=$((20000 + RANDOM % 20000))
 LD_PRELOAD=$lib timeout 60 redis-server --port "$port" --bind 127.0.0.1 --save '' --dir "$tmp" \
-  > "$tmp/log" 2>&1 &
+  "${extra[@]}" > "$tmp/log" 2>&1 &
 server=$!
 trap 'kill $server 2> /dev/null; rm -rf "$tmp"' EXIT
 for _ in $(seq 1 100); do
@@ -19,6 +25,14 @@ for _ in $(seq 1 100); do
 done
 cli() { timeout 10 redis-cli -p "$port" "$@"; }
 [ "$(cli set k v)" = OK ] && [ "$(cli get k)" = v ] || { cat "$tmp/log"; echo "redis: SET/GET failed"; exit 1; }
+if [ "$mode" = io-threads ]; then
+  command -v redis-benchmark > /dev/null || { echo "*** SKIPPED: redis-benchmark is not installed ***"; exit 77; }
+  out=$(timeout 90 redis-benchmark -p "$port" --threads 2 -c 32 -n 10000 -t set,get -q 2>&1 | tr '\r' '\n' |
+        grep -E '^(SET|GET): .*requests per second')
+  echo "$out"
+  [ "$(echo "$out" | grep -c 'requests per second')" = 2 ] ||
+    { cat "$tmp/log"; echo "redis: redis-benchmark did not finish SET and GET (a livelock?)"; exit 1; }
+fi
 cli shutdown nosave > /dev/null 2>&1
 wait $server
 rc=$?
