@@ -708,7 +708,7 @@ TEST(TimerRegression, TimedWaitsAmongFibresThatOnlyBlockWakeEndAfterTheirDeadlin
   Cluster c(1);
   Mutex m, held;
   CondVar cv, never_cv;
-  Semaphore never, held_until_end;
+  Semaphore never, held_until_end, held_now;
   int turn = 0;
   std::atomic<bool> stop{false}, starved{false};
   std::atomic<long> early{0}, timed_out{0};
@@ -716,6 +716,7 @@ TEST(TimerRegression, TimedWaitsAmongFibresThatOnlyBlockWakeEndAfterTheirDeadlin
   std::vector<Fibre> ring;
   ring.emplace_back(on(c), [&] {  // holds `held` for the test's length, blocked
     held.lock();
+    held_now.release();
     held_until_end.acquire();
     held.unlock();
   });
@@ -735,6 +736,7 @@ TEST(TimerRegression, TimedWaitsAmongFibresThatOnlyBlockWakeEndAfterTheirDeadlin
       m.unlock();
     });
   const int rounds = loom::test::sanitized() ? 5 : 25;
+  held_now.acquire();  // a try_lock_for before the holder's lock would take it
   {
     std::vector<Fibre> timed;
     for (int k = 0; k < 8; ++k)
