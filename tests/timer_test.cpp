@@ -699,6 +699,84 @@ TEST(TimerRegression, SleeperAmongFibresThatOnlyBlockWakes) {
   EXPECT_FALSE(starved.load()) << "the sleeper never woke while the ring ran";
 }
 
+// Every kind of timed wait among fibres that only block and wake each other
+// (a token passed round a condvar: no yield, no idle moment), on one
+// processor: each ends, and not before its deadline (timers fired by the
+// fibre a blocking pick switches to, after its post released the lock).
+TEST(TimerRegression, TimedWaitsAmongFibresThatOnlyBlockWakeEndAfterTheirDeadlines) {
+  Watchdog dog(std::chrono::seconds(loom::test::sanitized() ? 240 : 60));
+  Cluster c(1);
+  Mutex m, held;
+  CondVar cv, never_cv;
+  Semaphore never, held_until_end, held_now;
+  int turn = 0;
+  std::atomic<bool> stop{false}, starved{false};
+  std::atomic<long> early{0}, timed_out{0};
+  const auto give_up = Clock::now() + 40s;
+  std::vector<Fibre> ring;
+  ring.emplace_back(on(c), [&] {  // holds `held` for the test's length, blocked
+    held.lock();
+    held_now.release();
+    held_until_end.acquire();
+    held.unlock();
+  });
+  for (int i = 0; i < 4; ++i)
+    ring.emplace_back(on(c), [&, i] {
+      m.lock();
+      while (!stop.load()) {
+        while (turn != i && !stop.load()) cv.wait(m);
+        if (Clock::now() > give_up) {
+          starved.store(true);
+          stop.store(true);
+        }
+        turn = (turn + 1) % 4;
+        cv.notify_all();
+      }
+      cv.notify_all();
+      m.unlock();
+    });
+  const int rounds = loom::test::sanitized() ? 5 : 25;
+  held_now.acquire();  // a try_lock_for before the holder's lock would take it
+  {
+    std::vector<Fibre> timed;
+    for (int k = 0; k < 8; ++k)
+      timed.emplace_back(on(c), [&, k] {
+        for (int r = 0; r < rounds && !starved.load(); ++r) {
+          const auto d = std::chrono::microseconds(50 + 150 * ((k + r) % 7));
+          const auto start = Clock::now();
+          bool ended = false;
+          switch ((k + r) % 4) {
+            case 0:
+              ended = !held.try_lock_for(d);
+              break;
+            case 1: {
+              Mutex own;
+              own.lock();
+              ended = !never_cv.wait_for(own, d);
+              own.unlock();
+              break;
+            }
+            case 2:
+              ended = !never.try_acquire_for(d);
+              break;
+            case 3:
+              loom::this_fibre::sleep_for(d);
+              ended = true;
+              break;
+          }
+          if (ended) timed_out.fetch_add(1);
+          if (Clock::now() - start < d) early.fetch_add(1);
+        }
+      });
+  }
+  stop.store(true);
+  held_until_end.release();
+  ring.clear();
+  EXPECT_FALSE(starved.load()) << "the timed waits never ended while the ring ran";
+  EXPECT_EQ(timed_out.load(), 8L * rounds);
+  EXPECT_EQ(early.load(), 0) << "a timed wait ended before its deadline";
+}
+
 // A wait that was signalled before its deadline leaves no timer behind: a
 // stale timer firing later would end the next wait early.
 TEST(Timer, SignalledWaitLeavesNoTimerBehind) {

@@ -350,6 +350,7 @@ int child_create(pthread_t* thread, const Attr* r, void* (*start)(void*), void* 
 void after_fork_in_child() {
   forked_child.store(true, std::memory_order_relaxed);
   if (rt::Processor* p = rt::tls_processor) rt::tls::forget_kernel_rseq(p->kernel_tcb());
+  keys_after_fork_in_child();  // the registry's lock may have been held by a processor at the fork
   keys_move_to_kernel_thread(rt::this_fibre_or_null());
   rt::tls_processor = nullptr;
   // Waiters queued in the parking lot are the parent's, and a bucket lock

@@ -132,6 +132,8 @@ void keys_move_to_kernel_thread(rt::Fibre* f) noexcept {
   if (Table* t = thread_table_of(true)) *t = *static_cast<Table*>(f->specific);
 }
 
+void keys_after_fork_in_child() noexcept { new (&registry) rt::SpinLock(); }
+
 int key_create(Key* key, void (*destructor)(void*)) {
   rt::SpinGuard g(registry);
   rt::fibre_exit_hook = &keys_at_exit;

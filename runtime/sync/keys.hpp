@@ -13,4 +13,10 @@ class Fibre;
 // (POSIX: the child's thread keeps its thread-specific data).
 void keys_move_to_kernel_thread(rt::Fibre* f) noexcept;
 
+// The child of a fork: the key registry's lock starts free (a thread the
+// child does not have may have held it at the fork; each step of a
+// create or delete is one atomic store, so a half-done one leaves a
+// registry the child can use).
+void keys_after_fork_in_child() noexcept;
+
 }  // namespace loom
