@@ -42,6 +42,18 @@
 #include "sched/processor.hpp"
 #include "sched/tls.hpp"
 
+// A handle made in two steps, so that the C API can record the fibre's id
+// before the fibre can run (and detach itself through that handle).
+namespace loom::rt {
+struct FibreMaker {
+  static std::uint64_t prepare(loom::Fibre& h, const FibreAttr& attr) {
+    h.f_ = loom::Fibre::prepare(attr, 0, 1, nullptr);
+    return h.f_->id;
+  }
+  static void launch(loom::Fibre& h, void (*fn)(void*), void* arg) { h.launch(fn, arg); }
+};
+}  // namespace loom::rt
+
 namespace loom::capi {
 
 namespace {
@@ -551,9 +563,12 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
       f.detach();  // the trampoline frees t
     } else {
       // Built in place: the handle is complete before the fibre can run and
-      // call loom_detach(loom_self()).
-      new (t->handle_mem) loom::Fibre(fa, &trampoline, arg);
-      t->fibre_id.store(t->handle().id(), std::memory_order_relaxed);  // also before it starts (a color's wait)
+      // call loom_detach(loom_self()); its id is recorded before then too
+      // (a colored fibre may wait long for its color before it starts, and
+      // once it runs it may detach itself, clearing the handle, and end).
+      loom::Fibre* h = new (t->handle_mem) loom::Fibre();
+      t->fibre_id.store(rt::FibreMaker::prepare(*h, fa), std::memory_order_relaxed);
+      rt::FibreMaker::launch(*h, &trampoline, arg);
     }
   } catch (...) {
     live_threads.fetch_sub(1, std::memory_order_relaxed);

@@ -28,6 +28,7 @@ namespace loom {
 
 namespace rt {
 class Fibre;
+struct FibreMaker;
 }
 
 // Static priority levels: every ready queue is an array of FIFO queues, one
@@ -104,6 +105,7 @@ class Fibre {
   static rt::Fibre* prepare(const FibreAttr& attr, std::size_t size, std::size_t align, void** mem);
   void launch(void (*fn)(void*), void* arg);  // makes the prepared fibre runnable
   void abandon() noexcept;                    // releases a prepared, unlaunched fibre
+  friend struct rt::FibreMaker;  // the C API: a handle whose id is known before the fibre runs
   rt::Fibre* f_ = nullptr;
 };
 

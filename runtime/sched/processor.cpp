@@ -42,7 +42,9 @@ inline Processor* after_switch(transfer_t t) {
   PostFn post = note->post;
   void* arg = note->arg;
   Processor* here = note->here;
-  prev->ctx.fctx = t.fctx;  // saved: from here on prev may be published
+  // Saved: from here on prev may be published. (Atomic, relaxed: a plain
+  // store; the fibre listing reads it from another thread for "used".)
+  __atomic_store_n(&prev->ctx.fctx, t.fctx, __ATOMIC_RELAXED);
   if (post) post(*here, prev, arg);
   return here;
 }

@@ -153,7 +153,7 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
     std::snprintf(r.high, sizeof r.high, "-");
     if (f->stack) {
       std::snprintf(r.size, sizeof r.size, "%zuK", f->stack.size / 1024);
-      auto sp = reinterpret_cast<const char*>(f->ctx.fctx);
+      auto sp = reinterpret_cast<const char*>(__atomic_load_n(&f->ctx.fctx, __ATOMIC_RELAXED));
       if (running_on < 0 && !home && sp > f->stack.lo() && sp <= f->stack.hi())
         std::snprintf(r.used, sizeof r.used, "%.1fK", double(f->stack.hi() - sp) / 1024);
       if (std::size_t h = rt::stack_high_water(*f)) std::snprintf(r.high, sizeof r.high, "%.1fK", double(h) / 1024);
