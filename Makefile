@@ -23,8 +23,8 @@ deps-bench:
 
 # The quick suite: the default build's unit and integration tests, less
 # those labelled slow (the echo sweep, a million fibres in every variant,
-# the real-program suites) or memcached. About 10 minutes on 2 cores, build
-# included (docs/BENCHMARKS.md, "The test suites").
+# the real-program suites) or memcached. Its tests take about 6 minutes on
+# 2 cores, plus the build (docs/BENCHMARKS.md, "The test suites").
 test: deps-test
 	@$(MAKE) --no-print-directory all
 	@cd $(BUILD) && ctest --output-on-failure -j 1 --timeout 600 -LE '^(slow|memcached)$$'
