@@ -660,6 +660,45 @@ TEST(TimerRegression, TimerFiredWhileSuspendingDoesNotSpinOnTheWaitersLock) {
   EXPECT_EQ(timeouts.load(), 8 * waits);
 }
 
+// Four fibres on `c` passing a token round a condvar: they only block and
+// wake each other (no yield, no idle moment) until stop(), or until `bound`
+// has passed, which sets starved.
+class TokenRing {
+ public:
+  TokenRing(Cluster& c, Clock::duration bound) : give_up_(Clock::now() + bound) {
+    for (int i = 0; i < 4; ++i)
+      fibres_.emplace_back(on(c), [this, i] {
+        m_.lock();
+        while (!stop_.load()) {
+          while (turn_ != i && !stop_.load()) cv_.wait(m_);
+          if (Clock::now() > give_up_) {
+            starved_.store(true);
+            stop_.store(true);
+          }
+          turn_ = (turn_ + 1) % 4;
+          cv_.notify_all();
+        }
+        cv_.notify_all();
+        m_.unlock();
+      });
+  }
+  ~TokenRing() { stop(); }
+  // Ends the ring and joins its fibres.
+  void stop() {
+    stop_.store(true);
+    fibres_.clear();
+  }
+  bool starved() const { return starved_.load(); }
+
+ private:
+  const Clock::time_point give_up_;
+  Mutex m_;
+  CondVar cv_;
+  int turn_ = 0;
+  std::atomic<bool> stop_{false}, starved_{false};
+  std::vector<Fibre> fibres_;
+};
+
 // Regression: on a busy processor timers were fired only at a yield's slow
 // path and in the idle loop; fibres that only block and wake each other (a
 // token passed round a condvar) never yield and leave the processor no idle
@@ -670,33 +709,13 @@ TEST(TimerRegression, TimerFiredWhileSuspendingDoesNotSpinOnTheWaitersLock) {
 TEST(TimerRegression, SleeperAmongFibresThatOnlyBlockWakes) {
   Watchdog dog(std::chrono::seconds(60));
   Cluster c(1);
-  Mutex m;
-  CondVar cv;
-  int turn = 0;
-  std::atomic<bool> stop{false}, starved{false};
-  const auto give_up = Clock::now() + 20s;  // the ring's bound, far past the sleep
-  std::vector<Fibre> ring;
-  for (int i = 0; i < 4; ++i)
-    ring.emplace_back(on(c), [&, i] {
-      m.lock();
-      while (!stop.load()) {
-        while (turn != i && !stop.load()) cv.wait(m);
-        if (Clock::now() > give_up) {
-          starved.store(true);
-          stop.store(true);
-        }
-        turn = (turn + 1) % 4;
-        cv.notify_all();
-      }
-      cv.notify_all();
-      m.unlock();
-    });
+  TokenRing ring(c, 20s);  // its bound: far past the sleep
   Fibre(on(c), [&] {
     loom::this_fibre::sleep_for(5ms);
-    stop.store(true);
+    ring.stop();
   }).join();
-  ring.clear();
-  EXPECT_FALSE(starved.load()) << "the sleeper never woke while the ring ran";
+  ring.stop();
+  EXPECT_FALSE(ring.starved()) << "the sleeper never woke while the ring ran";
 }
 
 // Every kind of timed wait among fibres that only block and wake each other
@@ -706,42 +725,24 @@ TEST(TimerRegression, SleeperAmongFibresThatOnlyBlockWakes) {
 TEST(TimerRegression, TimedWaitsAmongFibresThatOnlyBlockWakeEndAfterTheirDeadlines) {
   Watchdog dog(std::chrono::seconds(loom::test::sanitized() ? 240 : 60));
   Cluster c(1);
-  Mutex m, held;
-  CondVar cv, never_cv;
+  Mutex held;
+  CondVar never_cv;
   Semaphore never, held_until_end, held_now;
-  int turn = 0;
-  std::atomic<bool> stop{false}, starved{false};
   std::atomic<long> early{0}, timed_out{0};
-  const auto give_up = Clock::now() + 40s;
-  std::vector<Fibre> ring;
-  ring.emplace_back(on(c), [&] {  // holds `held` for the test's length, blocked
+  Fibre holder(on(c), [&] {  // holds `held` for the test's length, blocked
     held.lock();
     held_now.release();
     held_until_end.acquire();
     held.unlock();
   });
-  for (int i = 0; i < 4; ++i)
-    ring.emplace_back(on(c), [&, i] {
-      m.lock();
-      while (!stop.load()) {
-        while (turn != i && !stop.load()) cv.wait(m);
-        if (Clock::now() > give_up) {
-          starved.store(true);
-          stop.store(true);
-        }
-        turn = (turn + 1) % 4;
-        cv.notify_all();
-      }
-      cv.notify_all();
-      m.unlock();
-    });
+  TokenRing ring(c, 40s);
   const int rounds = loom::test::sanitized() ? 5 : 25;
   held_now.acquire();  // a try_lock_for before the holder's lock would take it
   {
     std::vector<Fibre> timed;
     for (int k = 0; k < 8; ++k)
       timed.emplace_back(on(c), [&, k] {
-        for (int r = 0; r < rounds && !starved.load(); ++r) {
+        for (int r = 0; r < rounds && !ring.starved(); ++r) {
           const auto d = std::chrono::microseconds(50 + 150 * ((k + r) % 7));
           const auto start = Clock::now();
           bool ended = false;
@@ -769,10 +770,10 @@ TEST(TimerRegression, TimedWaitsAmongFibresThatOnlyBlockWakeEndAfterTheirDeadlin
         }
       });
   }
-  stop.store(true);
+  ring.stop();
   held_until_end.release();
-  ring.clear();
-  EXPECT_FALSE(starved.load()) << "the timed waits never ended while the ring ran";
+  holder.join();
+  EXPECT_FALSE(ring.starved()) << "the timed waits never ended while the ring ran";
   EXPECT_EQ(timed_out.load(), 8L * rounds);
   EXPECT_EQ(early.load(), 0) << "a timed wait ended before its deadline";
 }
