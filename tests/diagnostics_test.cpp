@@ -66,43 +66,6 @@ TEST(Diagnostics, ProcessorThreadsAreNamed) {
   EXPECT_EQ(names.count("loom/off0"), 1u) << listing(names);
 }
 
-// A fibre woken but not yet run (its only processor is busy with the
-// waker) is listed as ready, not as blocked on what woke it.
-TEST(Diagnostics, AWokenFibreIsListedReady) {
-  loom::Cluster c(1);
-  loom::Semaphore sem(0);
-  loom::FibreAttr a;
-  a.cluster = &c;
-  a.name = "sleeper-26";
-  loom::Fibre sleeper(a, [&] { sem.acquire(); });
-  loom::FibreAttr w;
-  w.cluster = &c;
-  std::string before, after;
-  loom::Fibre waker(w, [&] {
-    auto listing_line = [] {
-      char* buf = nullptr;
-      std::size_t len = 0;
-      std::FILE* out = open_memstream(&buf, &len);
-      loom::dump_fibres(out);
-      std::fclose(out);
-      std::string all(buf, len), line;
-      std::free(buf);
-      auto at = all.find("sleeper-26");
-      if (at != std::string::npos) line = all.substr(at, all.find('\n', at) - at);
-      return line;
-    };
-    while (listing_line().find("blocked") == std::string::npos) loom::this_fibre::yield();
-    before = listing_line();
-    sem.release();  // the sleeper is queued on this very processor, behind us
-    after = listing_line();
-  });
-  waker.join();
-  sleeper.join();
-  EXPECT_NE(before.find("blocked: semaphore"), std::string::npos) << before;
-  EXPECT_NE(after.find("ready"), std::string::npos) << after;
-  EXPECT_EQ(after.find("blocked"), std::string::npos) << after;
-}
-
 // The listing's line of the fibre named `name` ("" if none).
 std::string listing_line(const std::string& name) {
   char* buf = nullptr;
@@ -118,6 +81,31 @@ std::string listing_line(const std::string& name) {
     line = all.substr(b, all.find('\n', at) - b);
   }
   return line;
+}
+
+// A fibre woken but not yet run (its only processor is busy with the
+// waker) is listed as ready, not as blocked on what woke it.
+TEST(Diagnostics, AWokenFibreIsListedReady) {
+  loom::Cluster c(1);
+  loom::Semaphore sem(0);
+  loom::FibreAttr a;
+  a.cluster = &c;
+  a.name = "sleeper-26";
+  loom::Fibre sleeper(a, [&] { sem.acquire(); });
+  loom::FibreAttr w;
+  w.cluster = &c;
+  std::string before, after;
+  loom::Fibre waker(w, [&] {
+    while (listing_line("sleeper-26").find("blocked") == std::string::npos) loom::this_fibre::yield();
+    before = listing_line("sleeper-26");
+    sem.release();  // the sleeper is queued on this very processor, behind us
+    after = listing_line("sleeper-26");
+  });
+  waker.join();
+  sleeper.join();
+  EXPECT_NE(before.find("blocked: semaphore"), std::string::npos) << before;
+  EXPECT_NE(after.find("ready"), std::string::npos) << after;
+  EXPECT_EQ(after.find("blocked"), std::string::npos) << after;
 }
 
 // The listing's cluster column (the fifth field from the end).
