@@ -32,7 +32,7 @@
 //
 // Lock order: a table shard, then a core; never two cores at once (a thief
 // unlinks under the victim's lock, then links under its own). A poster
-// holds the shard lock for the whole post. A queue leaves the table (empty,
+// holds the shard lock until it holds the queue's owner lock. A queue leaves the table (empty,
 // unheld, unlinked, not in transit) only under its shard lock and its owner
 // lock: the runner that releases it last try-locks the shard while it holds
 // the owner lock (a try never waits, so the order is kept) and recycles it
@@ -187,6 +187,8 @@ struct alignas(64) ColorCore {
   void drop_worthy(ColorQueue* q) noexcept;
 };
 
+constexpr unsigned kMaxStealColors = 16;
+
 // A color steal policy: the scheduler's StealPolicy (victim order) plus the
 // choice of the color to take from a victim. stealable() runs without any
 // lock, on the victim's published counts: a thief locks a victim only when
@@ -197,6 +199,7 @@ class ColorStealPolicy : public StealPolicy {
   // Set by the constructor, read on every post (no virtual call there).
   bool steals = true;
   bool keeps_worthy = false;  // maintain the cores' stealing queues (worth() says who is on them)
+  unsigned max_colors = 1;    // colors one steal may take (<= kMaxStealColors)
   virtual bool stealable(const ColorCore& victim) const = 0;
   virtual ColorQueue* pick(ColorCore& victim, std::uint64_t steal_cost) = 0;
   // Whether queue q (under its owner's lock) is one pick() could take: a
@@ -276,7 +279,7 @@ class ColorLayer final : public Extension {
   void enqueue(Color c, ColorItem* it);
   void link(ColorCore& o, ColorQueue* q, ColorStealPolicy* pol, bool front = false);
   bool steal(Processor& p, ColorCore& me, bool wait);
-  void reap(ColorCore& me, ColorCore* mine);
+  void reap(ColorCore& me, ColorCore* mine, bool wait = false);
   void wake_thief();
   bool release_queue(ColorQueue* q, bool shared, ColorCore* mine);
   bool requeue(ColorCore* o, ColorQueue* q, ColorCore* mine, ColorQueue*& dead);

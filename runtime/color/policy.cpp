@@ -87,6 +87,13 @@ class ColorPolicy final : public ColorStealPolicy {
       : kind_(k), h_(h), name_(std::move(name)), layer_(layer) {
     steals = k != Kind::none;
     keeps_worthy = k != Kind::none && h.time_left;
+    // Without time-left a thief cannot tell a 100-cycle color from a long
+    // one: it takes up to 16 at a visit (each by the policy's rule, never
+    // half the victim's items), so that one lock of the victim and one wake
+    // of its runner pay for several. One at a time, stealing one-event
+    // colors made both processors slower than one alone (issue 22:
+    // unbalanced, 0.65x none). time-left takes the one color worth it.
+    max_colors = keeps_worthy ? 1 : kMaxStealColors;
   }
 
   const char* name() const override { return name_.c_str(); }
