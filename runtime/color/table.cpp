@@ -22,7 +22,7 @@ constexpr std::uint64_t kPoolKeep = 1024;  // spares a processor keeps when its 
 // whose bursts alternate between processors (the colors benchmark's driver
 // posting each round from whichever processor woke it) would give its
 // queues back to malloc between two bursts and take them again.
-constexpr std::int64_t kPoolIdleNs = 200'000'000;
+constexpr std::int64_t kPoolIdleNs = 1'000'000'000;
 }  // namespace
 
 // ---- ColorShard ------------------------------------------------------------------
@@ -35,7 +35,7 @@ ColorQueue* ColorShard::find(Color c, std::uint32_t h) const noexcept {
 }
 
 void ColorShard::insert(ColorQueue* q, std::uint32_t h) {
-  if (!buckets || count >= 2 * (mask + 1)) {
+  if (!buckets || 2 * count >= mask + 1) {
     std::uint32_t n = buckets ? 2 * (mask + 1) : kFirstBuckets;
     auto** b = static_cast<ColorQueue**>(std::calloc(n, sizeof(ColorQueue*)));
     if (!b) throw std::bad_alloc();
