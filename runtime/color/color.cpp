@@ -42,6 +42,25 @@ inline void smooth_time(std::atomic<std::uint64_t>& mean, std::uint64_t sample) 
   smooth(mean, cap && sample > cap ? cap : sample);
 }
 
+// A running median (a stochastic quantile estimator): each sample moves the
+// estimate by 1/16 of itself toward it, however far it is. The steal cost
+// is tracked so: a steal's samples include the thief's kernel thread being
+// preempted or its runner waiting to be switched to, and on a loaded guest
+// enough of those in a row lifted a smoothed mean (even one that caps each
+// sample at 4x) above every color's work; time-left then refused every
+// steal and never sampled again (the full benchmark of 2026-11-28: rounds
+// with no steal at all). Outliers now move it as little as any sample, and
+// a real change of cost shows within a few dozen steals.
+inline void track_median(std::atomic<std::uint64_t>& est, std::uint64_t sample) noexcept {
+  std::uint64_t m = est.load(std::memory_order_relaxed);
+  std::uint64_t step = m / 16 ? m / 16 : 1;
+  if (sample > m)
+    m += sample - m < step ? sample - m : step;
+  else if (sample < m)
+    m -= m - sample < step ? m - sample : step;
+  est.store(m ? m : 1, std::memory_order_relaxed);
+}
+
 constexpr std::uint64_t kDefaultEstimate = 1000;  // cycles, before a handler's first run
 constexpr std::size_t kStackRunner = 256 * 1024;  // events run on it (mapped lazily)
 constexpr unsigned kReapAt = 64;                  // empty queues kept before freeing them
@@ -494,7 +513,7 @@ void ColorLayer::run(ColorCore& me) {
     if (dead) free_queue(dead, &me);  // the runner's thread: its own pool
     if (stolen_at) {
       std::uint64_t spent = cycles() - stolen_at;
-      smooth_time(steal_cost_, spent > ran ? spent - ran : 0);
+      track_median(steal_cost_, spent > ran ? spent - ran : 0);
     }
     // Fibres made ready on this processor get their turn between batches;
     // reaping in bulk, when the reap list is long.
