@@ -743,6 +743,126 @@ TEST(Colors, RunnerThatJoinsAFibreStaysOnItsProcessor) {
   EXPECT_EQ(r.runner_moved.load(), 0) << "the runner moved to another processor after a join";
 }
 
+// ---- issue 22: pools, and what a thief decides from ------------------------------
+
+// A color's queue and items come from the pool of the processor that made
+// them and go back there, also when a thief ran (and freed) the color: the
+// queues processor `home` made and the other stole wait on home's remote
+// list (the thief keeps none: its pool would grow while home's drained). A
+// second wave on the same color numbers then runs on recycled queues and
+// items, with FIFO and exclusion kept while colors move.
+TEST(Colors, StolenQueuesGoHomeAndRecycledQueuesKeepOrderAndExclusion) {
+  Cluster cl(2, loom::SchedConfig{});
+  ASSERT_TRUE(loom::set_color_policy(cl, "mely:base"));
+  ASSERT_TRUE(loom::set_color_placement(cl, "local"));
+  loom::rt::ColorLayer& layer = loom::rt::color_layer(cl.impl());
+  std::atomic<long> n{0}, on1{0};
+  std::atomic<int> home{-1};
+  const long kColors = 40;
+  const loom::ColorStats st0 = loom::color_stats(cl);
+  {
+    loom::Fibre holder(loom::FibreAttr{0, loom::Priority::normal, &cl}, [&] {
+      home = loom::this_fibre::processor_index();
+      for (long i = 0; i < kColors; ++i) loom::post(Color(7000 + i), Dear{&n, &on1});
+      // Its processor's runner waits behind this fibre: the other steals.
+      auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (loom::color_stats(cl).colors_stolen == st0.colors_stolen && std::chrono::steady_clock::now() < end) {
+      }
+    });
+  }
+  ASSERT_TRUE(wait_for(n, kColors));
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (loom::color_stats(cl).colors_live != 0 && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const loom::ColorStats st1 = loom::color_stats(cl);
+  ASSERT_GT(st1.colors_stolen, st0.colors_stolen) << "nothing was stolen: the test did not test";
+  EXPECT_EQ(st1.colors_live, 0u);
+  loom::rt::ColorCore* h = layer.core_if_made(unsigned(home.load()));
+  loom::rt::ColorCore* thief = layer.core_if_made(unsigned(1 - home.load()));
+  ASSERT_NE(h, nullptr);
+  ASSERT_NE(thief, nullptr);
+  EXPECT_GT(thief->freed.load(), 0u) << "the thief freed no stolen queue";
+  EXPECT_NE(h->queues.remote.load(), nullptr) << "stolen queues did not go back to their home pool";
+  EXPECT_NE(h->item_pool.remote.load(), nullptr) << "stolen items did not go back to their home pool";
+  EXPECT_EQ(thief->queues.remote.load(), nullptr);
+
+  // Wave 2: the same colors again, from a fibre (local placement) and a
+  // kernel thread (hashed), each with its own colors, in order.
+  const unsigned kWave = 8;
+  const long per = std::max(1000L, scaled(40000)) / 2;
+  Checker ck(2 * kWave, 2 * per);
+  auto poster = [&](unsigned p) {
+    std::vector<long> seq(kWave, 0);
+    for (long i = 0; i < per; ++i) {
+      unsigned color = unsigned(i % kWave);
+      post_exclusive(ck, Color(7000 + p * kWave + color), p * kWave + color, p * per + i, seq[color]++,
+                     i % 97 == 0 ? &run_dear_event : &run_event, &cl);
+      if (i % 512 == 0) loom::this_fibre::yield();
+    }
+  };
+  {
+    loom::FibreAttr a;
+    a.cluster = &cl;
+    loom::Fibre local(a, poster, 0u);
+    std::thread outside(poster, 1u);
+    outside.join();
+  }
+  ASSERT_TRUE(wait_for(ck.done, 2 * per));
+  EXPECT_EQ(ck.violations.load(), 0);
+  EXPECT_EQ(ck.out_of_order.load(), 0);
+  long twice = 0;
+  for (auto& r : ck.runs) twice += r.load() != 1;
+  EXPECT_EQ(twice, 0);
+}
+
+// time-left publishes what a thief may take: a core's stealing queue holds
+// exactly its listed colors worth a steal, so that a thief that finds its
+// count at zero need not lock the core. White-box, one processor (no
+// thief): the handlers' costs are set, the runner is held behind the
+// posting fibre.
+void cheap_handler(void* p) { static_cast<std::atomic<long>*>(p)->fetch_add(1); }
+void dear_handler(void* p) { static_cast<std::atomic<long>*>(p)->fetch_add(1); }
+
+TEST(Colors, TimeLeftPublishesOnlyColorsWorthASteal) {
+  Cluster cl(1, loom::SchedConfig{});
+  ASSERT_TRUE(loom::set_color_policy(cl, "mely:time-left"));
+  loom::rt::ColorLayer& layer = loom::rt::color_layer(cl.impl());
+  loom::rt::HandlerStats &cheap = stats_of(&cheap_handler), &dear = stats_of(&dear_handler);
+  std::atomic<long> ran{0};
+  const std::uint64_t cost = layer.steal_cost();
+  std::uint32_t listed = 0, worthy_cheap = 0, worthy_dear = 0, worthy_grown = 0;
+  bool stealable_cheap = true, stealable_dear = false;
+  Color c = loom::allocate_colors(12);
+  loom::Fibre poster(loom::FibreAttr{0, loom::Priority::normal, &cl}, [&] {
+    cheap.warm = cost / 4;
+    cheap.cold = 0;
+    dear.warm = cost * 100;
+    dear.cold = 0;
+    for (int i = 0; i < 10; ++i) loom::post(c + i, &cheap_handler, &ran);
+    loom::rt::ColorCore* core = layer.core_if_made(0);
+    listed = core->listed.load();
+    worthy_cheap = core->worthy.load();
+    stealable_cheap = loom::rt::color_layer(cl.impl()).steal_cost() > 0 && core->worthy.load() > 0;
+    loom::post(c + 10, &dear_handler, &ran);
+    worthy_dear = core->worthy.load();
+    stealable_dear = core->worthy.load() > 0;
+    // A cheap color grows worth a steal as its work queues up.
+    for (int i = 0; i < 8; ++i) loom::post(c + 11, &cheap_handler, &ran);
+    worthy_grown = core->worthy.load();
+  });
+  poster.join();
+  ASSERT_TRUE(wait_for(ran, 19));
+  EXPECT_EQ(listed, 10u);
+  EXPECT_EQ(worthy_cheap, 0u);
+  EXPECT_FALSE(stealable_cheap);
+  EXPECT_EQ(worthy_dear, 1u);
+  EXPECT_TRUE(stealable_dear);
+  EXPECT_EQ(worthy_grown, 2u);
+  loom::HandlerTimes t = loom::handler_times(&dear_handler);
+  EXPECT_GT(t.warm_cycles, 0u);
+  EXPECT_GE(t.penalty, 1.0);
+}
+
 TEST(Colors, PolicyNamesAndBadInput) {
   Cluster cl(1, loom::SchedConfig{});
   for (const char* ok : {"none", "libasync-smp", "mely", "mely:base", "mely:locality,time-left", "mely:penalty"}) {

@@ -38,6 +38,18 @@
 //                    (A's color), which merges the halves and checks the result.
 //                    C's join count needs no atomics: color A serialises it.
 //
+//   event-cost       --events (50,000) events per round, each of its own color,
+//                    whose handler does nothing but count itself: the
+//                    runtime's cost of a one-event color (post, dispatch,
+//                    the color's queue made and freed), as TSC cycles per
+//                    event over whole rounds. Meant for `none` on one
+//                    processor (scripts/bench colors runs it so); not in the
+//                    default --bench list.
+//
+// Every row also gives the runtime's measured run times of the benchmark's
+// handlers (loom::handler_times: warm and cold smoothed means, and the
+// penalty a thief weighs them by) as this variant left them.
+//
 // Checks (the program exits 1 and says why): every event records the round
 // it ran in, so an event run twice is seen; an event that never runs leaves
 // its round unfinished after --round-timeout seconds; events check
@@ -74,7 +86,8 @@ inline std::uint64_t cycles() { return bench::now_ns(); }  // no TSC: ns stand i
 namespace {
 
 const char* const kProg = "colors_loom";
-const char* const kBenches[] = {"unbalanced", "penalty", "cache-efficient"};
+const char* const kBenches[] = {"unbalanced", "penalty", "cache-efficient", "event-cost"};
+const unsigned kDefaultBenches = 3;  // event-cost only when asked for
 const char* const kVariants[] = {"none",           "libasync-smp", "mely:base", "mely:locality",
                                  "mely:time-left", "mely:penalty", "mely",      "mely-measured"};
 
@@ -137,6 +150,8 @@ class Bench {
   // while the rest are still being posted.
   virtual std::uint64_t start_round(std::uint32_t round) = 0;
   virtual void describe(bench::Json& j) const = 0;
+  // The handlers whose measured run times the row reports.
+  virtual std::vector<std::pair<const char*, void (*)(void*)>> handlers() const = 0;
 
   // One per event, at its end: counts where it ran; the round's last one
   // wakes the driver.
@@ -214,6 +229,9 @@ class Unbalanced final : public Bench {
     }
   }
   const char* name() const override { return "unbalanced"; }
+  std::vector<std::pair<const char*, void (*)(void*)>> handlers() const override {
+    return {{"short", &short_event}, {"long", &long_event}};
+  }
   void describe(bench::Json& j) const override {
     j.add("events_per_round", n_)
         .add("long_events_per_round", long_)
@@ -272,6 +290,9 @@ class Penalty final : public Bench {
     }
   }
   const char* name() const override { return "penalty"; }
+  std::vector<std::pair<const char*, void (*)(void*)>> handlers() const override {
+    return {{"A", &event_a}, {"B", &event_b}};
+  }
   void describe(bench::Json& j) const override {
     j.add("chains_per_round", n_)
         .add("slices", slices_)
@@ -350,6 +371,9 @@ class CacheEfficient final : public Bench {
     }
   }
   const char* name() const override { return "cache-efficient"; }
+  std::vector<std::pair<const char*, void (*)(void*)>> handlers() const override {
+    return {{"A", &event_a}, {"B", &event_b}, {"C", &event_c}, {"M", &event_m}};
+  }
   void describe(bench::Json& j) const override {
     j.add("sorts_per_round", n_).add("array_bytes", len_ * 4).add("events_per_round", n_ * 6);
   }
@@ -452,11 +476,47 @@ class CacheEfficient final : public Bench {
   std::unique_ptr<Job[]> jobs_;
 };
 
+// ---- event-cost: the runtime's cost of a one-event color -----------------------
+
+class EventCost final : public Bench {
+ public:
+  explicit EventCost(const Options& o) : n_(o.events), slots_(new Slot[o.events]) {
+    for (std::uint64_t i = 0; i < n_; ++i) slots_[i].self = this;
+  }
+  const char* name() const override { return "event-cost"; }
+  std::vector<std::pair<const char*, void (*)(void*)>> handlers() const override { return {{"empty", &event}}; }
+  void describe(bench::Json& j) const override { j.add("events_per_round", n_); }
+  std::uint64_t start_round(std::uint32_t round) override {
+    round_.store(round, std::memory_order_relaxed);
+    arm(n_);
+    const loom::Color base = fresh_colors(static_cast<std::uint32_t>(n_));
+    for (std::uint64_t i = 0; i < n_; ++i) {
+      slots_[i].color = base + static_cast<loom::Color>(i);
+      loom::post(slots_[i].color, &event, &slots_[i]);
+    }
+    return n_;
+  }
+
+ private:
+  struct Slot {
+    EventCost* self;
+    loom::Color color;
+  };
+  static void event(void* p) {
+    Slot& s = *static_cast<Slot*>(p);
+    if (loom::current_color() != s.color) s.self->fail("an event of color %u runs as color %u", s.color, loom::current_color());
+    s.self->done();
+  }
+  std::uint64_t n_;
+  std::unique_ptr<Slot[]> slots_;
+};
+
 // ---- the driver ----------------------------------------------------------------
 
 struct Result {
   std::uint64_t rounds = 0, events = 0, warmup_rounds = 0, all_events = 0;
   double seconds = 0, tsc_ghz = 0;
+  std::uint64_t cycles = 0;  // TSC cycles of the measured rounds
   loom::ColorStats s0, s1;
   std::vector<double> poster;  // rounds posted from each processor
   std::vector<double> ran_on;  // events of the measured rounds run on each processor
@@ -500,12 +560,14 @@ void drive(Bench& b, const Options& o, loom::Cluster& cluster, Result& r) {
   r.ran_on = b.ran_on(o.processors);
   for (std::size_t i = 0; i < r.ran_on.size(); ++i) r.ran_on[i] -= ran0[i];
   r.seconds = (t1 - t0) / 1e9;
+  r.cycles = c1 - c0;
   r.tsc_ghz = double(c1 - c0) / double(t1 - t0);
 }
 
 std::unique_ptr<Bench> make_bench(const std::string& name, const Options& o) {
   if (name == "unbalanced") return std::make_unique<Unbalanced>(o);
   if (name == "penalty") return std::make_unique<Penalty>(o);
+  if (name == "event-cost") return std::make_unique<EventCost>(o);
   return std::make_unique<CacheEfficient>(o);
 }
 
@@ -572,11 +634,22 @@ bool run_one(const std::string& name, const Options& o) {
       .add("steal_attempts", r.s1.steal_attempts - r.s0.steal_attempts)
       .add("colors_stolen_per_round", r.rounds ? stolen / r.rounds : 0.0)
       .add("colors_live", r.s1.colors_live)
+      .add("cycles_per_event", r.events ? double(r.cycles) / double(r.events) : 0.0)
       .add("stats_events_run", stats_events)
       .add("program_events_run", r.all_events)
       .add("penalty_set",
            name == "penalty" && (o.variant == "mely:penalty" || o.variant == "mely") ? o.penalty : std::nan(""));
   b->describe(j);
+  std::string handlers = "{";
+  for (const auto& [hname, fn] : b->handlers()) {
+    const loom::HandlerTimes t = loom::handler_times(fn);
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s\"%s\": {\"warm_cycles\": %llu, \"cold_cycles\": %llu, \"penalty\": %.4g}",
+                  handlers.size() > 1 ? ", " : "", hname, (unsigned long long)t.warm_cycles,
+                  (unsigned long long)t.cold_cycles, t.penalty);
+    handlers += buf;
+  }
+  j.raw("handlers", handlers + "}");
   j.add("processors", o.processors)
       .add("batch", o.batch)
       .add("poster_rounds_by_processor", r.poster)
@@ -600,14 +673,15 @@ void help() {
       "          [--events N] [--chains N] [--slices N] [--penalty-kib K] [--penalty P] [--sorts N]\n"
       "          [--array-kib K] [--round-timeout S]\n"
       "Mely's color-stealing microbenchmarks (report §5.2) on loom; one JSON object per benchmark.\n"
-      "  --bench LIST       unbalanced, penalty, cache-efficient (default: all three, in that order)\n"
+      "  --bench LIST       unbalanced, penalty, cache-efficient, event-cost (default: the first three, in\n"
+      "                     that order; event-cost: the cost of a one-event color, cycles_per_event)\n"
       "  --variant V        none, libasync-smp, mely:base, mely:locality, mely:time-left, mely:penalty,\n"
       "                     mely, mely-measured (mely without set_penalty) (default mely)\n"
       "  --seconds S        measured time per benchmark, whole rounds (default 5)\n"
       "  --warmup S         rounds run before measuring (default 1; 0: none)\n"
       "  --processors N     processors of the benchmark's cluster (default 2)\n"
       "  --batch N          events of one color before the next color (default 10, Mely's)\n"
-      "  --events N         unbalanced: events per round (default 50000)\n"
+      "  --events N         unbalanced, event-cost: events per round (default 50000)\n"
       "  --chains N         penalty: A events per round (default 32)\n"
       "  --slices N         penalty: B events per A (default 32)\n"
       "  --penalty-kib K    penalty: array size (default: the L2's, %zu KiB here)\n"
@@ -632,7 +706,7 @@ Options parse(int argc, char** argv) {
       o.benches.clear();
       for (const std::string& b : bench::split_commas(w.value())) {
         if (std::find(std::begin(kBenches), std::end(kBenches), b) == std::end(kBenches))
-          bench::usage_error(kProg, "unknown bench '" + b + "' (unbalanced, penalty, cache-efficient)");
+          bench::usage_error(kProg, "unknown bench '" + b + "' (unbalanced, penalty, cache-efficient, event-cost)");
         o.benches.push_back(b);
       }
     } else if (flag == "--variant") {
@@ -669,7 +743,7 @@ Options parse(int argc, char** argv) {
       bench::usage_error(kProg, "unknown flag '" + flag + "'");
     }
   }
-  if (o.benches.empty()) o.benches.assign(std::begin(kBenches), std::end(kBenches));
+  if (o.benches.empty()) o.benches.assign(std::begin(kBenches), std::begin(kBenches) + kDefaultBenches);
   if (o.events > (1u << 24) || o.chains > (1u << 20) || o.sorts > (1u << 20))
     bench::usage_error(kProg, "too many events per round (at most 2^24, chains and sorts 2^20)");
   return o;

@@ -134,6 +134,18 @@ bool set_color_placement(Cluster& cluster, const std::string& placement);
 void set_penalty(HandlerKey handler, double penalty);
 void set_penalty(void (*fn)(void*), double penalty);
 
+// The runtime's measurements of a handler (process-wide, smoothed means in
+// TSC cycles; 0: no sample yet): its warm runs, its cold runs (the first of
+// a color after the color moved to another processor), and the penalty a
+// thief weighs it by (cold / warm, >= 1, or the set_penalty override).
+struct HandlerTimes {
+  std::uint64_t warm_cycles = 0;
+  std::uint64_t cold_cycles = 0;
+  double penalty = 1;
+};
+HandlerTimes handler_times(HandlerKey handler);
+HandlerTimes handler_times(void (*fn)(void*));
+
 // Counters of a cluster's color layer (sums over its processors).
 struct ColorStats {
   std::uint64_t events_run = 0;       // events that ran to completion

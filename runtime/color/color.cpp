@@ -2,7 +2,6 @@
 // public API of loom/color.hpp. The structures and the lock order are in
 // color/color.hpp.
 #include "color/color.hpp"
-#include "base/check.hpp"
 
 #include <x86intrin.h>
 
@@ -12,6 +11,7 @@
 #include <stdexcept>
 
 #include "base/chaos.hpp"
+#include "base/check.hpp"
 #include "base/options.hpp"
 #include "loom/fibre.hpp"
 #include "sched/cluster.hpp"
@@ -42,9 +42,28 @@ inline void smooth_time(std::atomic<std::uint64_t>& mean, std::uint64_t sample) 
   smooth(mean, cap && sample > cap ? cap : sample);
 }
 
+// A running median (a stochastic quantile estimator): each sample moves the
+// estimate by 1/16 of itself toward it, however far it is. The steal cost
+// is tracked so: a steal's samples include the thief's kernel thread being
+// preempted or its runner waiting to be switched to, and on a loaded guest
+// enough of those in a row lifted a smoothed mean (even one that caps each
+// sample at 4x) above every color's work; time-left then refused every
+// steal and never sampled again (the full benchmark of 2026-11-28: rounds
+// with no steal at all). Outliers now move it as little as any sample, and
+// a real change of cost shows within a few dozen steals.
+inline void track_median(std::atomic<std::uint64_t>& est, std::uint64_t sample) noexcept {
+  std::uint64_t m = est.load(std::memory_order_relaxed);
+  std::uint64_t step = m / 16 ? m / 16 : 1;
+  if (sample > m)
+    m += sample - m < step ? sample - m : step;
+  else if (sample < m)
+    m -= m - sample < step ? m - sample : step;
+  est.store(m ? m : 1, std::memory_order_relaxed);
+}
+
 constexpr std::uint64_t kDefaultEstimate = 1000;  // cycles, before a handler's first run
-constexpr std::size_t kStackRunner = 256 * 1024;   // events run on it (mapped lazily)
-constexpr unsigned kReapAt = 64;                    // empty queues kept before freeing them
+constexpr std::size_t kStackRunner = 256 * 1024;  // events run on it (mapped lazily)
+constexpr unsigned kReapAt = 64;                  // empty queues kept before freeing them
 
 // ---- handler table: open addressing on the handler's address, never shrinks
 constexpr std::size_t kHandlers = 4096;
@@ -84,9 +103,9 @@ HandlerStats* handler_stats(HandlerKey key) noexcept {
   return &overflow_handler;
 }
 
-// ---- ColorCore's dispatch list ------------------------------------------------
+// ---- ColorCore's dispatch list and stealing queue ------------------------------
 
-void ColorCore::link(ColorQueue* q, bool front) noexcept {
+void ColorCore::link(ColorQueue* q, bool worth, bool front) noexcept {
   if (front) {
     q->prev = nullptr;
     q->next = head;
@@ -101,7 +120,8 @@ void ColorCore::link(ColorQueue* q, bool front) noexcept {
   LOOM_CHECK(!q->transit && q->owner.load(std::memory_order_relaxed) == this, "color %u linked %s", q->color,
              q->transit ? "in transit" : "by a core not its owner");
   q->linked = true;
-  ++listed;
+  listed.store(listed.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (worth) add_worthy(q);
 }
 
 void ColorCore::unlink(ColorQueue* q) noexcept {
@@ -109,7 +129,29 @@ void ColorCore::unlink(ColorQueue* q) noexcept {
   (q->next ? q->next->prev : tail) = q->prev;
   q->prev = q->next = nullptr;
   q->linked = false;
-  --listed;
+  listed.store(listed.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  if (q->worthy) drop_worthy(q);
+}
+
+// The stealing queue keeps the list's order among its queues (a queue joins
+// at the back when it is linked at the back, or when it becomes worth a
+// steal while it waits): its tail is the worthy color that would wait
+// longest on this core, Mely's "most time left".
+void ColorCore::add_worthy(ColorQueue* q) noexcept {
+  q->wnext = nullptr;
+  q->wprev = wtail;
+  (wtail ? wtail->wnext : whead) = q;
+  wtail = q;
+  q->worthy = true;
+  worthy.store(worthy.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+void ColorCore::drop_worthy(ColorQueue* q) noexcept {
+  (q->wprev ? q->wprev->wnext : whead) = q->wnext;
+  (q->wnext ? q->wnext->wprev : wtail) = q->wprev;
+  q->wprev = q->wnext = nullptr;
+  q->worthy = false;
+  worthy.store(worthy.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
 }
 
 namespace {
@@ -125,6 +167,15 @@ ColorCore* lock_owner(ColorQueue* q) noexcept {
   }
 }
 
+// Counters written under the core's lock only: a load and a store, no
+// locked instruction (thieves read them without the lock).
+inline void add(std::atomic<std::uint64_t>& a, std::uint64_t n) noexcept {
+  a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+inline void sub(std::atomic<std::uint64_t>& a, std::uint64_t n) noexcept {
+  a.store(a.load(std::memory_order_relaxed) - n, std::memory_order_relaxed);
+}
+
 // Takes q's head item for dispatch (under the owner's lock): q becomes held.
 ColorItem* take(ColorCore& o, ColorQueue* q) noexcept {
   ColorItem* it = q->head;
@@ -133,7 +184,7 @@ ColorItem* take(ColorCore& o, ColorQueue* q) noexcept {
   --q->count;
   q->work -= it->work;
   q->apparent -= it->apparent;
-  o.items.fetch_sub(1, std::memory_order_relaxed);
+  sub(o.items, 1);
   if (it->shared)
     ++q->shared;
   else
@@ -168,7 +219,7 @@ void post_park(Processor& here, Fibre* runner, void* arg) {
   auto* me = static_cast<ColorCore*>(arg);
   me->lock.lock();
   bool work = me->head || me->stopping;
-  if (!work) me->parked = true;
+  if (!work) me->parked.store(true, std::memory_order_relaxed);
   me->lock.unlock();
   if (work) here.push_local(runner);
 }
@@ -194,10 +245,12 @@ ColorConfig env_config() {
 
 // ---- ColorLayer -------------------------------------------------------------------
 
-ColorLayer::ColorLayer(Cluster& c, const ColorConfig& config) : cluster_(&c), batch_(config.batch < 1 ? 1 : config.batch) {
+ColorLayer::ColorLayer(Cluster& c, const ColorConfig& config)
+    : cluster_(&c), batch_(config.batch < 1 ? 1 : config.batch) {
   local_placement_.store(config.placement == "local", std::memory_order_relaxed);
   if (!set_policy(config.steal)) {
-    std::fprintf(stderr, "loom: cluster %u: unknown color steal policy '%s'; using mely\n", c.id(), config.steal.c_str());
+    std::fprintf(stderr, "loom: cluster %u: unknown color steal policy '%s'; using mely\n", c.id(),
+                 config.steal.c_str());
     set_policy("mely");
   }
 }
@@ -208,7 +261,7 @@ ColorCore* ColorLayer::core(unsigned index) {
   SpinGuard g(create_lock_);  // once per processor (not std::mutex: base/sys.hpp)
   c = cores_[index].load(std::memory_order_acquire);
   if (c || closing_) return c;  // a cluster being destroyed gets no new runner
-  c = new ColorCore;  // type-stable: never freed
+  c = new ColorCore;            // type-stable: never freed
   c->proc = cluster_->processor(index);
   c->layer = this;
   c->hold.runner = true;
@@ -242,38 +295,61 @@ ColorCore* ColorLayer::place(Color c) {
   return core_here;
 }
 
+// Links q at o (under o's lock), onto the stealing queue too when the policy
+// keeps one and q is worth a steal.
+void ColorLayer::link(ColorCore& o, ColorQueue* q, ColorStealPolicy* pol, bool front) {
+  o.link(q, pol->keeps_worthy && pol->worth(*q, steal_cost_.load(std::memory_order_relaxed)), front);
+}
+
 void ColorLayer::enqueue(Color c, ColorItem* it) {
   LOOM_CHAOS_POINT(color_enqueue);
-  Shard& s = shard(c);
+  const std::uint32_t h = color_hash(c);
+  ColorShard& s = shard(h);
+  ColorStealPolicy* pol = policy_.load(std::memory_order_acquire);
   s.lock.lock();
-  ColorQueue*& slot = s.map[c];
-  if (!slot) {
-    slot = new ColorQueue;
-    slot->color = c;
-    slot->owner.store(place(c), std::memory_order_relaxed);
-    live_.fetch_add(1, std::memory_order_relaxed);
+  ColorQueue* q = s.find(c, h);
+  ColorCore* o;
+  if (!q) {
+    q = new_queue(my_core());
+    q->color = c;
+    q->owner.store(place(c), std::memory_order_relaxed);
+    s.insert(q, h);
+    o = lock_owner(q);
+    add(o->made, 1);
+  } else {
+    o = lock_owner(q);
   }
-  ColorQueue* q = slot;
-  ColorCore* o = lock_owner(q);
+  // q cannot leave the table now: that takes its owner's lock, held here.
+  s.lock.unlock();
   (q->tail ? q->tail->next : q->head) = it;
   q->tail = it;
   ++q->count;
   q->work += it->work;
   q->apparent += it->apparent;
-  o->items.fetch_add(1, std::memory_order_relaxed);
-  if (!q->linked && !q->transit && q->dispatchable()) o->link(q);  // (in transit: the thief links it)
+  add(o->items, 1);
+  bool became_worthy = false;
+  if (!q->linked) {
+    if (!q->transit && q->dispatchable()) {  // (in transit: the thief links it)
+      link(*o, q, pol);
+      became_worthy = q->worthy;
+    }
+  } else if (pol->keeps_worthy && !q->worthy && pol->worth(*q, steal_cost_.load(std::memory_order_relaxed))) {
+    o->add_worthy(q);
+    became_worthy = true;
+  }
   bool wake_runner = false, busy = false;
   if (q->linked) {
-    if (o->parked && !o->stopping) {
-      o->parked = false;
+    if (o->parked.load(std::memory_order_relaxed) && !o->stopping) {
+      o->parked.store(false, std::memory_order_relaxed);
       wake_runner = true;
-    } else {
-      busy = (o->listed > 1 || !o->parked) &&
-             policy_.load(std::memory_order_acquire)->worth(*q, steal_cost_.load(std::memory_order_relaxed));
+    } else if (pol->steals) {
+      // Work waits behind a busy runner: a thief for it, if the policy
+      // would take it (a policy with a stealing queue: if q just joined it).
+      busy = (o->listed.load(std::memory_order_relaxed) > 1 || !o->parked.load(std::memory_order_relaxed)) &&
+             (pol->keeps_worthy ? became_worthy : pol->worth(*q, steal_cost_.load(std::memory_order_relaxed)));
     }
   }
   o->lock.unlock();
-  s.lock.unlock();
   if (wake_runner)
     schedule(o->runner);
   else if (busy)
@@ -281,13 +357,14 @@ void ColorLayer::enqueue(Color c, ColorItem* it) {
 }
 
 void ColorLayer::post(Color c, bool shared, void (*fn)(void*), void* arg, HandlerKey key) {
-  auto* it = new ColorItem;
+  ColorItem* it = new_item(my_core());
   it->fn = fn;
   it->arg = arg;
   it->shared = shared || c == kUncolored;  // uncolored work is never serialised
   it->handler = handler_stats(key ? key : reinterpret_cast<HandlerKey>(fn));
   it->work = it->handler->estimate();
-  it->apparent = std::uint64_t(double(it->work) / it->handler->penalty());
+  double penalty = it->handler->penalty();
+  it->apparent = penalty == 1.0 ? it->work : std::uint64_t(double(it->work) / penalty);
   enqueue(c, it);
 }
 
@@ -298,58 +375,89 @@ void ColorLayer::start_fibre(Fibre* f) {
 }
 
 // Under o's lock, with q's hold given back: q goes to the back of o's list
-// if it can be dispatched (the other colors get their turn), or to the reap
-// list if it is empty. True if o's runner must be scheduled (the caller
-// does it after unlocking).
-bool ColorLayer::requeue(ColorCore* o, ColorQueue* q, ColorCore* mine) {
+// if it can be dispatched (the other colors get their turn); if it is empty
+// and idle it leaves the table now when its shard is free (`dead` is set:
+// the caller recycles it after unlocking), else it goes to the reap list.
+// True if o's runner must be scheduled (the caller does it after unlocking).
+bool ColorLayer::requeue(ColorCore* o, ColorQueue* q, ColorCore* mine, ColorQueue*& dead) {
   if (q->transit) return false;  // its thief links or reaps it when it takes its own lock
   if (q->dispatchable()) {
     if (q->linked) o->unlink(q);
-    o->link(q);
-    if (o != mine && o->parked && !o->stopping) {
-      o->parked = false;
+    link(*o, q, policy_.load(std::memory_order_acquire));
+    if (o != mine && o->parked.load(std::memory_order_relaxed) && !o->stopping) {
+      o->parked.store(false, std::memory_order_relaxed);
       return true;
     }
   } else if (q->idle()) {
+    // A queue on the reap list stays for the reaper: the list points at it.
+    if (!q->reaping) {
+      const std::uint32_t h = color_hash(q->color);
+      ColorShard& s = shard(h);
+      // Shard after core is the wrong order, so only a try: a poster
+      // holding the shard may be waiting for this core's lock.
+      if (s.lock.try_lock()) {
+        s.erase(q, h);
+        s.lock.unlock();
+        add(o->freed, 1);
+        dead = q;
+        return false;
+      }
+    }
     add_reap(*o, q);
   }
   return false;
 }
 
-void ColorLayer::release_queue(ColorQueue* q, bool shared, ColorCore* mine) {
+bool ColorLayer::release_queue(ColorQueue* q, bool shared, ColorCore* mine) {
   ColorCore* o = lock_owner(q);
   give_back(q, shared);
-  bool wake = requeue(o, q, mine);
+  ColorQueue* dead = nullptr;
+  bool wake = requeue(o, q, mine, dead);
   o->lock.unlock();
   if (wake) schedule(o->runner);
+  if (dead) free_queue(dead, mine);
+  return wake;
 }
 
 void ColorLayer::release(ColorHold& h) {
   LOOM_CHAOS_POINT(color_release);
   ColorItem* it = reinterpret_cast<ColorItem*>(reinterpret_cast<char*>(&h) - offsetof(ColorItem, hold));
-  release_queue(h.queue, h.shared, nullptr);
-  delete it;
+  ColorCore* mine = my_core();
+  release_queue(h.queue, h.shared, mine);
+  free_item(it, mine);
 }
 
 void ColorLayer::run(ColorCore& me) {
+  // The lock is held from one batch's release to the next batch's take
+  // (one lock round trip per batch less), except across the event itself.
+  me.lock.lock();
   for (;;) {
     // The runner is pinned: it serves its own processor's core from that
     // processor's kernel thread only (DESIGN.md, "Runners").
     LOOM_CHECK(this_processor() == me.proc, "color runner of processor %u runs on processor %d", me.proc->index(),
                this_processor() ? int(this_processor()->index()) : -1);
-    me.lock.lock();
     ColorQueue* q = me.head;
     if (!q) {
       bool stop = me.stopping;
       bool reap_now = me.reap != nullptr;
       me.lock.unlock();
       if (stop) return;
-      if (reap_now) reap(me);
+      if (reap_now) reap(me, &me);
       note_wait(WaitKind::runtime, nullptr);
       this_processor()->suspend(&post_park, &me);
+      me.lock.lock();
       continue;
     }
     bool cold = q->moved;
+    // The cost of a steal, as the thief pays it: from the moment it began to
+    // look until the stolen color's first batch is released here, less the
+    // batch's own run time (victim search, the two locks, waking and
+    // switching to this runner, taking and releasing the color, freeing its
+    // queue and items to their home pools). The locked part alone measured
+    // about 200 cycles on this 2-vCPU guest and made every 100-cycle color
+    // look worth a steal; stealing those made the victim slower than no
+    // stealing at all (issue 22).
+    std::uint64_t stolen_at = cold ? q->stolen_at : 0, ran = 0;
     q->moved = false;
     ColorItem* it = take(me, q);
     // Shared work left on the list may overlap this item: an idle
@@ -358,6 +466,7 @@ void ColorLayer::run(ColorCore& me) {
     me.lock.unlock();
     if (help) wake_thief();
     unsigned batch = batch_.load(std::memory_order_relaxed);
+    ColorQueue* dead = nullptr;
     for (unsigned k = 1;; ++k) {
       if (it->fibre) {
         // A colored fibre: it holds the color from now until it exits.
@@ -365,17 +474,23 @@ void ColorLayer::run(ColorCore& me) {
         me.fibres_started.store(me.fibres_started.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         it->fibre->affinity = me.proc;
         me.proc->push(it->fibre);  // (on me.proc: the runner is pinned; a sleeper may steal it)
+        me.lock.lock();
         break;
       }
       me.hold.color = q->color;
       me.hold.shared = it->shared;
       std::uint64_t t0 = cycles();
       it->fn(it->arg);
-      it->handler->record(cycles() - t0, cold);
+      std::uint64_t dt = cycles() - t0;
+      ran += dt;
+      // Warm runs are sampled one in four once the handler has a mean: the
+      // handler's line is shared by every processor that runs it.
+      if (cold || (++me.tick & 3) == 0 || it->handler->warm.load(std::memory_order_relaxed) == 0)
+        it->handler->record(dt, cold);
       me.hold.color = kUncolored;
       cold = false;
       bool shared = it->shared;
-      delete it;
+      free_item(it, &me);
       me.events_run.store(me.events_run.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       // Go on with the same color while the batch lasts and the color is
       // still here; else release it to the back of its owner's list.
@@ -386,44 +501,89 @@ void ColorLayer::run(ColorCore& me) {
         me.lock.unlock();
         continue;
       }
-      bool wake = requeue(o, q, &me);
-      o->lock.unlock();
-      if (wake) schedule(o->runner);
+      bool wake = requeue(o, q, &me, dead);
+      if (o != &me) {
+        o->lock.unlock();
+        if (wake) schedule(o->runner);
+        me.lock.lock();
+      }
       break;
     }
-    if (me.reap_count.load(std::memory_order_relaxed) >= kReapAt) reap(me);  // a hint: written under the lock
-    // Fibres made ready on this processor get their turn between batches.
+    // (me.lock held)
+    if (dead) free_queue(dead, &me);  // the runner's thread: its own pool
+    if (stolen_at) {
+      std::uint64_t spent = cycles() - stolen_at;
+      track_median(steal_cost_, spent > ran ? spent - ran : 0);
+    }
+    // Fibres made ready on this processor get their turn between batches;
+    // reaping in bulk, when the reap list is long.
+    bool reap_now = me.reap_count.load(std::memory_order_relaxed) >= kReapAt;
     Processor* p = this_processor();
-    if (p->ready_queue().maybe_nonempty()) p->yield();
+    bool yield = p->ready_queue().maybe_nonempty();
+    if (reap_now || yield) {
+      me.lock.unlock();
+      if (reap_now) reap(me, &me);
+      if (yield) p->yield();
+      me.lock.lock();
+    }
   }
 }
 
-void ColorLayer::reap(ColorCore& me) {
+// Frees the queues of me's reap list that are still dead (any thread;
+// `mine`: the caller's core, whose pool takes them, or nullptr). A queue
+// whose shard is busy stays on the list for the next time (a reaper that
+// waited there spun behind posters that wait for a core lock: 10 % of the
+// thief's time in the unbalanced benchmark) unless `wait` (shutdown).
+void ColorLayer::reap(ColorCore& me, ColorCore* mine, bool wait) {
   me.lock.lock();
   ColorQueue* list = me.reap;
   me.reap = nullptr;
   me.reap_count.store(0, std::memory_order_relaxed);
   me.lock.unlock();
+  ColorQueue *keep = nullptr, *keep_tail = nullptr;
+  unsigned kept = 0;
   while (ColorQueue* q = list) {
     list = q->reap_next;
-    Shard& s = shard(q->color);
-    s.lock.lock();
+    const std::uint32_t h = color_hash(q->color);
+    ColorShard& s = shard(h);
+    if (wait) {
+      s.lock.lock();
+    } else if (!s.lock.try_lock()) {
+      // Still reaping (the flag stays set): back on the list below.
+      q->reap_next = keep;
+      keep = q;
+      if (!keep_tail) keep_tail = q;
+      ++kept;
+      continue;
+    }
     ColorCore* o = lock_owner(q);
     bool dead = q->idle() && !q->linked && !q->transit;
     q->reaping = false;
-    if (dead) s.map.erase(q->color);
+    if (dead) {
+      s.erase(q, h);
+      add(o->freed, 1);
+    }
     o->lock.unlock();
     s.lock.unlock();
-    if (dead) {
-      delete q;
-      live_.fetch_sub(1, std::memory_order_relaxed);
-    }
+    if (dead) free_queue(q, mine);
+  }
+  if (keep) {
+    me.lock.lock();
+    keep_tail->reap_next = me.reap;
+    me.reap = keep;
+    me.reap_count.store(me.reap_count.load(std::memory_order_relaxed) + kept, std::memory_order_relaxed);
+    me.lock.unlock();
   }
 }
 
 void ColorLayer::wake_thief() {
   ColorStealPolicy* pol = policy_.load(std::memory_order_acquire);
-  if (!pol->steals() || cluster_->idle_processors() == 0) return;
+  if (!pol->steals) return;
+  // The work was published with plain stores under a core lock; a thief
+  // announces idle, then reads the published counts (its last look): one
+  // of the two must see the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (cluster_->idle_processors() == 0) return;
   if (!thief_waking_.exchange(true, std::memory_order_acq_rel))
     if (!cluster_->wake_one()) thief_waking_.store(false, std::memory_order_relaxed);
 }
@@ -431,12 +591,13 @@ void ColorLayer::wake_thief() {
 bool ColorLayer::steal(Processor& p, ColorCore& me, bool wait) {
   ColorStealPolicy* pol = policy_.load(std::memory_order_acquire);
   std::uint64_t t0 = cycles();
+  // Victims from their published counts: no lock is taken to find nothing.
   Processor* victims[64];
   std::size_t n = 0;
   for (std::size_t i = 0, size = cluster_->size(); i < size && n < 64; ++i) {
     if (i == p.index()) continue;
     ColorCore* c = core_if_made(unsigned(i));
-    if (c && c->items.load(std::memory_order_relaxed) > 0) victims[n++] = c->proc;
+    if (c && pol->stealable(*c)) victims[n++] = c->proc;
   }
   if (n == 0) return false;
   me.steal_attempts.store(me.steal_attempts.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -448,14 +609,22 @@ bool ColorLayer::steal(Processor& p, ColorCore& me, bool wait) {
       v.lock.lock();
     else if (!v.lock.try_lock())
       continue;
-    ColorQueue* q = pol->pick(v, cost);
+    // Up to pol->max_colors colors in one visit, never half the victim's
+    // items or more: one lock of the victim and one wake of this runner for
+    // several small colors.
+    ColorQueue* taken[kMaxStealColors];
+    std::size_t got = 0;
     std::uint64_t count = 0, work = 0;
-    if (q) {
+    const std::uint64_t total = v.items.load(std::memory_order_relaxed);
+    while (got < pol->max_colors) {
+      ColorQueue* q = pol->pick(v, cost);
+      if (!q) break;
       v.unlink(q);
-      count = q->count;
-      work = q->work;
-      v.items.fetch_sub(count, std::memory_order_relaxed);
+      count += q->count;
+      work += q->work;
+      sub(v.items, q->count);
       q->moved = true;
+      q->stolen_at = got == 0 ? t0 : 0;  // the steal's cost is sampled on its first color
       // Between this unlock and the thief's lock the queue is unlinked and
       // may look idle: a reaper that locks its new owner first must not
       // free it under the thief. Nor may a poster or a releaser link it
@@ -463,19 +632,26 @@ bool ColorLayer::steal(Processor& p, ColorCore& me, bool wait) {
       // this one, and the two would write it under different locks.
       q->transit = true;
       q->owner.store(&me, std::memory_order_release);
+      taken[got++] = q;
+      if (2 * count >= total) break;
     }
     v.lock.unlock();
-    if (!q) continue;
+    if (got == 0) continue;
     LOOM_CHAOS_POINT(color_transit);
     me.lock.lock();
-    me.items.fetch_add(count, std::memory_order_relaxed);
-    q->transit = false;
-    if (!q->linked && q->dispatchable()) me.link(q);
-    else if (q->idle() && !q->linked) add_reap(me, q);  // (a reaper skipped it while in transit)
+    add(me.items, count);
+    ColorStealPolicy* now = policy_.load(std::memory_order_acquire);
+    for (std::size_t k = 0; k < got; ++k) {
+      ColorQueue* q = taken[k];
+      q->transit = false;
+      if (!q->linked && q->dispatchable())
+        link(me, q, now);
+      else if (q->idle() && !q->linked)
+        add_reap(me, q);  // (a reaper skipped it while in transit)
+    }
     me.lock.unlock();
-    smooth_time(steal_cost_, cycles() - t0);
-    smooth(stolen_work_, work);
-    me.colors_stolen.store(me.colors_stolen.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    smooth(stolen_work_, work / got);
+    me.colors_stolen.store(me.colors_stolen.load(std::memory_order_relaxed) + got, std::memory_order_relaxed);
     me.events_stolen.store(me.events_stolen.load(std::memory_order_relaxed) + count, std::memory_order_relaxed);
     return true;
   }
@@ -487,19 +663,21 @@ Fibre* ColorLayer::find_work(Processor& p, bool last_look) {
   ColorCore* me = core_if_made(p.index());
   bool have = false;
   if (me) {
-    me->lock.lock();
-    bool parked = me->parked && !me->stopping;
-    have = me->head != nullptr;
-    me->lock.unlock();
-    if (!parked) return nullptr;  // the runner is queued, running or blocked in an event
+    // Without the lock: only this processor's thread parks its runner (the
+    // post-switch action), so "not parked" read here is true (the runner is
+    // queued, running or blocked in an event); a stale "parked" is checked
+    // again under the lock below.
+    if (!me->parked.load(std::memory_order_relaxed)) return nullptr;
+    have = me->listed.load(std::memory_order_relaxed) > 0;
   }
   if (!have) {
-    if (!policy_.load(std::memory_order_acquire)->steals()) return nullptr;
+    ColorStealPolicy* pol = policy_.load(std::memory_order_acquire);
+    if (!pol->steals) return nullptr;
     if (!me) {
       // A processor that never had colors steals only if somebody has some.
       bool any = false;
       for (std::size_t i = 0, n = cluster_->size(); i < n && !any; ++i)
-        if (ColorCore* c = core_if_made(unsigned(i))) any = c->items.load(std::memory_order_relaxed) > 0;
+        if (ColorCore* c = core_if_made(unsigned(i))) any = pol->stealable(*c);
       if (!any) return nullptr;
       me = core(p.index());
       if (!me) return nullptr;  // the cluster is being destroyed
@@ -508,8 +686,8 @@ Fibre* ColorLayer::find_work(Processor& p, bool last_look) {
   }
   me->lock.lock();
   Fibre* f = nullptr;
-  if (me->parked && me->head && !me->stopping) {
-    me->parked = false;
+  if (me->parked.load(std::memory_order_relaxed) && me->head && !me->stopping) {
+    me->parked.store(false, std::memory_order_relaxed);
     f = me->runner;
   }
   me->lock.unlock();
@@ -526,12 +704,12 @@ void ColorLayer::shutdown() {
     if (!c) continue;
     c->lock.lock();
     c->stopping = true;
-    bool wake = c->parked;
-    c->parked = false;
+    bool wake = c->parked.load(std::memory_order_relaxed);
+    c->parked.store(false, std::memory_order_relaxed);
     c->lock.unlock();
     if (wake) schedule(c->runner);
     join_fibre(c->runner);  // it drains its list first
-    reap(*c);
+    reap(*c, my_core(), true);
   }
 }
 
@@ -548,6 +726,7 @@ std::string ColorLayer::policy_name() { return policy_.load(std::memory_order_ac
 
 ColorStats ColorLayer::stats() const {
   ColorStats s;
+  std::uint64_t made = 0, freed = 0;
   for (std::size_t i = 0, n = cluster_->size(); i < n; ++i) {
     ColorCore* c = core_if_made(unsigned(i));
     if (!c) continue;
@@ -556,10 +735,12 @@ ColorStats ColorLayer::stats() const {
     s.steal_attempts += c->steal_attempts.load(std::memory_order_relaxed);
     s.colors_stolen += c->colors_stolen.load(std::memory_order_relaxed);
     s.events_stolen += c->events_stolen.load(std::memory_order_relaxed);
+    made += c->made.load(std::memory_order_relaxed);
+    freed += c->freed.load(std::memory_order_relaxed);
   }
   s.steal_cost_cycles = steal_cost_.load(std::memory_order_relaxed);
   s.stolen_work_cycles = stolen_work_.load(std::memory_order_relaxed);
-  s.colors_live = live_.load(std::memory_order_relaxed);
+  s.colors_live = made > freed ? made - freed : 0;  // (sums of counters read one after the other)
   return s;
 }
 
@@ -580,7 +761,7 @@ ColorLayer& color_layer(Cluster& c) {
 
 void color_attach(Fibre* f, Color c, bool shared) {
   ColorLayer& l = color_layer(*f->cluster);
-  auto* it = new ColorItem;
+  ColorItem* it = ColorLayer::new_item(l.my_core());
   it->fibre = f;
   it->shared = shared;
   it->hold.color = c;
@@ -636,7 +817,9 @@ Color allocate_colors(std::uint32_t n) {
   return base;
 }
 
-bool set_color_policy(Cluster& cluster, const std::string& policy) { return rt::color_layer(cluster.impl()).set_policy(policy); }
+bool set_color_policy(Cluster& cluster, const std::string& policy) {
+  return rt::color_layer(cluster.impl()).set_policy(policy);
+}
 std::string color_policy(Cluster& cluster) { return rt::color_layer(cluster.impl()).policy_name(); }
 void set_color_batch(Cluster& cluster, unsigned batch) { rt::color_layer(cluster.impl()).set_batch(batch); }
 bool set_color_placement(Cluster& cluster, const std::string& placement) {
@@ -646,9 +829,20 @@ bool set_color_placement(Cluster& cluster, const std::string& placement) {
 }
 
 void set_penalty(HandlerKey handler, double penalty) {
-  rt::handler_stats(handler)->penalty_override.store(penalty < 1 && penalty != 0 ? 1 : penalty, std::memory_order_relaxed);
+  rt::handler_stats(handler)->penalty_override.store(penalty < 1 && penalty != 0 ? 1 : penalty,
+                                                     std::memory_order_relaxed);
 }
 void set_penalty(void (*fn)(void*), double penalty) { set_penalty(reinterpret_cast<HandlerKey>(fn), penalty); }
+
+HandlerTimes handler_times(HandlerKey handler) {
+  const rt::HandlerStats* s = rt::handler_stats(handler);
+  HandlerTimes t;
+  t.warm_cycles = s->warm.load(std::memory_order_relaxed);
+  t.cold_cycles = s->cold.load(std::memory_order_relaxed);
+  t.penalty = s->penalty();
+  return t;
+}
+HandlerTimes handler_times(void (*fn)(void*)) { return handler_times(reinterpret_cast<HandlerKey>(fn)); }
 
 ColorStats color_stats(Cluster& cluster) { return rt::color_layer(cluster.impl()).stats(); }
 

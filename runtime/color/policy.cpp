@@ -21,11 +21,16 @@
 //     penalty     a color's work counts divided by its handlers' penalties
 //                 (each item's share was divided when it was queued).
 //   mely          all three.
-// A victim's list is looked at, at most kScan queues, from its head by the
-// base rule (libasync-smp's order) and from its tail by the heuristics (the
-// colors that would wait longest there): the time a thief holds a victim's
-// lock must stay small (Mely's lesson about libasync-smp scanning whole
-// event queues under the lock).
+// A thief decides from the victim's published counts (stealable(): queues
+// on its list, or on its stealing queue for time-left) and locks only a
+// victim that has something the policy would take. Under the lock, a
+// victim's list is looked at, at most kScan queues from its head by the
+// base rule (libasync-smp's order); the heuristics look at its tail: at most
+// kTailScan queues of the list (penalty alone), or of the stealing queue
+// (time-left: only queues worth a steal are on it, so the first looked at
+// is usually taken; one that stopped being worth it is dropped from it
+// there). The time a thief holds a victim's lock must stay small (Mely's
+// lesson about libasync-smp scanning whole event queues under the lock).
 #include <algorithm>
 #include <sstream>
 
@@ -38,6 +43,7 @@ namespace loom::rt {
 namespace {
 
 constexpr unsigned kScan = 64;
+constexpr unsigned kTailScan = 8;
 
 struct Heuristics {
   bool locality = false, time_left = false, penalty = false;
@@ -78,10 +84,29 @@ bool parse(const std::string& name, Kind& kind, Heuristics& h) {
 class ColorPolicy final : public ColorStealPolicy {
  public:
   ColorPolicy(Kind k, Heuristics h, std::string name, ColorLayer& layer)
-      : kind_(k), h_(h), name_(std::move(name)), layer_(layer) {}
+      : kind_(k), h_(h), name_(std::move(name)), layer_(layer) {
+    steals = k != Kind::none;
+    keeps_worthy = k != Kind::none && h.time_left;
+    // Without time-left a thief cannot tell a 100-cycle color from a long
+    // one: it takes up to 16 at a visit (each by the policy's rule, never
+    // half the victim's items), so that one lock of the victim and one wake
+    // of its runner pay for several. One at a time, stealing one-event
+    // colors made both processors slower than one alone (issue 22:
+    // unbalanced, 0.65x none). time-left takes the one color worth it.
+    max_colors = keeps_worthy ? 1 : kMaxStealColors;
+  }
 
   const char* name() const override { return name_.c_str(); }
-  bool steals() const override { return kind_ != Kind::none; }
+
+  bool stealable(const ColorCore& v) const override {
+    if (kind_ == Kind::none) return false;
+    if (keeps_worthy) return v.worthy.load(std::memory_order_relaxed) > 0;
+    std::uint32_t listed = v.listed.load(std::memory_order_relaxed);
+    if (h_.penalty) return listed > 0;
+    // The base rule takes a queue with under half the victim's items: one
+    // listed queue holding them all is not such a queue.
+    return listed > 1 || (listed == 1 && v.items.load(std::memory_order_relaxed) > 1);
+  }
 
   std::size_t order(Processor& thief, Processor** v, std::size_t n) override {
     if (kind_ == Kind::none || n == 0) return 0;
@@ -113,14 +138,26 @@ class ColorPolicy final : public ColorStealPolicy {
         if (q->shared ? q->count > 0 : 2 * q->count < total) return q;
       return nullptr;
     }
-    // From the tail: the colors that would wait longest on the victim (and
-    // the one whose post woke this thief) are the ones worth taking.
     ColorQueue* best = nullptr;
     std::uint64_t best_work = 0;
     unsigned seen = 0;
-    for (ColorQueue* q = victim.tail; q && seen < kScan; q = q->prev, ++seen) {
-      std::uint64_t w = h_.penalty ? q->apparent : q->work;
-      if (h_.time_left && w <= steal_cost) continue;
+    if (keeps_worthy) {
+      // The stealing queue from its tail: the worthy colors that would wait
+      // longest on the victim (and the one whose post woke this thief).
+      for (ColorQueue* q = victim.wtail; q && seen < kTailScan; ++seen) {
+        ColorQueue* prev = q->wprev;
+        std::uint64_t w = h_.penalty ? q->apparent : q->work;
+        if (w <= steal_cost)
+          victim.drop_worthy(q);  // the steal cost rose, or its work ran
+        else if (!best || w > best_work)
+          best = q, best_work = w;
+        q = prev;
+      }
+      return best;
+    }
+    // From the list's tail, the most apparent work (penalty alone).
+    for (ColorQueue* q = victim.tail; q && seen < kTailScan; q = q->prev, ++seen) {
+      std::uint64_t w = q->apparent;
       if (!best || w > best_work) best = q, best_work = w;
     }
     return best;
