@@ -14,7 +14,14 @@
 //   int close(int);   auto blocking(F) -> F's result  (code that may block on a disk)
 //
 // The connection object, buffers included, lives on the stack of its thread
-// or fibre (16 KiB for fibres by default).
+// or fibre (16 KiB for fibres by default) — or, with --rest (loom), on the
+// heap: there the fibre gives its stack back between requests. When a read
+// came up short (the socket is drained) and the connection would read
+// again, it calls Io::rest(fd, resume, this) instead (loom::io::rest): the
+// fibre ends, and is continued at resume() on a warm stack once the next
+// request's bytes arrive. Nothing on the stack is live there (the loop's
+// state is the Session, in the object). Io::rest returns only if it could
+// not rest (a pthread, a fibre not yet detached...): the read then blocks.
 #pragma once
 
 #include <sys/socket.h>
@@ -22,6 +29,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <new>
 
 #include "session.hpp"
 
@@ -30,15 +38,29 @@ namespace web {
 template <class Io>
 class Connection {
  public:
-  Connection(ServerContext& ctx, int fd) : s_(ctx, fd) {}
+  // Resting, a new connection rests before its first read too: a burst of
+  // connections that have not sent yet holds no stacks (nor leaves them,
+  // resident, in the cache).
+  Connection(ServerContext& ctx, int fd, bool rest = false) : s_(ctx, fd), rest_(rest), drained_(rest) {}
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
+
+  // A resting connection's continuation (on the heap: deleted at its end).
+  static void resume(void* p) {
+    auto* c = static_cast<Connection*>(p);
+    c->run();
+    delete c;
+  }
 
   void run() {
     using Next = typename Session<Io>::Next;
     for (;;) {
       switch (s_.advance()) {
         case Next::read:
+          if (rest_ && drained_) {
+            drained_ = false;
+            Io::rest(s_.fd(), &Connection::resume, this);  // returns only if it could not rest
+          }
           if (!read()) return finish(false);  // EOF, error, or shut down by the ticker
           break;
         case Next::write:
@@ -58,7 +80,7 @@ class Connection {
     for (;;) {
       ssize_t n = Io::read(s_.fd(), s_.read_at(), s_.read_room());
       if (n > 0) {
-        s_.did_read(static_cast<std::size_t>(n));
+        drained_ = !s_.did_read(static_cast<std::size_t>(n));
         return true;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -104,10 +126,16 @@ class Connection {
   }
 
   Session<Io> s_;
+  bool rest_;
+  bool drained_;  // the last read came up short (or none yet): the next waits for an edge
 };
 
 template <class Io>
 void serve_connection(ServerContext& ctx, int fd) {
+  if (ctx.rest) {
+    auto* c = new (std::nothrow) Connection<Io>(ctx, fd, true);
+    if (c) return Connection<Io>::resume(c);  // (which may rest: then this fibre ends there)
+  }
   Connection<Io> c(ctx, fd);
   c.run();
 }

@@ -37,6 +37,7 @@ struct LoomIo {
     return loom::offload(std::forward<F>(f));
   }
   static void sleep_ms(int ms) { loom::this_fibre::sleep_for(std::chrono::milliseconds(ms)); }
+  static int rest(int fd, void (*fn)(void*), void* arg) { return loom::io::rest(fd, fn, arg); }
 
   // A detached fibre in the acceptor's cluster.
   static bool spawn(ServerContext& ctx, int fd) {

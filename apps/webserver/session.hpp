@@ -68,6 +68,7 @@ struct ServerContext {
   std::int64_t timeout_ms = 10000;
   std::size_t max_connections = 0;
   std::size_t stack_size = 16 * 1024;
+  bool rest = false;  // --rest: connections on the heap, fibres give their stacks back between requests
   std::atomic<std::size_t> active{0};
 };
 
