@@ -35,7 +35,7 @@
 
 namespace web {
 
-template <class Io>
+template <class Io, bool Lean = false>
 class Connection {
  public:
   // Resting, a new connection rests before its first read too: a burst of
@@ -48,18 +48,21 @@ class Connection {
   // A resting connection's continuation (on the heap: deleted at its end).
   static void resume(void* p) {
     auto* c = static_cast<Connection*>(p);
+    c->s_.acquire_buffers();
     c->run();
     delete c;
   }
 
   void run() {
-    using Next = typename Session<Io>::Next;
+    using Next = typename Session<Io, Lean>::Next;
     for (;;) {
       switch (s_.advance()) {
         case Next::read:
           if (rest_ && drained_) {
             drained_ = false;
+            s_.release_buffers();
             Io::rest(s_.fd(), &Connection::resume, this);  // returns only if it could not rest
+            s_.acquire_buffers();
           }
           if (!read()) return finish(false);  // EOF, error, or shut down by the ticker
           break;
@@ -125,7 +128,7 @@ class Connection {
     s_.close();
   }
 
-  Session<Io> s_;
+  Session<Io, Lean> s_;
   bool rest_;
   bool drained_;  // the last read came up short (or none yet): the next waits for an edge
 };
@@ -133,8 +136,9 @@ class Connection {
 template <class Io>
 void serve_connection(ServerContext& ctx, int fd) {
   if (ctx.rest) {
-    auto* c = new (std::nothrow) Connection<Io>(ctx, fd, true);
-    if (c) return Connection<Io>::resume(c);  // (which may rest: then this fibre ends there)
+    // Lean: its small buffers only while it runs (session.hpp).
+    auto* c = new (std::nothrow) Connection<Io, true>(ctx, fd, true);
+    if (c) return Connection<Io, true>::resume(c);  // (which may rest: then this fibre ends there)
   }
   Connection<Io> c(ctx, fd);
   c.run();
