@@ -236,6 +236,7 @@ int loom_rest_until(int fd, void (*fn)(void*), void* arg, const struct timespec*
   return e;
 }
 int loom_rest_status(void) { return io::rest_status(); }
+int loom_rest_start(int fd, void (*fn)(void*), void* arg) { return rt::rest_start(fd, fn, arg, FibreAttr{}, kForever); }
 
 const char* loom_io_backend(void) { return io::backend(); }
 

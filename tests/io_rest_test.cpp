@@ -407,6 +407,74 @@ TEST(RestIdentity, KeysAndIdSurviveARest) {
   loom::key_delete(key);
 }
 
+// ---- a fibre that starts at rest (rest_start) -------------------------------------
+
+struct Started {
+  int fd;
+  std::atomic<int> runs{0};
+  std::atomic<int> status{-1};
+  std::atomic<std::uint64_t> id{0};
+  std::atomic<long> got{-100};
+};
+
+void started(void* p) {
+  auto* s = static_cast<Started*>(p);
+  s->id.store(loom::this_fibre::id());
+  s->status.store(io::rest_status());
+  char b[8];
+  if (s->status.load() == 0) {
+    ssize_t n = io::read(s->fd, b, sizeof b);
+    s->got.store(n < 0 ? -err() : n);
+  }
+  s->runs.fetch_add(1);
+}
+
+TEST(RestStart, ANewFibreStartsAtRestWithNoStack) {
+  loom::Cluster c(1);
+  int sv[2];
+  std::atomic<int> made{0};
+  loom::FibreAttr a;
+  a.cluster = &c;
+  loom::Fibre(a, [&] { made.store(io::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0 ? 1 : -1); }).join();
+  ASSERT_EQ(made.load(), 1);
+  Started st;
+  st.fd = sv[0];
+  loom::FibreAttr ra;
+  ra.cluster = &c;
+  ra.name = "started";
+  std::uint64_t created = c.stats().fibres_created;
+  // From a kernel thread (the test's): the fibre is the cluster's.
+  ASSERT_EQ(io::rest_start(sv[0], &started, &st, ra), 0);
+  EXPECT_EQ(c.stats().fibres_created, created + 1);
+  std::string l = listing();
+  EXPECT_EQ(count_of(l, "resting: fd " + std::to_string(sv[0]) + " (no stack)"), 1u) << l;
+  EXPECT_NE(l.find("started"), std::string::npos) << l;
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(st.runs.load(), 0) << "ran with no input";
+  ASSERT_EQ(::write(sv[1], "q", 1), 1);
+  ASSERT_TRUE(eventually([&] { return st.runs.load() == 1; }));
+  EXPECT_EQ(st.status.load(), 0);
+  EXPECT_EQ(st.got.load(), 1);
+  EXPECT_NE(st.id.load(), 0u);
+  // With a deadline and no input: started at the deadline, ETIMEDOUT.
+  Started late;
+  late.fd = sv[0];
+  ASSERT_EQ(io::rest_start(sv[0], &started, &late, ra, now_ns() + 20'000'000), 0);
+  ASSERT_TRUE(eventually([&] { return late.runs.load() == 1; }));
+  EXPECT_EQ(late.status.load(), ETIMEDOUT);
+  // Bad input.
+  EXPECT_EQ(io::rest_start(-1, &started, &st, ra), EBADF);
+  EXPECT_EQ(io::rest_start(sv[0], nullptr, &st, ra), EINVAL);
+  loom::FibreAttr colored = ra;
+  colored.color = 7;
+  EXPECT_EQ(io::rest_start(sv[0], &started, &st, colored), ENOTSUP);
+  EXPECT_EQ(loom_rest_start(-1, &started, &st), EBADF);
+  loom::Fibre(a, [&] {
+    io::close(sv[0]);
+    io::close(sv[1]);
+  }).join();
+}
+
 void never(void*) { std::abort(); }
 
 TEST(RestErrors, BadInputReturnsTheErrorAndTheFibreGoesOn) {

@@ -38,20 +38,24 @@ namespace web {
 template <class Io, bool Lean = false>
 class Connection {
  public:
-  // Resting, a new connection rests before its first read too: a burst of
-  // connections that have not sent yet holds no stacks (nor leaves them,
-  // resident, in the cache).
-  Connection(ServerContext& ctx, int fd, bool rest = false) : s_(ctx, fd), rest_(rest), drained_(rest) {}
+  Connection(ServerContext& ctx, int fd, bool rest = false) : s_(ctx, fd), rest_(rest) {}
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // A resting connection's continuation (on the heap: deleted at its end).
+  // A resting connection's continuation (on the heap: deleted at its end),
+  // also its start: the acceptor starts it at rest (loom::io::rest_start),
+  // so a burst of new connections that have not sent yet takes no stacks.
   static void resume(void* p) {
     auto* c = static_cast<Connection*>(p);
+    c->drained_ = false;  // its input is there: read it
     c->s_.acquire_buffers();
     c->run();
     delete c;
   }
+
+  // Its first deadline, for a connection that starts at rest (it runs, and
+  // arms one itself, only once its first bytes arrive).
+  void arm_first_deadline() { s_.arm(); }
 
   void run() {
     using Next = typename Session<Io, Lean>::Next;
@@ -130,16 +134,11 @@ class Connection {
 
   Session<Io, Lean> s_;
   bool rest_;
-  bool drained_;  // the last read came up short (or none yet): the next waits for an edge
+  bool drained_ = false;  // the last read came up short: the next waits for an edge
 };
 
 template <class Io>
 void serve_connection(ServerContext& ctx, int fd) {
-  if (ctx.rest) {
-    // Lean: its small buffers only while it runs (session.hpp).
-    auto* c = new (std::nothrow) Connection<Io, true>(ctx, fd, true);
-    if (c) return Connection<Io, true>::resume(c);  // (which may rest: then this fibre ends there)
-  }
   Connection<Io> c(ctx, fd);
   c.run();
 }

@@ -117,8 +117,8 @@ class Session {
  public:
   enum class Next : std::uint8_t { read, write, close, linger };
 
+  // (A lean session starts without its buffers: acquire_buffers().)
   Session(ServerContext& ctx, int fd) : ctx_(ctx), fd_(fd) {
-    bufs_.acquire();
     in_ = bufs_.in();
     out_ = bufs_.out();
   }

@@ -71,6 +71,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "loom/fibre.hpp"
 #include "loom/sync.hpp"
 
 namespace loom {
@@ -211,6 +212,13 @@ int when_ready(int fd, short events, void (*cb)(void*), void* arg);
 // The fibre's stack size stays what it was created with.
 int rest(int fd, void (*fn)(void*), void* arg);
 int rest_until(int fd, void (*fn)(void*), void* arg, Deadline d);
+// A new detached fibre that starts at rest on fd: it holds no stack until
+// fd first has input (or its deadline, a close, a hang-up), and then runs
+// fn(arg) as a fibre of attr's cluster (attr: cluster, name, priority,
+// stack size, background; a color gives ENOTSUP). For a server's new
+// connections: a burst of accepted connections that have not sent yet takes
+// no stacks. 0, or an error number as rest (EBADF, EPERM, EBUSY, EINVAL).
+int rest_start(int fd, void (*fn)(void*), void* arg, const FibreAttr& attr = {}, Deadline d = kForever);
 // Why the calling fibre was last continued by a rest: 0 (input, a hang-up,
 // a close) or ETIMEDOUT (rest_until's deadline); 0 if it never rested.
 int rest_status();

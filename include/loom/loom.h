@@ -809,6 +809,11 @@ int loom_when_ready(int fd, short events, void (*fn)(void*), void* arg);
 int loom_rest(int fd, void (*fn)(void*), void* arg);
 int loom_rest_until(int fd, void (*fn)(void*), void* arg, const struct timespec* deadline);
 int loom_rest_status(void);
+/* A new detached fibre (not a thread of loom_create: loom_self() gives it
+ * a tagged id) that starts at rest on fd: no stack until fd first has
+ * input, then fn(arg) runs, in the caller's cluster. 0, or an error number
+ * as loom_rest's. */
+int loom_rest_start(int fd, void (*fn)(void*), void* arg);
 /* The I/O back end of the caller's cluster: "epoll" or "uring" (LOOM_IO;
  * "epoll" where io_uring was unavailable and the cluster fell back). */
 const char* loom_io_backend(void);

@@ -1046,6 +1046,9 @@ int rest_until(int fd, void (*fn)(void*), void* arg, Deadline d) {
 }
 int rest(int fd, void (*fn)(void*), void* arg) { return rest_until(fd, fn, arg, kForever); }
 int rest_status() { return rt::rest_status(); }
+int rest_start(int fd, void (*fn)(void*), void* arg, const FibreAttr& attr, Deadline d) {
+  return rt::rest_start(fd, fn, arg, attr, d);
+}
 
 int poll_one(int fd, short events, int timeout_ms) {
   Deadline d = timeout_ms < 0 ? kForever : rt::now_ns() + std::int64_t(timeout_ms) * 1'000'000;

@@ -12,6 +12,7 @@
 #include "sched/cluster.hpp"
 #include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
+#include "loom/cluster.hpp"
 
 namespace loom::rt {
 
@@ -69,6 +70,29 @@ void after_deadline(TimerNode* n) {
   restart(b, ETIMEDOUT);
 }
 
+// Arms the callback on fd's input word and the deadline's timer, then
+// publishes: from here on a post, a close or the timer continues the fibre.
+void arm_rest(RestBlock* b) {
+  LOOM_CHAOS_POINT(rest_arm);
+  Fibre* f = &b->fibre;
+  FdEntry& e = *b->entry;
+  int r = e.hup.load(std::memory_order_relaxed) ? 1 : e.in.ready.arm(&on_ready, b);
+  if (r == 0) {
+    io_arm(b->fd, e, false);
+    // A close since rest() read the count may have found nothing armed
+    // (and a new descriptor under the number would never post ours): the
+    // close counts (seq_cst) before it takes the callback.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (e.gen.load(std::memory_order_seq_cst) != b->gen && e.in.ready.disarm()) r = 1;
+  }
+  if (r == 0 && b->timer.deadline != kNoDeadline) f->cluster->add_timer(&b->timer);
+  b->published.store(true, std::memory_order_release);
+  // A pending edge or a hang-up (the read finds the end at once), or a
+  // fibre somehow waiting there already (EBUSY: its turn mutex makes that
+  // a bug of the caller's): continue now.
+  if (r != 0) restart(b, 0);
+}
+
 // On the next fibre, once the resting one's context is saved (invariant 1):
 // its stack goes to the cache, the block into the listing, the callback
 // and the timer are armed.
@@ -95,23 +119,49 @@ void post_rest(Processor& here, Fibre* prev, void* arg) {
   }
   if (prev != f) prev->~Fibre();
   here.stacks().put(s);
-  LOOM_CHAOS_POINT(rest_arm);
-  FdEntry& e = *b->entry;
-  int r = e.hup.load(std::memory_order_relaxed) ? 1 : e.in.ready.arm(&on_ready, b);
-  if (r == 0) {
-    io_arm(b->fd, e, false);
-    // A close since rest() read the count may have found nothing armed
-    // (and a new descriptor under the number would never post ours): the
-    // close counts (seq_cst) before it takes the callback.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (e.gen.load(std::memory_order_seq_cst) != b->gen && e.in.ready.disarm()) r = 1;
+  arm_rest(b);
+}
+
+// What both rest() and rest_start() ask of fd: a pollable descriptor,
+// registered, whose input nobody waits for. 0 or an error number.
+int check_fd(int fd, Cluster& c, FdEntry*& e, std::uint32_t& gen) {
+  e = FdTable::instance().get(fd);
+  if (!e) return EBADF;
+  std::uint8_t kind = e->kind.load(std::memory_order_acquire);
+  if (kind == kFdUnknown) {
+    if (sys::fcntl(fd, F_GETFD) < 0) return EBADF;
+    kind = classify(fd, *e);
   }
-  if (r == 0 && b->timer.deadline != kNoDeadline) f->cluster->add_timer(&b->timer);
-  b->published.store(true, std::memory_order_release);
-  // A pending edge or a hang-up (the read finds the end at once), or a
-  // fibre somehow waiting there already (EBUSY: its turn mutex makes that
-  // a bug of the caller's): continue now.
-  if (r != 0) restart(b, 0);
+  if (kind != kFdPollable) return EPERM;  // what epoll says of a regular file
+  gen = e->gen.load(std::memory_order_acquire);
+  if (!e->registered.load(std::memory_order_acquire) && !io_register(io_state(c), fd, *e)) return errno;
+  if (e->in.ready.has_waiter()) return EBUSY;
+  return 0;
+}
+
+// A new heap block (the first rest, or a fibre started at rest).
+RestBlock* new_block() {
+  auto* b = new (std::nothrow) RestBlock;
+  if (!b) return nullptr;
+  rest_block_free = &free_block;
+  b->fibre.join.store(kJoinDetached, std::memory_order_relaxed);
+  b->fibre.rest_block = true;
+  b->timer.owner = b;
+  b->timer.expire = &on_deadline;
+  b->timer.complete = &after_deadline;
+  return b;
+}
+
+void set_rest(RestBlock* b, int fd, void (*fn)(void*), void* arg, FdEntry* e, std::uint32_t gen, Deadline d) {
+  b->fn = fn;
+  b->arg = arg;
+  b->fd = fd;
+  b->entry = e;
+  b->gen = gen;
+  b->timer.deadline = d == kForever ? kNoDeadline : d;
+  b->published.store(false, std::memory_order_relaxed);
+  b->fibre.wait_object.store(fd_object(fd), std::memory_order_relaxed);
+  b->fibre.wait_kind.store(WaitKind::rest, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -127,53 +177,69 @@ int rest(int fd, void (*fn)(void*), void* arg, Deadline d) {
   // moved (yet).
   if (!self->stack || self->join.load(std::memory_order_acquire) != kJoinDetached) return EINVAL;
   if (self->tcb || self->held || self->offload_home.load(std::memory_order_relaxed)) return ENOTSUP;
-  FdEntry* e = FdTable::instance().get(fd);
-  if (!e) return EBADF;
-  std::uint8_t kind = e->kind.load(std::memory_order_acquire);
-  if (kind == kFdUnknown) {
-    if (sys::fcntl(fd, F_GETFD) < 0) return EBADF;
-    kind = classify(fd, *e);
-  }
-  if (kind != kFdPollable) return EPERM;  // what epoll says of a regular file
-  std::uint32_t gen = e->gen.load(std::memory_order_acquire);
-  if (!e->registered.load(std::memory_order_acquire) && !io_register(io_state(p->cluster()), fd, *e)) return errno;
-  if (e->in.ready.has_waiter()) return EBUSY;
+  FdEntry* e;
+  std::uint32_t gen;
+  if (int err = check_fd(fd, p->cluster(), e, gen)) return err;
   RestBlock* b;
   if (self->rest_block) {
     b = RestBlock::of(self);
   } else {
-    b = new (std::nothrow) RestBlock;
+    b = new_block();
     if (!b) return ENOMEM;
-    rest_block_free = &free_block;
     Fibre& n = b->fibre;
     n.affinity = self->affinity;
     n.cluster = self->cluster;
     n.priority = self->priority;
     n.background = self->background;
-    n.join.store(kJoinDetached, std::memory_order_relaxed);
     n.id = self->id;
     n.name = self->name;
     n.specific = self->specific;
     n.pinned = self->pinned;
-    n.rest_block = true;
-    b->timer.owner = b;
-    b->timer.expire = &on_deadline;
-    b->timer.complete = &after_deadline;
     n.stack.size = self->stack.size;  // no base: the next run's processor gives it one of that size
   }
-  b->fn = fn;
-  b->arg = arg;
-  b->fd = fd;
-  b->entry = e;
-  b->gen = gen;
-  b->timer.deadline = d == kForever ? kNoDeadline : d;
-  b->published.store(false, std::memory_order_relaxed);
-  b->fibre.wait_object.store(fd_object(fd), std::memory_order_relaxed);
-  b->fibre.wait_kind.store(WaitKind::rest, std::memory_order_relaxed);
+  set_rest(b, fd, fn, arg, e, gen, d);
   p->counters.add(Stat::rests);
   Fibre* next = p->next_ready();
   p->switch_to(next ? next : &p->idle_fibre(), &post_rest, b, /*dying=*/true);
   __builtin_unreachable();
+}
+
+int rest_start(int fd, void (*fn)(void*), void* arg, const FibreAttr& attr, Deadline d) {
+  if (!fn || static_cast<unsigned>(attr.priority) >= kPriorities) return EINVAL;
+  if (attr.color) return ENOTSUP;  // a color hold is taken as a fibre starts, on its stack's side
+  if (attr.stack_size && (attr.stack_size < kStackMin || attr.stack_size > kStackMax)) return EINVAL;
+  Processor* here = this_processor();
+  Cluster* c = attr.cluster ? &attr.cluster->impl()
+               : here       ? &here->cluster()
+                            : &loom::Cluster::default_cluster().impl();
+  FdEntry* e;
+  std::uint32_t gen;
+  if (int err = check_fd(fd, *c, e, gen)) return err;
+  RestBlock* b = new_block();
+  if (!b) return ENOMEM;
+  Fibre& n = b->fibre;
+  n.cluster = c;
+  // Where a new fibre would go (Cluster::place_new, round-robin from the
+  // creating processor); from outside the cluster, its processors in turn.
+  std::size_t i = here && &here->cluster() == c ? here->index() + here->placed++ : std::size_t(fd);
+  if (!attr.background && c->config().queue != QueueKind::shared && c->config().placement != Placement::share)
+    n.affinity = c->processor(unsigned(i % c->size()));
+  n.priority = static_cast<unsigned char>(attr.priority);
+  n.background = attr.background;
+  n.id = next_fibre_id();
+  n.name = attr.name;
+  n.stack.size = attr.stack_size ? attr.stack_size : c->config().stack_size;
+  set_rest(b, fd, fn, arg, e, gen, d);
+  c->fibres.fetch_add(1, std::memory_order_relaxed);
+  count(*c, Stat::fibres_created);
+  count(*c, Stat::rests);
+  live_add(&n);
+  arm_rest(b);
+  // From outside the cluster: its processors may all sleep on their
+  // futexes, not in the poller (the cluster's I/O may be new), and nothing
+  // would ever look at fd: one goes round its idle loop again.
+  if (!here || &here->cluster() != c) c->wake_one();
+  return 0;
 }
 
 int rest_status() noexcept {

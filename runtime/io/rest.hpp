@@ -39,6 +39,7 @@
 #include <cstdint>
 
 #include "context/stack.hpp"
+#include "loom/fibre.hpp"
 #include "loom/sync.hpp"
 #include "sched/fibre.hpp"
 #include "sched/timer.hpp"
@@ -68,6 +69,9 @@ struct alignas(64) RestBlock {
 
 // loom::io::rest_until's work: returns an error number, or does not return.
 int rest(int fd, void (*fn)(void*), void* arg, Deadline d);
+// loom::io::rest_start's: a new detached fibre, at rest on fd from the
+// start (no stack until its first input). 0 or an error number.
+int rest_start(int fd, void (*fn)(void*), void* arg, const FibreAttr& attr, Deadline d);
 // Why the calling fibre was last restarted (0 or ETIMEDOUT; 0 if it never
 // rested).
 int rest_status() noexcept;
