@@ -13,9 +13,9 @@ in the same run:
   loom     apps/webserver --runtime=loom: a fibre per connection; the
            variant "loom uring" is the same server on loom's io_uring back
            end (LOOM_IO=uring; a run that fell back to epoll is a failure)
-           "loom rest" and "loom rest uring": the same with --rest (issue
-           23: a connection's fibre gives its stack back between requests,
-           loom::io::rest)
+           "loom no-rest" and "loom no-rest uring": the same with --no-rest
+           (the default rests: a connection's fibre starts at rest and gives
+           its stack back between requests, loom::io::rest; issue 23)
   events   the same binary, --runtime=events: the same HTTP code as colored
            events, one color per connection (issue 12; compared with loom,
            the fibre server, in its own table: events / loom)
@@ -29,7 +29,7 @@ in the same run:
            access log off, keepalive_requests high, 127.0.0.1 only)
   go       apps/baselines/go-web: Go net/http (Debian golang-go), built here
 
-Narrower runs (environment): WEB_ONLY="loom,loom [rest],epoll" (row labels),
+Narrower runs (environment): WEB_ONLY="loom,loom [no-rest],epoll" (row labels),
 WEB_MODES=keepalive,close, WEB_CONNECTIONS=1000,10000, WEB_PROCESSORS=1,
 WEB_DURATION=SECONDS.
 
@@ -95,7 +95,7 @@ MAX_ATTEMPTS = 2
 SERVER_BOUND = 0.9  # share of its CPUs above which the server is the bottleneck
 RSS_GOAL_KIB = 8.0
 URING_ARGS = ["env:LOOM_IO=uring"]  # loom's io_uring back end (issue 14), a variant of loom
-REST_ARGS = ["--rest"]  # loom: connections give their stacks back between requests (issue 23)
+NOREST_ARGS = ["--no-rest"]  # loom: blocking reads, no rest (the default rests: issue 23)
 URING_CPU_GOAL = 0.90  # loom on io_uring / the epoll loop, keep-alive at 1,000 and 10,000
 EVENTS_CPU_GOAL = 1.10  # events / loom, server CPU per request (issue 12)
 
@@ -497,14 +497,14 @@ def configs(processors_list, quick):
             out.append((system, "", [], p, MODES))
             if system == "loom":
                 out.append((system, "uring", URING_ARGS, p, MODES))
-                out.append((system, "rest", REST_ARGS, p, MODES))
-                out.append((system, "rest uring", REST_ARGS + URING_ARGS, p, MODES))
+                out.append((system, "no-rest", NOREST_ARGS, p, MODES))
+                out.append((system, "no-rest uring", NOREST_ARGS + URING_ARGS, p, MODES))
             if system == "loom" and p > 1:
                 out.append((system, "clusters=2", ["--cluster-size", "1"], p, MODES))
     if not quick:
         for system in SYSTEMS:
             out.append((system, "defer-accept", DEFER_ARGS[system], 1, ["close"]))
-    # WEB_ONLY="loom,loom [rest],epoll": only the rows with those labels.
+    # WEB_ONLY="loom,loom [no-rest],epoll": only the rows with those labels.
     only = [x.strip() for x in os.environ.get("WEB_ONLY", "").split(",") if x.strip()]
     if only:
         out = [c for c in out if label(c[0], c[1]) in only]

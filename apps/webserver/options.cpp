@@ -36,9 +36,9 @@ const char* usage() {
          "  --defer-accept           TCP_DEFER_ACCEPT: accept connections only once their first\n"
          "                           bytes have arrived (a client that sends nothing is accepted\n"
          "                           after about a second, then timed out as usual)\n"
-         "  --rest, --no-rest        loom: between requests a connection's fibre gives its stack\n"
-         "                           back (loom::io::rest) and its state lives on the heap\n"
-         "                           (default: --no-rest)\n"
+         "  --rest, --no-rest        loom: a connection's fibre starts at rest and gives its stack\n"
+         "                           back between requests (loom::io::rest), its state on the\n"
+         "                           heap (default: --rest; --no-rest: blocking reads)\n"
          "  --quiet                  do not print the listening line\n"
          "  --help\n"
          "Routes: GET|HEAD /plaintext and / (without --root) answer \"Hello, World!\".\n";
