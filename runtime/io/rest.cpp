@@ -19,6 +19,8 @@ namespace loom::rt {
 namespace {
 
 void free_block(Fibre* f) { delete RestBlock::of(f); }
+// Installed at load, before any thread (the only blocks are this file's).
+[[maybe_unused]] const bool free_installed = (rest_block_free = &free_block, true);
 
 // What to do meanwhile while the other side finishes a short step (see
 // ready_word.cpp: its kernel thread may have been preempted there).
@@ -143,7 +145,6 @@ int check_fd(int fd, Cluster& c, FdEntry*& e, std::uint32_t& gen) {
 RestBlock* new_block() {
   auto* b = new (std::nothrow) RestBlock;
   if (!b) return nullptr;
-  rest_block_free = &free_block;
   b->fibre.join.store(kJoinDetached, std::memory_order_relaxed);
   b->fibre.rest_block = true;
   b->timer.owner = b;

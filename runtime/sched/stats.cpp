@@ -142,7 +142,7 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
     } else {
       std::snprintf(r.state, sizeof r.state, "blocked: %s%s", rt::to_string(k), tail);
     }
-    rt::Processor* aff = f->affinity;
+    rt::Processor* aff = __atomic_load_n(&f->affinity, __ATOMIC_RELAXED);  // (a steal or pop may move it)
     if (home) {
       r.cluster = home->id();
       r.proc = f->offload_proc.load(std::memory_order_relaxed);
@@ -155,11 +155,13 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
     std::snprintf(r.high, sizeof r.high, "-");
     // (A resting fibre has no stack, and is given one as it runs again:
     // the base is stored after the context, release.)
-    if (__atomic_load_n(&f->stack.base, __ATOMIC_ACQUIRE)) {
+    if (char* base = __atomic_load_n(&f->stack.base, __ATOMIC_ACQUIRE)) {
       std::snprintf(r.size, sizeof r.size, "%zuK", f->stack.size / 1024);
       auto sp = reinterpret_cast<const char*>(__atomic_load_n(&f->ctx.fctx, __ATOMIC_RELAXED));
-      if (running_on < 0 && !home && sp > f->stack.lo() && sp <= f->stack.hi())
-        std::snprintf(r.used, sizeof r.used, "%.1fK", double(f->stack.hi() - sp) / 1024);
+      const char* lo = base + rt::kGuardSize;
+      const char* hi = lo + f->stack.size;
+      if (running_on < 0 && !home && sp > lo && sp <= hi)
+        std::snprintf(r.used, sizeof r.used, "%.1fK", double(hi - sp) / 1024);
       if (std::size_t h = rt::stack_high_water(*f)) std::snprintf(r.high, sizeof r.high, "%.1fK", double(h) / 1024);
     }
     rows.push_back(r);
