@@ -67,7 +67,7 @@ tsan: deps-test
 # checks its invariants; the stress, color, steal, I/O and pthread_three
 # tests run under CHAOS_SEEDS (default 1 2 3; scripts/chaos.sh). About 4
 # minutes on 2 cores once built (187-228 s, 2026-11-27). Part of `make check`.
-CHAOS_TARGETS = sched_test steal_test sync_test mutex_test rwlock_test color_test io_test io_echo_client \
+CHAOS_TARGETS = sched_test steal_test sync_test mutex_test rwlock_test color_test io_test io_rest_test io_echo_client \
   io_backend_probe chaos_test loom-pthread bounded_buffer_pthread bounded_buffer_loom \
   pthread_three_bounded_buffer_link pthread_three_cxx_glibc pthread_three_cxx_link \
   $(foreach p,barrier_phases rwlock_rw sem_pingpong,capi_compat_$(p)_glibc capi_compat_$(p)_loom pthread_three_$(p)_link)

@@ -160,6 +160,12 @@ bool any_signal_state(bool (*fn)(SignalState&, void*), void* arg) noexcept;
 // silent fall-through to glibc's threads.
 long fibres_created() noexcept;
 
+// loom_rest from a thread of loom_create (capi/thread.cpp): the restarted
+// fibre must run the thread's trampoline, so that loom_self, loom_exit and
+// the record's end keep working. Rewrites fn/arg to it (storing the
+// caller's in the record); leaves them for any other caller.
+void rest_as_thread(void (*&fn)(void*), void*& arg) noexcept;
+
 // The child of a fork: called when the thread that forked ends there (its
 // start routine returns) before the process exits with status 0; set by
 // libloom-pthread, whose threads made in the child must end first.

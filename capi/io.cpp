@@ -10,6 +10,7 @@
 #include <stdarg.h>
 
 #include "capi.hpp"
+#include "io/rest.hpp"
 
 namespace loom::capi {
 
@@ -226,6 +227,16 @@ int loom_poll_one(int fd, short events, int timeout_ms) {
 int loom_when_ready(int fd, short events, void (*fn)(void*), void* arg) {
   return io_call<int>([&] { return io::when_ready(fd, events, fn, arg); });
 }
+
+int loom_rest(int fd, void (*fn)(void*), void* arg) { return loom_rest_until(fd, fn, arg, nullptr); }
+int loom_rest_until(int fd, void (*fn)(void*), void* arg, const struct timespec* deadline) {
+  rest_as_thread(fn, arg);
+  int e = rt::rest(fd, fn, arg, deadline_or_forever(deadline));
+  *errno_slot() = e;
+  return e;
+}
+int loom_rest_status(void) { return io::rest_status(); }
+int loom_rest_start(int fd, void (*fn)(void*), void* arg) { return rt::rest_start(fd, fn, arg, FibreAttr{}, kForever); }
 
 const char* loom_io_backend(void) { return io::backend(); }
 

@@ -75,6 +75,10 @@ struct Thread {
   std::atomic<unsigned> state{0};
   void* (*start)(void*) = nullptr;
   void* arg = nullptr;
+  // Set by loom_rest: where the thread continues after a rest (instead of
+  // start, whose return value a detached thread has no use for).
+  void (*rest_fn)(void*) = nullptr;
+  void* rest_arg = nullptr;
   void* retval = nullptr;
   std::atomic<rt::Fibre*> fibre{nullptr};  // set by the fibre when it starts
   // The fibre id the listing, stall reports and gdb print (loom_getid_np):
@@ -279,7 +283,10 @@ void trampoline(void* p) {
   t->fibre_id.store(self->id, std::memory_order_relaxed);
   t->fibre.store(self, std::memory_order_release);
   try {
-    t->retval = t->start(t->arg);
+    if (void (*fn)(void*) = t->rest_fn)
+      fn(t->rest_arg);  // continued after loom_rest
+    else
+      t->retval = t->start(t->arg);
   } catch (const ExitUnwind&) {
     // loom_exit: retval is set and the cleanup handlers have run.
   }
@@ -630,6 +637,19 @@ int loom_detach(loom_t id) {
   if (t->state.fetch_or(kDetached, std::memory_order_acq_rel) & kExited) destroy(t);
   return 0;
 }
+
+}  // extern "C"
+
+void loom::capi::rest_as_thread(void (*&fn)(void*), void*& arg) noexcept {
+  Thread* t = current_record();
+  if (!t || t->main || !fn) return;  // (main: rt::rest refuses it)
+  t->rest_fn = fn;
+  t->rest_arg = arg;
+  fn = &trampoline;
+  arg = t;
+}
+
+extern "C" {
 
 loom_t loom_self(void) {
   if (Thread* t = current_record()) return t->id;

@@ -13,6 +13,9 @@ in the same run:
   loom     apps/webserver --runtime=loom: a fibre per connection; the
            variant "loom uring" is the same server on loom's io_uring back
            end (LOOM_IO=uring; a run that fell back to epoll is a failure)
+           "loom no-rest" and "loom no-rest uring": the same with --no-rest
+           (the default rests: a connection's fibre starts at rest and gives
+           its stack back between requests, loom::io::rest; issue 23)
   events   the same binary, --runtime=events: the same HTTP code as colored
            events, one color per connection (issue 12; compared with loom,
            the fibre server, in its own table: events / loom)
@@ -25,6 +28,10 @@ in the same run:
   nginx    Debian's nginx with a generated minimal config (return 200,
            access log off, keepalive_requests high, 127.0.0.1 only)
   go       apps/baselines/go-web: Go net/http (Debian golang-go), built here
+
+Narrower runs (environment): WEB_ONLY="loom,loom [no-rest],epoll" (row labels),
+WEB_MODES=keepalive,close, WEB_CONNECTIONS=1000,10000, WEB_PROCESSORS=1,
+WEB_DURATION=SECONDS.
 
 Placement. 1-processor rows: the server on CPU 1 (taskset -c 1; loom 1
 processor, epoll 1 loop, nginx 1 worker, GOMAXPROCS=1), wrk on CPU 0.
@@ -88,6 +95,7 @@ MAX_ATTEMPTS = 2
 SERVER_BOUND = 0.9  # share of its CPUs above which the server is the bottleneck
 RSS_GOAL_KIB = 8.0
 URING_ARGS = ["env:LOOM_IO=uring"]  # loom's io_uring back end (issue 14), a variant of loom
+NOREST_ARGS = ["--no-rest"]  # loom: blocking reads, no rest (the default rests: issue 23)
 URING_CPU_GOAL = 0.90  # loom on io_uring / the epoll loop, keep-alive at 1,000 and 10,000
 EVENTS_CPU_GOAL = 1.10  # events / loom, server CPU per request (issue 12)
 
@@ -489,12 +497,30 @@ def configs(processors_list, quick):
             out.append((system, "", [], p, MODES))
             if system == "loom":
                 out.append((system, "uring", URING_ARGS, p, MODES))
+                out.append((system, "no-rest", NOREST_ARGS, p, MODES))
+                out.append((system, "no-rest uring", NOREST_ARGS + URING_ARGS, p, MODES))
             if system == "loom" and p > 1:
                 out.append((system, "clusters=2", ["--cluster-size", "1"], p, MODES))
     if not quick:
         for system in SYSTEMS:
             out.append((system, "defer-accept", DEFER_ARGS[system], 1, ["close"]))
+    # WEB_ONLY="loom,loom [no-rest],epoll": only the rows with those labels.
+    only = [x.strip() for x in os.environ.get("WEB_ONLY", "").split(",") if x.strip()]
+    if only:
+        out = [c for c in out if label(c[0], c[1]) in only]
     return out
+
+
+def points_of(s):
+    """The points to measure: the settings', or WEB_MODES / WEB_CONNECTIONS (comma lists)."""
+    points = dict(s["points"])
+    modes = [m for m in os.environ.get("WEB_MODES", "").split(",") if m]
+    conns = [int(c) for c in os.environ.get("WEB_CONNECTIONS", "").split(",") if c]
+    if modes:
+        points = {m: points.get(m, CONNECTIONS) for m in modes}
+    if conns:
+        points = {m: conns for m in points}
+    return points
 
 
 def run(runner, drv):
@@ -510,8 +536,15 @@ def run(runner, drv):
     raise_nofile()
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     load_before = drv.loadavg()
+    points = points_of(s)
+    s = dict(s, points=points)
+    # WEB_PROCESSORS=1 (comma list), WEB_DURATION=SECONDS: narrower runs.
+    if os.environ.get("WEB_PROCESSORS"):
+        s["processors"] = [int(p) for p in os.environ["WEB_PROCESSORS"].split(",") if p]
+    if os.environ.get("WEB_DURATION"):
+        s["duration"] = int(os.environ["WEB_DURATION"])
     cfgs = configs(s["processors"], runner.quick)
-    todo = [(mode, c, cfg) for cfg in cfgs for mode in cfg[4] for c in s["points"][mode]]
+    todo = [(mode, c, cfg) for cfg in cfgs for mode in cfg[4] if mode in points for c in points[mode]]
     print(f"web: {rounds} round(s) of {len(todo)} runs ({', '.join(sorted({label(c[0], c[1]) for c in cfgs}))}; "
           f"keep-alive and Connection: close; processors {', '.join(map(str, s['processors']))}); warm-up "
           f"{s['warmup']:g} s, wrk -t1 -d{s['duration']}s --latency", flush=True)
@@ -581,7 +614,7 @@ def print_tables(rows, by, s, rounds):
     for procs in s["processors"]:
         server_cpus, wrk_cpus = PLACEMENT[procs]
         for mode in MODES:
-            points = [c for c in s["points"][mode] if any(k[0] == mode and k[3] == c and k[4] == procs for k in by)]
+            points = [c for c in s["points"].get(mode, []) if any(k[0] == mode and k[3] == c and k[4] == procs for k in by)]
             if not points:
                 continue
             ks = [k for k in keys if any((mode, k[0], k[1], c, procs) in by for c in points)]

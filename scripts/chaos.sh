@@ -15,7 +15,7 @@ set -u
 build=${1:?usage: scripts/chaos.sh BUILD_DIR}
 seeds=${CHAOS_SEEDS:-1 2 3}
 scale=${CHAOS_SCALE:-50}
-tests=${CHAOS_TESTS:-'^(sched_test|steal_test|sync_test|mutex_test|rwlock_test|color_test|io_test|io_test_uring|chaos_test|chaos_color_transit|chaos_sync_release|pthread_three_(barrier_phases|rwlock_rw|sem_pingpong|bounded_buffer|cxx))$'}
+tests=${CHAOS_TESTS:-'^(sched_test|steal_test|sync_test|mutex_test|rwlock_test|color_test|io_test|io_test_uring|io_rest_test|io_rest_test_uring|chaos_test|chaos_color_transit|chaos_sync_release|pthread_three_(barrier_phases|rwlock_rw|sem_pingpong|bounded_buffer|cxx))$'}
 cd "$build" || exit 2
 failed=()
 start=$(date +%s)

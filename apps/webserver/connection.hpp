@@ -14,7 +14,14 @@
 //   int close(int);   auto blocking(F) -> F's result  (code that may block on a disk)
 //
 // The connection object, buffers included, lives on the stack of its thread
-// or fibre (16 KiB for fibres by default).
+// or fibre (16 KiB for fibres by default) — or, with --rest (loom), on the
+// heap: there the fibre gives its stack back between requests. When a read
+// came up short (the socket is drained) and the connection would read
+// again, it calls Io::rest(fd, resume, this) instead (loom::io::rest): the
+// fibre ends, and is continued at resume() on a warm stack once the next
+// request's bytes arrive. Nothing on the stack is live there (the loop's
+// state is the Session, in the object). Io::rest returns only if it could
+// not rest (a pthread, a fibre not yet detached...): the read then blocks.
 #pragma once
 
 #include <sys/socket.h>
@@ -22,23 +29,45 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <new>
 
 #include "session.hpp"
 
 namespace web {
 
-template <class Io>
+template <class Io, bool Lean = false>
 class Connection {
  public:
-  Connection(ServerContext& ctx, int fd) : s_(ctx, fd) {}
+  Connection(ServerContext& ctx, int fd, bool rest = false) : s_(ctx, fd), rest_(rest) {}
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
+  // A resting connection's continuation (on the heap: deleted at its end),
+  // also its start: the acceptor starts it at rest (loom::io::rest_start),
+  // so a burst of new connections that have not sent yet takes no stacks.
+  static void resume(void* p) {
+    auto* c = static_cast<Connection*>(p);
+    c->drained_ = false;  // its input is there: read it
+    c->s_.acquire_buffers();
+    c->run();
+    delete c;
+  }
+
+  // Its first deadline, for a connection that starts at rest (it runs, and
+  // arms one itself, only once its first bytes arrive).
+  void arm_first_deadline() { s_.arm(); }
+
   void run() {
-    using Next = typename Session<Io>::Next;
+    using Next = typename Session<Io, Lean>::Next;
     for (;;) {
       switch (s_.advance()) {
         case Next::read:
+          if (rest_ && drained_) {
+            drained_ = false;
+            s_.release_buffers();
+            Io::rest(s_.fd(), &Connection::resume, this);  // returns only if it could not rest
+            s_.acquire_buffers();
+          }
           if (!read()) return finish(false);  // EOF, error, or shut down by the ticker
           break;
         case Next::write:
@@ -58,7 +87,7 @@ class Connection {
     for (;;) {
       ssize_t n = Io::read(s_.fd(), s_.read_at(), s_.read_room());
       if (n > 0) {
-        s_.did_read(static_cast<std::size_t>(n));
+        drained_ = !s_.did_read(static_cast<std::size_t>(n));
         return true;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -103,7 +132,9 @@ class Connection {
     s_.close();
   }
 
-  Session<Io> s_;
+  Session<Io, Lean> s_;
+  bool rest_;
+  bool drained_ = false;  // the last read came up short: the next waits for an edge
 };
 
 template <class Io>

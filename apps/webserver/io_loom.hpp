@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <exception>
+#include <new>
 #include <loom/io.hpp>
 #include <loom/loom.hpp>
 #include <utility>
@@ -37,12 +38,24 @@ struct LoomIo {
     return loom::offload(std::forward<F>(f));
   }
   static void sleep_ms(int ms) { loom::this_fibre::sleep_for(std::chrono::milliseconds(ms)); }
+  static int rest(int fd, void (*fn)(void*), void* arg) { return loom::io::rest(fd, fn, arg); }
 
-  // A detached fibre in the acceptor's cluster.
+  // A detached fibre in the acceptor's cluster; with --rest, one that
+  // starts at rest, its state (a lean connection) on the heap.
   static bool spawn(ServerContext& ctx, int fd) {
     loom::FibreAttr a;
     a.stack_size = ctx.stack_size;
     a.name = "connection";
+    if (ctx.rest) {
+      using Resting = Connection<LoomIo, true>;
+      auto* c = new (std::nothrow) Resting(ctx, fd, true);
+      if (!c) return false;
+      c->arm_first_deadline();  // (the ticker shuts a silent one down: an edge)
+      if (loom::io::rest_start(fd, &Resting::resume, c, a) == 0) return true;
+      ctx.table->release(fd);  // (before the acceptor closes the number)
+      delete c;
+      return false;
+    }
     try {
       loom::Fibre(a, [&ctx, fd] { serve_connection<LoomIo>(ctx, fd); }).detach();
     } catch (const std::exception&) {

@@ -2,6 +2,8 @@
 // per connection: the system calls themselves, on blocking descriptors.
 #pragma once
 
+#include <cerrno>
+
 #include <pthread.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -38,6 +40,8 @@ struct PthreadIo {
     timespec ts{ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, nullptr);
   }
+
+  static int rest(int, void (*)(void*), void*) { return ENOTSUP; }  // a kernel thread keeps its stack
 
   struct Start {
     ServerContext* ctx;

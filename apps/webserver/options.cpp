@@ -36,6 +36,9 @@ const char* usage() {
          "  --defer-accept           TCP_DEFER_ACCEPT: accept connections only once their first\n"
          "                           bytes have arrived (a client that sends nothing is accepted\n"
          "                           after about a second, then timed out as usual)\n"
+         "  --rest, --no-rest        loom: a connection's fibre starts at rest and gives its stack\n"
+         "                           back between requests (loom::io::rest), its state on the\n"
+         "                           heap (default: --rest; --no-rest: blocking reads)\n"
          "  --quiet                  do not print the listening line\n"
          "  --help\n"
          "Routes: GET|HEAD /plaintext and / (without --root) answer \"Hello, World!\".\n";
@@ -84,6 +87,14 @@ int parse_options(int argc, char** argv, Options& o) {
     }
     if (arg == "--quiet") {
       o.quiet = true;
+      continue;
+    }
+    if (arg == "--rest") {
+      o.rest = true;
+      continue;
+    }
+    if (arg == "--no-rest") {
+      o.rest = false;
       continue;
     }
     if (arg == "--defer-accept") {

@@ -20,7 +20,8 @@ struct Options {
   std::size_t max_connections = 0;     // 0: the open-files limit less a reserve
   std::size_t stack_size = 16 * 1024;  // loom fibres; kernel threads get at least 64 KiB
   int backlog = 4096;
-  bool defer_accept = false;  // TCP_DEFER_ACCEPT: accept a connection once its first bytes are in
+  bool defer_accept = false;
+  bool rest = true;           // loom: a connection's fibre gives its stack back between requests (loom::io::rest)  // TCP_DEFER_ACCEPT: accept a connection once its first bytes are in
   bool quiet = false;
 };
 

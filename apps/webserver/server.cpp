@@ -30,6 +30,7 @@ std::size_t setup_process() {
 void fill_context(ServerContext& ctx, const Options& o, std::size_t nofile) {
   ctx.timeout_ms = o.read_timeout.count();
   ctx.stack_size = o.stack_size;
+  ctx.rest = o.rest && o.runtime == Options::Runtime::loom;
   // Descriptors beyond connections: listeners, static files, stdio, loom's
   // epoll and event descriptors.
   std::size_t reserve = 64;

@@ -106,7 +106,8 @@ int run_loom(const Options& o) {
   }
   print_listening("webserver", o, port,
                   "runtime=loom, processors=" + std::to_string(processors) + ", clusters=" + std::to_string(nclusters) +
-                      " (" + std::to_string(per) + " each), " + cfg.describe());
+                      " (" + std::to_string(per) + " each), " + (ctx->rest ? "resting connections, " : "") +
+                      cfg.describe());
   for (auto& f : acceptors) f.join();  // never: the acceptors do not return
   return 0;
 }

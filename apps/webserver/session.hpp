@@ -31,7 +31,8 @@
 //
 // Memory. The session is inline buffers of a few hundred bytes' use each:
 // on a fibre's stack (16 KiB by default) for connection.hpp, on the heap for
-// events. A request head longer than kInlineIn, or a read that fills the
+// events; a lean session (Session<Io, true>, resting connections) holds them
+// on the heap only while it runs. A request head longer than kInlineIn, or a read that fills the
 // buffer (pipelining), moves input to a heap buffer of kBigIn; pipelined
 // answers that outgrow kInlineOut move output to one of kBigOut.
 //
@@ -52,6 +53,7 @@
 #include <cstring>
 #include <memory>
 #include <string_view>
+#include <type_traits>
 
 #include "http_parser.hpp"
 #include "http_response.hpp"
@@ -68,6 +70,7 @@ struct ServerContext {
   std::int64_t timeout_ms = 10000;
   std::size_t max_connections = 0;
   std::size_t stack_size = 16 * 1024;
+  bool rest = false;  // --rest: connections on the heap, fibres give their stacks back between requests
   std::atomic<std::size_t> active{0};
 };
 
@@ -85,12 +88,40 @@ static_assert(kBigIn > kMaxHead, "the parser needs kMaxHead bytes in the buffer 
 static_assert(kInlineOut >= kMaxAnswer, "one answer must fit in the inline output buffer");
 static_assert(kHelloBody.size() <= kMaxAnswer - kMaxResponseHead, "the plaintext answer must fit in kMaxAnswer");
 
-template <class Io>
+// The two small buffers: inline (on a fibre's or thread's stack, or in an
+// event connection), or — a lean session, for resting connections (--rest) —
+// on the heap only while the connection runs: a resting connection with
+// nothing buffered gives them back (release_buffers), so that what it holds
+// between requests is its parser and a few words (docs/BENCHMARKS.md,
+// 2026-11-28: 2.6 KiB per connection with the buffers kept).
+struct InlineBuffers {
+  char* in() { return in_; }
+  char* out() { return out_; }
+  void acquire() {}
+  void release() {}
+  char out_[kInlineOut];
+  char in_[kInlineIn];
+};
+struct LeanBuffers {
+  char* in() { return p_.get(); }
+  char* out() { return p_ ? p_.get() + kInlineIn : nullptr; }
+  void acquire() {
+    if (!p_) p_.reset(new char[kInlineIn + kInlineOut]);
+  }
+  void release() { p_.reset(); }
+  std::unique_ptr<char[]> p_;
+};
+
+template <class Io, bool Lean = false>
 class Session {
  public:
   enum class Next : std::uint8_t { read, write, close, linger };
 
-  Session(ServerContext& ctx, int fd) : ctx_(ctx), fd_(fd) {}
+  // (A lean session starts without its buffers: acquire_buffers().)
+  Session(ServerContext& ctx, int fd) : ctx_(ctx), fd_(fd) {
+    in_ = bufs_.in();
+    out_ = bufs_.out();
+  }
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
   ~Session() { end_file(); }
@@ -113,7 +144,7 @@ class Session {
       if (out_cap_ - out_len_ < kMaxAnswer) {
         // Pipelining (more requests are waiting behind this batch's first):
         // the big buffer; otherwise write what we have first.
-        if (out_ == out_inline_ && batch_ > 0)
+        if (out_ == bufs_.out() && batch_ > 0)
           grow_out();
         else
           return Next::write;
@@ -154,7 +185,7 @@ class Session {
         end_ -= start_;
         start_ = 0;
       }
-      if ((end_ == cap_ || want_big_) && in_ == in_inline_) {
+      if ((end_ == cap_ || want_big_) && in_ == bufs_.in()) {
         big_in_.reset(new char[kBigIn]);
         std::memcpy(big_in_.get(), in_, end_);
         in_ = big_in_.get();
@@ -169,7 +200,7 @@ class Session {
   // probably queued (pipelining); false: a stream socket is drained.
   bool did_read(std::size_t n) {
     bool full = n == cap_ - end_;
-    if (full && in_ == in_inline_) want_big_ = true;
+    if (full && in_ == bufs_.in()) want_big_ = true;
     end_ += n;
     need_input_ = false;
     return full;
@@ -222,6 +253,28 @@ class Session {
   }
   char* scratch() { return in_; }
   std::size_t scratch_size() const { return cap_; }
+
+  // A lean session about to rest: gives its small buffers back if nothing
+  // is buffered in them (a partial request, or the big buffers of a
+  // pipelining peer, keep them); acquire_buffers() before it runs again.
+  void release_buffers() {
+    if constexpr (Lean) {
+      if (start_ == end_ && out_len_ == 0 && in_ == bufs_.in() && out_ == bufs_.out()) {
+        bufs_.release();
+        in_ = out_ = nullptr;
+        start_ = end_ = 0;
+      }
+    }
+  }
+  void acquire_buffers() {
+    if constexpr (Lean) {
+      if (!in_) {
+        bufs_.acquire();
+        in_ = bufs_.in();
+        out_ = bufs_.out();
+      }
+    }
+  }
 
   void close() {
     end_file();
@@ -350,9 +403,9 @@ class Session {
   ServerContext& ctx_;
   int fd_;
   RequestParser parser_;
-  char* in_ = in_inline_;
+  char* in_ = nullptr;
   std::size_t cap_ = kInlineIn, start_ = 0, end_ = 0;
-  char* out_ = out_inline_;
+  char* out_ = nullptr;
   std::size_t out_cap_ = kInlineOut, out_len_ = 0, out_off_ = 0;
   std::uint64_t discard_ = 0;
   int file_fd_ = -1;  // a file being sent: [file_off_, file_size_) still to read
@@ -366,8 +419,7 @@ class Session {
   bool unread_ = false;  // the peer may still be sending a body we will not read
   bool nodelay_ = false;
   std::unique_ptr<char[]> big_in_, big_out_, chunk_;
-  char out_inline_[kInlineOut];
-  char in_inline_[kInlineIn];
+  std::conditional_t<Lean, LeanBuffers, InlineBuffers> bufs_;
 };
 
 }  // namespace web

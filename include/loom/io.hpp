@@ -71,6 +71,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "loom/fibre.hpp"
 #include "loom/sync.hpp"
 
 namespace loom {
@@ -178,6 +179,49 @@ int poll_one(int fd, short events, int timeout_ms);
 // waiting) or a blocking-view one; a direction is used either by fibres
 // blocking on it or by callbacks, not by both at once.
 int when_ready(int fd, short events, void (*cb)(void*), void* arg);
+
+// Rest: a fibre waiting at the top of its loop gives its stack back.
+//
+//   void serve(void* c) {            // (a connection's state on the heap)
+//     ... read, answer, until a read comes up short ...
+//     loom::io::rest(conn->fd, &serve, conn);   // returns only on error
+//   }
+//
+// The calling fibre ends where it stands, its stack goes back to its
+// processor's cache, and, when fd has input (an edge of the cluster's epoll
+// set or io_uring poll: call it after a read found EAGAIN or came up short,
+// never instead of trying), the same fibre is continued at fn(arg) on a
+// stack from the cache of the processor that saw it. Nothing on the stack
+// survives and no destructor runs there (as with longjmp): what the fibre
+// needs afterwards must be in `arg`. It keeps its identity: id, name,
+// cluster, affinity, priority and key values (the listing shows it as
+// "resting: fd N (no stack)"); only its stack changes.
+//   - fd closed through loom::io::close (or forget, dup2 over it) while the
+//     fibre rests: fn runs, and its next call on fd fails with EBADF; the
+//     peer hanging up: fn runs, and its read finds the end (0).
+//   - rest_until(fd, fn, arg, d): also continued at d (rest_status() then
+//     says ETIMEDOUT, else 0): a keep-alive idle timeout without a timer
+//     per request.
+//   - Only a detached fibre (its handle would point into the old stack),
+//     with no thread control block of its own nor a color hold (those live
+//     at its stack's top): otherwise EINVAL or ENOTSUP. fd must be a socket
+//     or pipe (EPERM otherwise, EBADF for a bad one), with no fibre waiting
+//     on its input and no when_ready callback armed there (EBUSY); fn not
+//     null (EINVAL); on a processor (EPERM from a plain kernel thread).
+// Returns only on failure: the error number (errno is set to it as well).
+// The fibre's stack size stays what it was created with.
+int rest(int fd, void (*fn)(void*), void* arg);
+int rest_until(int fd, void (*fn)(void*), void* arg, Deadline d);
+// A new detached fibre that starts at rest on fd: it holds no stack until
+// fd first has input (or its deadline, a close, a hang-up), and then runs
+// fn(arg) as a fibre of attr's cluster (attr: cluster, name, priority,
+// stack size, background; a color gives ENOTSUP). For a server's new
+// connections: a burst of accepted connections that have not sent yet takes
+// no stacks. 0, or an error number as rest (EBADF, EPERM, EBUSY, EINVAL).
+int rest_start(int fd, void (*fn)(void*), void* arg, const FibreAttr& attr = {}, Deadline d = kForever);
+// Why the calling fibre was last continued by a rest: 0 (input, a hang-up,
+// a close) or ETIMEDOUT (rest_until's deadline); 0 if it never rested.
+int rest_status();
 
 // Timeouts of every later wait on fd (0 = none); see above.
 int set_timeouts(int fd, std::chrono::nanoseconds in, std::chrono::nanoseconds out);

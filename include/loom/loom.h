@@ -791,6 +791,29 @@ int loom_poll_one(int fd, short events, int timeout_ms);
  * with errno: EINVAL, EBADF, EPERM (a regular file), EBUSY (armed already,
  * or a fibre waits on that direction). */
 int loom_when_ready(int fd, short events, void (*fn)(void*), void* arg);
+/* Rest (loom::io::rest): a fibre waiting at the top of its loop gives its
+ * stack back. The caller ends where it stands (nothing on its stack
+ * survives, as with longjmp), its stack returns to its processor's cache,
+ * and when fd has input (call it after a read found EAGAIN or came up
+ * short) the same fibre is continued at fn(arg) on a stack from the cache:
+ * same id, name, keys; loom_self() the same for a thread of loom_create,
+ * which may loom_exit or return from fn to end. A loom_close(fd) or the
+ * peer's hang-up while it rests continues it too (its next call finds
+ * EBADF or the end). loom_rest_until also continues it at the deadline
+ * (absolute CLOCK_MONOTONIC; null: none), and loom_rest_status() then says
+ * ETIMEDOUT (else 0). Returns only on failure, the error number (errno set
+ * too): EINVAL (fn null; main, or a thread not detached), ENOTSUP (a thread
+ * with a TLS block of its own under libloom-pthread, or colored), EBADF,
+ * EPERM (not a socket or pipe, or not called on a fibre), EBUSY (a fibre
+ * waits on fd's input, or a loom_when_ready callback is armed there). */
+int loom_rest(int fd, void (*fn)(void*), void* arg);
+int loom_rest_until(int fd, void (*fn)(void*), void* arg, const struct timespec* deadline);
+int loom_rest_status(void);
+/* A new detached fibre (not a thread of loom_create: loom_self() gives it
+ * a tagged id) that starts at rest on fd: no stack until fd first has
+ * input, then fn(arg) runs, in the caller's cluster. 0, or an error number
+ * as loom_rest's. */
+int loom_rest_start(int fd, void (*fn)(void*), void* arg);
 /* The I/O back end of the caller's cluster: "epoll" or "uring" (LOOM_IO;
  * "epoll" where io_uring was unavailable and the cluster fell back). */
 const char* loom_io_backend(void);

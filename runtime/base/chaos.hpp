@@ -59,6 +59,8 @@ class Processor;
   X(io_park)        /* a descriptor wait: armed, before parking */                              \
   X(close_retire)   /* close: the generation bumped, before waiters are woken */                \
   X(close_syscall)  /* close: loom's state retired, before close(2) */                         \
+  X(rest_arm)       /* a rest: the stack cached, before the callback is armed */                \
+  X(rest_restart)   /* a rest's restart: a stack given, before the fibre is scheduled */        \
   X(sync_release)   /* a sync object released (another thread may destroy it), before return */
 
 #if defined(LOOM_CHAOS)

@@ -22,7 +22,9 @@
 namespace loom::rt {
 
 void context_make(Context& c, void* lo, std::size_t size, void (*entry)(transfer_t)) {
-  c.fctx = boost::context::detail::make_fcontext(static_cast<char*>(lo) + size, size, entry);
+  // (Atomic stores: the fibre listing reads fctx from another thread.)
+  __atomic_store_n(&c.fctx, boost::context::detail::make_fcontext(static_cast<char*>(lo) + size, size, entry),
+                   __ATOMIC_RELAXED);
   c.stack_lo = lo;
   c.stack_size = size;
   c.asan_fake_stack = nullptr;
@@ -52,7 +54,7 @@ void context_destroy(Context& c) {
   if (c.tsan_fiber) __tsan_destroy_fiber(c.tsan_fiber);
 #endif
   c.tsan_fiber = nullptr;
-  c.fctx = nullptr;
+  __atomic_store_n(&c.fctx, nullptr, __ATOMIC_RELAXED);
 }
 
 void sanitizer_before_jump(Context& from, Context& to, bool from_dies) {

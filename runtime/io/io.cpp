@@ -35,6 +35,7 @@
 #include "base/chaos.hpp"
 #include "base/sys.hpp"
 #include "io/poller.hpp"
+#include "io/rest.hpp"
 #include "io/uring.hpp"
 #include "loom/cluster.hpp"
 #include "loom/io.hpp"
@@ -1036,6 +1037,17 @@ int when_ready(int fd, short events, void (*cb)(void*), void* arg) {
   }
   if (r == 1) cb(arg);  // an edge was pending: ready now
   return 0;
+}
+
+int rest_until(int fd, void (*fn)(void*), void* arg, Deadline d) {
+  int e = rt::rest(fd, fn, arg, d);
+  errno = e;
+  return e;
+}
+int rest(int fd, void (*fn)(void*), void* arg) { return rest_until(fd, fn, arg, kForever); }
+int rest_status() { return rt::rest_status(); }
+int rest_start(int fd, void (*fn)(void*), void* arg, const FibreAttr& attr, Deadline d) {
+  return rt::rest_start(fd, fn, arg, attr, d);
 }
 
 int poll_one(int fd, short events, int timeout_ms) {

@@ -145,6 +145,22 @@ void ReadyWord::take_or_post(Callback& fn, void*& arg) noexcept {
   post();
 }
 
+bool ReadyWord::disarm() noexcept {
+  std::uintptr_t cur = word_.load(std::memory_order_acquire);
+  for (int spins = 0;; ++spins) {
+    if (cur == kFiring) {  // a poster took it and is reading fn_/arg_: it will invoke it
+      if (spins < 64)
+        cpu_relax();
+      else
+        sys::sched_yield();
+      cur = word_.load(std::memory_order_acquire);
+      continue;
+    }
+    if (cur != kCallback) return false;
+    if (word_.compare_exchange_weak(cur, kEmpty, std::memory_order_acq_rel)) return true;
+  }
+}
+
 int ReadyWord::wait(Deadline d, const std::atomic<std::uint32_t>* gen, std::uint32_t seen) noexcept {
   std::uintptr_t cur = word_.load(std::memory_order_acquire);
   if (cur == kToken && word_.compare_exchange_strong(cur, kEmpty, std::memory_order_acq_rel)) return 0;

@@ -89,6 +89,11 @@ class ReadyWord {
   // For a close: an armed callback is disarmed and returned in fn/arg (the
   // caller invokes it); otherwise (fn = nullptr) as post().
   void take_or_post(Callback& fn, void*& arg) noexcept;
+  // Takes an armed callback back without invoking it: true if it was armed
+  // (it will not run), false if a poster or a close took it first (it runs,
+  // or has run). Waits out a kFiring poster, as take_or_post (a rest's
+  // deadline: io/rest.cpp).
+  bool disarm() noexcept;
 
   static constexpr std::uintptr_t kEmpty = 0;
   static constexpr std::uintptr_t kToken = 1;

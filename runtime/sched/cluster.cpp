@@ -103,15 +103,17 @@ void Cluster::push_background(Fibre* f) {
   wake_one();
 }
 
+// (Relaxed atomic stores of affinity, a plain move: the fibre listing
+// reads it from another thread.)
 Fibre* Cluster::pop_staging(Processor& p) {
   Fibre* f = staging_.pop();
-  if (f) f->affinity = &p;
+  if (f) __atomic_store_n(&f->affinity, &p, __ATOMIC_RELAXED);
   return f;
 }
 
 Fibre* Cluster::pop_background(Processor& p) {
   Fibre* f = background_.pop();
-  if (f) f->affinity = &p;
+  if (f) __atomic_store_n(&f->affinity, &p, __ATOMIC_RELAXED);
   return f;
 }
 
@@ -144,7 +146,7 @@ Fibre* Cluster::steal(Processor& thief, bool wait) {
     // Transient by default: the fibres keep their affinity and go home when
     // they next block. Past the threshold the victim is overloaded: stay.
     if (config_.sticky_threshold && length >= config_.sticky_threshold) {
-      for (std::size_t j = 0; j < k; ++j) got[j]->affinity = &thief;
+      for (std::size_t j = 0; j < k; ++j) __atomic_store_n(&got[j]->affinity, &thief, __ATOMIC_RELAXED);
       thief.counters.add(Stat::sticky_steals, k);
     }
     for (std::size_t j = 1; j < k; ++j) thief.push_local(got[j]);

@@ -1,6 +1,8 @@
 #include "sched/fibre.hpp"
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <new>
 #include <stdexcept>
 
@@ -111,10 +113,31 @@ void start_fibre(Fibre* f, void (*fn)(void*), void* arg) {
     f->cluster->place_new(f);
 }
 
+void (*rest_block_free)(Fibre*) = nullptr;
+
+void give_stack(Processor& p, Fibre& f) {
+  Stack s;
+  try {
+    s = p.stacks().get(f.stack.size);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "loom: cannot map a %zu KiB stack to continue fibre %llu after its rest\n",
+                 f.stack.size / 1024, (unsigned long long)f.id);
+    std::abort();
+  }
+  start_fibre_context(&f, s.lo(), s.size);
+  if (f.stack.size != s.size) f.stack.size = s.size;  // (the cache's are of the size asked)
+  f.stack.valgrind_id = s.valgrind_id;
+  __atomic_store_n(&f.stack.base, s.base, __ATOMIC_RELEASE);  // after the context: the listing reads both
+  if (stack_watermark) stack_paint(f);
+}
+
 void release_fibre(Fibre* f) noexcept {
   if (f->tcb) tls::destroy(f->tcb);
   Stack s = f->stack;
-  f->~Fibre();
+  if (f->rest_block)
+    rest_block_free(f);  // (io/rest.cpp; the only way a block gets there)
+  else
+    f->~Fibre();
   if (Processor* p = this_processor())
     p->stacks().put(s);
   else

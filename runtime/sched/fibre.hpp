@@ -51,6 +51,7 @@ enum class WaitKind : unsigned char {
   runtime,   // the runtime's own fibres (event runner, poller) between jobs
   offload,   // a call made on the offload cluster (object: its name, a string literal);
              // fd_in, fd_out and poll are noted there too, with offload_home set
+  rest,      // resting on a descriptor with no stack (io/rest.hpp; object: the descriptor)
 };
 const char* to_string(WaitKind k) noexcept;
 
@@ -80,6 +81,10 @@ class Fibre {
   // places it instead of the cluster; at exit fibre_held_exit_hook runs.
   void* held = nullptr;
   bool pinned = false;  // never stolen: stays on its affinity processor
+  // The block lives on the heap, in a RestBlock (io/rest.hpp), not at the
+  // top of its stack: the fibre has rested, and each restart gives it a
+  // stack from the cache. Freed with the stack at exit.
+  bool rest_block = false;
   // Its thread control block (sched/tls.hpp), installed whenever it runs;
   // null: it runs on its processor's home block.
   void* tcb = nullptr;
@@ -129,11 +134,17 @@ Fibre* create_fibre(const FibreAttr& attr, std::size_t payload, std::size_t alig
 void start_fibre(Fibre* f, void (*fn)(void*), void* arg);
 // Frees a fibre that never started, or that finished and was joined.
 void release_fibre(Fibre* f) noexcept;
+// Frees a rest_block fibre's block (set by io/rest.cpp).
+extern void (*rest_block_free)(Fibre*);
 void join_fibre(Fibre* f);
 void detach_fibre(Fibre* f) noexcept;
 // A process-unique, never reused fibre id.
 std::uint64_t next_fibre_id() noexcept;
 // Prepares f's context to start in the runtime's fibre entry on [lo, lo+size).
 void start_fibre_context(Fibre* f, void* lo, std::size_t size);
+// A rested fibre made runnable with no stack (io/rest.hpp: no saved context)
+// gets one of its stack.size from p's cache, and a context to start at its
+// fn: by the processor about to switch to it.
+void give_stack(Processor& p, Fibre& f);
 
 }  // namespace loom::rt

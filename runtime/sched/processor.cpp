@@ -264,6 +264,9 @@ void Processor::join_thread() {
 
 void Processor::switch_to(Fibre* next, PostFn post, void* arg, bool dying) {
   Fibre* self = current_;
+  // A fibre continued after a rest has no stack yet (io/rest.hpp): it runs
+  // on one from this processor's cache, the one a rest here left last.
+  if (__builtin_expect(next->ctx.fctx == nullptr, 0)) give_stack(*this, *next);
   SwitchNote note{self, post, arg, this};
   LOOM_CHECK_SWITCH(next, *this);
   current_ = next;

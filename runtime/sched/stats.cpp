@@ -129,6 +129,8 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
     } else if (k == rt::WaitKind::fd_in || k == rt::WaitKind::fd_out) {
       std::snprintf(r.state, sizeof r.state, "blocked: fd %ld %s%s", long(reinterpret_cast<std::intptr_t>(o)),
                     k == rt::WaitKind::fd_in ? "(read)" : "(write)", tail);
+    } else if (k == rt::WaitKind::rest) {
+      std::snprintf(r.state, sizeof r.state, "resting: fd %ld (no stack)", long(reinterpret_cast<std::intptr_t>(o)));
     } else if (k == rt::WaitKind::join) {
       std::snprintf(r.state, sizeof r.state, "blocked: join fibre %llu%s",
                     (unsigned long long)reinterpret_cast<std::uintptr_t>(o), tail);
@@ -140,7 +142,7 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
     } else {
       std::snprintf(r.state, sizeof r.state, "blocked: %s%s", rt::to_string(k), tail);
     }
-    rt::Processor* aff = f->affinity;
+    rt::Processor* aff = __atomic_load_n(&f->affinity, __ATOMIC_RELAXED);  // (a steal or pop may move it)
     if (home) {
       r.cluster = home->id();
       r.proc = f->offload_proc.load(std::memory_order_relaxed);
@@ -151,11 +153,15 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
     std::snprintf(r.size, sizeof r.size, "-");
     std::snprintf(r.used, sizeof r.used, "-");
     std::snprintf(r.high, sizeof r.high, "-");
-    if (f->stack) {
+    // (A resting fibre has no stack, and is given one as it runs again:
+    // the base is stored after the context, release.)
+    if (char* base = __atomic_load_n(&f->stack.base, __ATOMIC_ACQUIRE)) {
       std::snprintf(r.size, sizeof r.size, "%zuK", f->stack.size / 1024);
       auto sp = reinterpret_cast<const char*>(__atomic_load_n(&f->ctx.fctx, __ATOMIC_RELAXED));
-      if (running_on < 0 && !home && sp > f->stack.lo() && sp <= f->stack.hi())
-        std::snprintf(r.used, sizeof r.used, "%.1fK", double(f->stack.hi() - sp) / 1024);
+      const char* lo = base + rt::kGuardSize;
+      const char* hi = lo + f->stack.size;
+      if (running_on < 0 && !home && sp > lo && sp <= hi)
+        std::snprintf(r.used, sizeof r.used, "%.1fK", double(hi - sp) / 1024);
       if (std::size_t h = rt::stack_high_water(*f)) std::snprintf(r.high, sizeof r.high, "%.1fK", double(h) / 1024);
     }
     rows.push_back(r);
@@ -303,6 +309,7 @@ const char* to_string(WaitKind k) noexcept {
     case WaitKind::offload: return "offloaded call";
     case WaitKind::color: return "its color";
     case WaitKind::runtime: return "runtime work";
+    case WaitKind::rest: return "resting";
   }
   return "?";
 }

@@ -137,6 +137,8 @@ def describe(f, c):
         state = "blocked: a call, offloaded" if offloaded else "ready"
     elif kind in ("fd_in", "fd_out"):
         state = "blocked: fd %d (%s)%s" % (obj, "read" if kind == "fd_in" else "write", tail)
+    elif kind == "rest":
+        state = "resting: fd %d (no stack)" % obj
     elif kind == "join":
         state = "blocked: join fibre %d%s" % (obj, tail)
     elif kind == "offload":
@@ -154,7 +156,7 @@ def describe(f, c):
         aff = f["affinity"]
         if int(aff):
             proc = int(aff.dereference()["index_"])
-    size = int(f["stack"]["size"])
+    size = int(f["stack"]["size"]) if _ulong(f["stack"]["base"]) else 0  # (resting: no stack)
     return fid, name, state, cluster, proc, size, holder, is_tcb, int(f.address), _ulong(f["tcb"])
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tests/web/server_test.py — the web server (apps/webserver) against real clients.
 
-    server_test.py --server PATH/webserver --runtime loom|pthread|events [--corpus DIR] [unittest args]
+    server_test.py --server PATH/webserver --runtime loom|pthread|events [--corpus DIR]
+                   [--server-arg=OPTION ...] [unittest args]
 
 Starts the server on an ephemeral port of 127.0.0.1 (its listening line says
 which) with a temporary --root and a 2 s read timeout, and drives it with
@@ -42,7 +43,7 @@ class Server:
     def __init__(self, *extra):
         self.err = tempfile.TemporaryFile()
         cmd = [ARGS.server, "--runtime", ARGS.runtime, "--port", "0", "--read-timeout", str(READ_TIMEOUT)]
-        cmd += list(extra)
+        cmd += list(extra) + ARGS.server_arg
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err, preexec_fn=raise_nofile)
         ready, _, _ = select.select([self.proc.stdout], [], [], 10)
         line = self.proc.stdout.readline().decode() if ready else ""
@@ -604,6 +605,8 @@ def main():
     p.add_argument("--server", required=True)
     p.add_argument("--runtime", choices=["loom", "pthread", "events"], required=True)
     p.add_argument("--corpus")
+    # An option for every server started (--server-arg=--rest: resting connections).
+    p.add_argument("--server-arg", action="append", default=[])
     ARGS, rest = p.parse_known_args()
     raise_nofile()
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)

@@ -27,6 +27,7 @@
   X(mutex_blocks, "mutex acquires that blocked")                                    \
   X(mutex_handoffs, "mutex unlocks that handed over to a waiter")                   \
   X(stack_hits, "fibre stacks from the cache")                                      \
-  X(stack_misses, "fibre stacks newly mapped")
+  X(stack_misses, "fibre stacks newly mapped")                                      \
+  X(rests, "rests on a descriptor (loom::io::rest: the stack given back)")
 
 #endif
