@@ -711,6 +711,11 @@ void ColorLayer::shutdown() {
     join_fibre(c->runner);  // it drains its list first
     reap(*c, my_core(), true);
   }
+  // Cores outlive the layer (a late remote push stays safe), their spares
+  // need not: a destroyed cluster kept its largest backlog's worth of queues
+  // and items (outside review, ReviewPools.DestroyedClustersGiveTheirPoolsBack).
+  for (std::size_t i = 0, n = cluster_->size(); i < n; ++i)
+    if (ColorCore* c = core_if_made(unsigned(i))) empty_pools(*c);
 }
 
 bool ColorLayer::set_policy(const std::string& name) {

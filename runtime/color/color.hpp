@@ -41,13 +41,15 @@
 // poster holds a pointer to a queue that left the table.
 //
 // Pools: a queue or an item comes from the pool of the processor that makes
-// it (the poster's, when it is one of the cluster's; the heap otherwise) and
-// goes back to that pool ("home") when it dies: by a push on the home's
+// it (the poster's, when it is one of the cluster's; the heap otherwise, and
+// back to the heap it goes) and goes back to that pool ("home") when it
+// dies: by a push on the home's
 // own list when it dies there, else on the home's remote list (a lock-free
 // stack that only the home empties, all at once). A pool is touched by its
 // processor's kernel thread only, between two fibre switches (no lock). A
 // pool not drawn from for kPoolIdleNs (seen when its processor goes to
-// sleep) is trimmed to kPoolKeep.
+// sleep) is trimmed to kPoolKeep, a pool never holds more than kPoolMax
+// spares, and shutdown empties every pool of the cluster.
 #pragma once
 
 #include <atomic>
@@ -264,6 +266,8 @@ class ColorLayer final : public Extension {
   // a processor going to sleep trims its pools.
   Fibre* find_work(Processor& p, bool last_look) override;
   void before_sleep(Processor& p) override;
+  // At shutdown, once c's runner is gone: its spares back to the heap.
+  static void empty_pools(ColorCore& c);
   void shutdown() override;
 
   void run(ColorCore& me);  // the runner's loop

@@ -23,6 +23,9 @@ constexpr std::uint64_t kPoolKeep = 1024;  // spares a processor keeps when its 
 // posting each round from whichever processor woke it) would give its
 // queues back to malloc between two bursts and take them again.
 constexpr std::int64_t kPoolIdleNs = 1'000'000'000;
+// The most spares a pool keeps at any time: a burst deeper than this gives
+// the rest back to malloc as it drains.
+constexpr std::uint64_t kPoolMax = 65536;
 }  // namespace
 
 // ---- ColorShard ------------------------------------------------------------------
@@ -106,7 +109,10 @@ T* pool_take(ColorCore* mine, Pool<T> ColorCore::*pool) {
 
 template <typename T>
 void pool_give(T* x, ColorCore* mine, Pool<T> ColorCore::*pool) {
-  if (!x->home) x->home = mine;  // made by a thread that is no processor: the first processor adopts it
+  // Made by a thread that is no processor: back to the heap. Adopting it
+  // into the freeing processor's pool grew that pool without bound when
+  // outside threads posted to a processor that never sleeps (outside
+  // review, ReviewPools.ExternalPostsToABusyProcessorKeepMemoryBounded).
   ColorCore* home = x->home;
   if (!home) {
     delete x;
@@ -114,6 +120,10 @@ void pool_give(T* x, ColorCore* mine, Pool<T> ColorCore::*pool) {
   }
   Pool<T>& p = home->*pool;
   if (home == mine) {
+    if (p.size >= kPoolMax) {
+      delete x;
+      return;
+    }
     x->pool_next = p.local;
     p.local = x;
     ++p.size;
@@ -123,6 +133,20 @@ void pool_give(T* x, ColorCore* mine, Pool<T> ColorCore::*pool) {
   do {
     x->pool_next = head;
   } while (!p.remote.compare_exchange_weak(head, x, std::memory_order_release, std::memory_order_relaxed));
+}
+
+// Every spare, local and remote, back to the heap.
+template <typename T>
+void pool_empty(Pool<T>& p) {
+  T* lists[2] = {p.local, p.remote.exchange(nullptr, std::memory_order_acquire)};
+  for (T* x : lists)
+    while (x) {
+      T* next = x->pool_next;
+      delete x;
+      x = next;
+    }
+  p.local = nullptr;
+  p.size = 0;
 }
 
 template <typename T>
@@ -179,12 +203,24 @@ ColorCore* ColorLayer::my_core() const noexcept {
 
 void ColorLayer::before_sleep(Processor& p) {
   // On p's own thread, from its idle loop: no fibre of p is inside a pool.
+  // Under the core's lock only against shutdown's empty_pools.
   ColorCore* me = core_if_made(p.index());
   if (!me) return;
   if (me->queues.size <= kPoolKeep && me->item_pool.size <= kPoolKeep) return;
   std::int64_t now = now_ns();
-  pool_trim(me->queues, now);
-  pool_trim(me->item_pool, now);
+  me->lock.lock();
+  if (!me->stopping) {
+    pool_trim(me->queues, now);
+    pool_trim(me->item_pool, now);
+  }
+  me->lock.unlock();
+}
+
+void ColorLayer::empty_pools(ColorCore& c) {
+  c.lock.lock();
+  pool_empty(c.queues);
+  pool_empty(c.item_pool);
+  c.lock.unlock();
 }
 
 }  // namespace loom::rt
