@@ -166,7 +166,14 @@ class RestStress : public ::testing::TestWithParam<Param> {
     cfg.stack_size = 64 * 1024;
     cluster_ = new loom::Cluster(2, cfg);
   }
-  void TearDown() override { delete cluster_; }
+  void TearDown() override {
+    // A connection counts as ended just before its fibre exits.
+    EXPECT_TRUE(eventually([&] {
+      auto st = cluster_->stats();
+      return st.fibres_created - st.fibres_finished <= 2;  // (the poller fibres)
+    }));
+    delete cluster_;
+  }
   loom::Cluster* cluster_ = nullptr;
 
   void run(int n, bool tiny, bool loom_closes, bool via_start) {
