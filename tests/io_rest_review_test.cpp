@@ -169,8 +169,8 @@ class RestStress : public ::testing::TestWithParam<Param> {
   void TearDown() override {
     // A connection counts as ended just before its fibre exits.
     EXPECT_TRUE(eventually([&] {
-      auto st = cluster_->stats();
-      return st.fibres_created - st.fibres_finished <= 2;  // (the poller fibres)
+      std::string l = listing();
+      return count_of(l, " rc" + std::string(18, ' ')) + count_of(l, " rs" + std::string(18, ' ')) == 0;
     }));
     delete cluster_;
   }
