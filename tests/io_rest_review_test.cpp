@@ -165,13 +165,32 @@ class RestStress : public ::testing::TestWithParam<Param> {
     cfg.io = std::get<1>(GetParam());
     cfg.stack_size = 64 * 1024;
     cluster_ = new loom::Cluster(2, cfg);
+    // The I/O layer's own fibres (a poller fibre per processor) first.
+    loom::FibreAttr a;
+    a.cluster = cluster_;
+    loom::Fibre(a, [] {
+      int sv[2];
+      if (io::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0) {
+        io::close(sv[0]);
+        io::close(sv[1]);
+      }
+    }).join();
+    std::this_thread::sleep_for(20ms);
+    auto st = cluster_->stats();
+    base_ = long(st.fibres_created) - long(st.fibres_finished);
   }
+  long base_ = 0;
   void TearDown() override {
     // A connection counts as ended just before its fibre exits.
     EXPECT_TRUE(eventually([&] {
       std::string l = listing();
       return count_of(l, " rc" + std::string(18, ' ')) + count_of(l, " rs" + std::string(18, ' ')) == 0;
     }));
+    // ... and counted out of the cluster (an exit leaves the listing first).
+    EXPECT_TRUE(eventually([&] {
+      auto st = cluster_->stats();
+      return long(st.fibres_created) - long(st.fibres_finished) <= base_;
+    })) << "base " << base_;
     delete cluster_;
   }
   loom::Cluster* cluster_ = nullptr;
