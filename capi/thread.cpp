@@ -640,6 +640,18 @@ int loom_detach(loom_t id) {
 
 }  // extern "C"
 
+namespace {
+// rt::rest's news that the calling fibre's block moved to the heap (its
+// first rest): the thread's record must name the block that stays, not the
+// one at the top of the stack it gives back (outside review: getattr of a
+// resting thread read another fibre's block, or unmapped memory).
+void record_moved(rt::Fibre* from, rt::Fibre* to) {
+  if (Thread* t = current_record())
+    if (t->fibre.load(std::memory_order_relaxed) == from) t->fibre.store(to, std::memory_order_release);
+}
+[[maybe_unused]] const bool moved_installed = (rt::rest_block_moved = &record_moved, true);
+}  // namespace
+
 void loom::capi::rest_as_thread(void (*&fn)(void*), void*& arg) noexcept {
   Thread* t = current_record();
   if (!t || t->main || !fn) return;  // (main: rt::rest refuses it)
@@ -653,7 +665,10 @@ extern "C" {
 
 loom_t loom_self(void) {
   if (Thread* t = current_record()) return t->id;
-  if (rt::Fibre* f = rt::this_fibre_or_null()) return reinterpret_cast<loom_t>(f) | kTagFibre;
+  if (rt::Fibre* f = rt::this_fibre_or_null()) {
+    f->c_handle = true;  // the id is the block's address: it may not move (rest refuses)
+    return reinterpret_cast<loom_t>(f) | kTagFibre;
+  }
   return reinterpret_cast<loom_t>(&thread_anchor) | kTagThread;
 }
 
@@ -718,7 +733,9 @@ int loom_getattr_np(loom_t id, loom_attr_t* a) {
     return ESRCH;  // a kernel thread's stack is the system's business
   }
   if (f) {
-    a->_loom_stackaddr = f->stack.lo();
+    // A resting fibre has no stack (io::rest): no address, its size kept.
+    char* base = __atomic_load_n(&f->stack.base, __ATOMIC_ACQUIRE);
+    a->_loom_stackaddr = base ? base + rt::kGuardSize : nullptr;
     a->_loom_stacksize = f->stack.size;
     a->_loom_priority = f->priority;
     a->_loom_cluster = reinterpret_cast<loom_cluster_t*>(f->cluster->facade);

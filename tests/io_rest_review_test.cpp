@@ -187,9 +187,12 @@ class RestStress : public ::testing::TestWithParam<Param> {
       return count_of(l, " rc" + std::string(18, ' ')) + count_of(l, " rs" + std::string(18, ' ')) == 0;
     }));
     // ... and counted out of the cluster (an exit leaves the listing first).
+    // The fibre poller makes a processor's poller fibre when the processor
+    // first has nothing to run with fibres waiting: after SetUp, maybe.
+    long io_fibres = std::get<0>(GetParam()) == loom::PollerKind::fibre ? 2 : 0;
     EXPECT_TRUE(eventually([&] {
       auto st = cluster_->stats();
-      return long(st.fibres_created) - long(st.fibres_finished) <= base_;
+      return long(st.fibres_created) - long(st.fibres_finished) <= base_ + io_fibres;
     })) << "base " << base_;
     delete cluster_;
   }
@@ -324,8 +327,10 @@ void ident_continue(void* p) {
 }
 
 // A plain detached fibre: loom_self() (a tagged control-block address) is
-// its C API identity. The first rest moves the block to the heap.
-TEST(RestReviewCApi, LoomSelfOfAFibreIsStableAcrossRest) {
+// its C API identity, and the first rest would move the block to the heap.
+// So a fibre whose C id was handed out may not rest (EINVAL, as a joinable
+// one), and one that never asked rests and keeps its fibre id.
+TEST(RestReviewCApi, AFibreWhoseCIdWasTakenMayNotRest) {
   loom::Cluster c(1);
   loom::FibreAttr a;
   a.cluster = &c;
@@ -337,15 +342,12 @@ TEST(RestReviewCApi, LoomSelfOfAFibreIsStableAcrossRest) {
   loom::Fibre(a, [&t, &detached] {
     while (!detached.load()) loom::this_fibre::sleep_for(1ms);  // (only a detached fibre rests)
     t.self_before = loom_self();
-    t.phase.store(1);
     int e = io::rest(t.fd, &ident_continue, &t);
     t.phase.store(-100 - e);
   }).detach();
   detached.store(true);
-  ASSERT_TRUE(eventually([&] { return count_of(listing(), "resting: fd " + std::to_string(sv[0])) == 1; }));
-  ASSERT_EQ(::write(sv[1], "z", 1), 1);
-  ASSERT_TRUE(eventually([&] { return t.phase.load() == 2; }));
-  EXPECT_EQ(t.self_before, t.self_after) << "loom_self() of a fibre changed across its first rest";
+  ASSERT_TRUE(eventually([&] { return t.phase.load() != 0; }));
+  EXPECT_EQ(t.phase.load(), -100 - EINVAL) << "a fibre whose loom_self() was taken rested (its id would go stale)";
   loom::Fibre(a, [&] {
     io::close(sv[0]);
     io::close(sv[1]);
@@ -441,7 +443,7 @@ namespace {
 // unmapped, and loom_getattr_np(tid) reads through the record's stale fibre
 // pointer into them. Disabled: it crashes the process (SIGSEGV) when it
 // shows the bug; run with --gtest_also_run_disabled_tests.
-TEST(RestReviewCApi, DISABLED_GetattrOfRestingThreadsAfterTheCacheIsTrimmed) {
+TEST(RestReviewCApi, GetattrOfRestingThreadsAfterTheCacheIsTrimmed) {
   constexpr int kThreads = 40;
   loom::Cluster c(1);
   loom::FibreAttr a;

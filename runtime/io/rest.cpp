@@ -103,7 +103,13 @@ void post_rest(Processor& here, Fibre* prev, void* arg) {
   Fibre* f = &b->fibre;
   context_destroy(prev->ctx);
   Stack s = prev->stack;
-  if (prev == f) __atomic_store_n(&f->stack.base, nullptr, __ATOMIC_RELAXED);  // (the listing reads it)
+  if (prev == f) {
+    // Under the list's lock: a listing reads the stack (its use, its high
+    // water mark) while it holds it, and the stack may be unmapped once in
+    // the cache (outside review: TSan, the listing against this store).
+    SpinGuard g(f->live_in->lock);
+    __atomic_store_n(&f->stack.base, nullptr, __ATOMIC_RELAXED);
+  }
   if (prev != f) {
     // The first rest: the block on the stack gives its place in the live
     // list to the one on the heap.
@@ -176,7 +182,7 @@ int rest(int fd, void (*fn)(void*), void* arg, Deadline d) {
   // fibre's handle points at its block; a fibre with a thread control block
   // of its own or a color hold carries state at its stack's top that is not
   // moved (yet).
-  if (!self->stack || self->join.load(std::memory_order_acquire) != kJoinDetached) return EINVAL;
+  if (!self->stack || self->join.load(std::memory_order_acquire) != kJoinDetached || self->c_handle) return EINVAL;
   if (self->tcb || self->held || self->offload_home.load(std::memory_order_relaxed)) return ENOTSUP;
   FdEntry* e;
   std::uint32_t gen;
@@ -197,6 +203,7 @@ int rest(int fd, void (*fn)(void*), void* arg, Deadline d) {
     n.specific = self->specific;
     n.pinned = self->pinned;
     n.stack.size = self->stack.size;  // no base: the next run's processor gives it one of that size
+    if (rest_block_moved) rest_block_moved(self, &n);
   }
   set_rest(b, fd, fn, arg, e, gen, d);
   p->counters.add(Stat::rests);

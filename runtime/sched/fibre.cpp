@@ -114,6 +114,7 @@ void start_fibre(Fibre* f, void (*fn)(void*), void* arg) {
 }
 
 void (*rest_block_free)(Fibre*) = nullptr;
+void (*rest_block_moved)(Fibre*, Fibre*) = nullptr;
 
 void give_stack(Processor& p, Fibre& f) {
   Stack s;

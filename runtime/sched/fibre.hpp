@@ -85,6 +85,10 @@ class Fibre {
   // top of its stack: the fibre has rested, and each restart gives it a
   // stack from the cache. Freed with the stack at exit.
   bool rest_block = false;
+  // loom_self() handed out this block's address as the fibre's C id (a
+  // fibre loom_create did not make): the block must not move, so it may
+  // not rest (io/rest.cpp), as a joinable fibre may not.
+  bool c_handle = false;
   // Its thread control block (sched/tls.hpp), installed whenever it runs;
   // null: it runs on its processor's home block.
   void* tcb = nullptr;
@@ -136,6 +140,10 @@ void start_fibre(Fibre* f, void (*fn)(void*), void* arg);
 void release_fibre(Fibre* f) noexcept;
 // Frees a rest_block fibre's block (set by io/rest.cpp).
 extern void (*rest_block_free)(Fibre*);
+// Told, on the resting fibre, that its block moves from `from` (the top of
+// its stack) to `to` (the heap) at its first rest, before the switch; the C
+// API points its thread record there (set by capi/thread.cpp; may be null).
+extern void (*rest_block_moved)(Fibre* from, Fibre* to);
 void join_fibre(Fibre* f);
 void detach_fibre(Fibre* f) noexcept;
 // A process-unique, never reused fibre id.
