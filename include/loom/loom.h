@@ -802,8 +802,11 @@ int loom_when_ready(int fd, short events, void (*fn)(void*), void* arg);
  * EBADF or the end). loom_rest_until also continues it at the deadline
  * (absolute CLOCK_MONOTONIC; null: none), and loom_rest_status() then says
  * ETIMEDOUT (else 0). Returns only on failure, the error number (errno set
- * too): EINVAL (fn null; main, or a thread not detached), ENOTSUP (a thread
- * with a TLS block of its own under libloom-pthread, or colored), EBADF,
+ * too): EINVAL (fn null; main, or a thread not detached; a fibre
+ * loom_create did not make whose loom_self() was taken before its first
+ * rest: that id is its control block's address, which a first rest moves),
+ * ENOTSUP (a thread with a TLS block of its own under libloom-pthread, or
+ * colored), EBADF,
  * EPERM (not a socket or pipe, or not called on a fibre), EBUSY (a fibre
  * waits on fd's input, or a loom_when_ready callback is armed there). */
 int loom_rest(int fd, void (*fn)(void*), void* arg);

@@ -182,7 +182,9 @@ int rest(int fd, void (*fn)(void*), void* arg, Deadline d) {
   // fibre's handle points at its block; a fibre with a thread control block
   // of its own or a color hold carries state at its stack's top that is not
   // moved (yet).
-  if (!self->stack || self->join.load(std::memory_order_acquire) != kJoinDetached || self->c_handle) return EINVAL;
+  if (!self->stack || self->join.load(std::memory_order_acquire) != kJoinDetached ||
+      (self->c_handle && !self->rest_block))  // (a heap block stays put: its id too)
+    return EINVAL;
   if (self->tcb || self->held || self->offload_home.load(std::memory_order_relaxed)) return ENOTSUP;
   FdEntry* e;
   std::uint32_t gen;
