@@ -206,10 +206,9 @@ void ColorLayer::before_sleep(Processor& p) {
   // Under the core's lock only against shutdown's empty_pools.
   ColorCore* me = core_if_made(p.index());
   if (!me) return;
-  if (me->queues.size <= kPoolKeep && me->item_pool.size <= kPoolKeep) return;
-  std::int64_t now = now_ns();
   me->lock.lock();
-  if (!me->stopping) {
+  if (!me->stopping && (me->queues.size > kPoolKeep || me->item_pool.size > kPoolKeep)) {
+    std::int64_t now = now_ns();
     pool_trim(me->queues, now);
     pool_trim(me->item_pool, now);
   }

@@ -88,7 +88,7 @@ void Cluster::place_new(Fibre* f) {
     std::size_t i = here && &here->cluster() == this ? here->index() + here->placed++
                                                     : rr_.fetch_add(1, std::memory_order_relaxed);
     Processor* p = processor(unsigned(i % n));
-    f->affinity = p;
+    __atomic_store_n(&f->affinity, p, __ATOMIC_RELAXED);  // (the listing reads it)
     p->push(f);
   }
 }

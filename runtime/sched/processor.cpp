@@ -151,7 +151,7 @@ void fibre_entry(transfer_t t) {
       (!joiner->pinned || joiner->affinity == p)) {
     // The joiner is parked (it registered after its context was saved):
     // hand the processor straight to it.
-    joiner->affinity = p;
+    __atomic_store_n(&joiner->affinity, p, __ATOMIC_RELAXED);
     p->switch_to(joiner, &post_exit_to_joiner, nullptr, true);
   } else {
     Fibre* next = p->next_ready();
