@@ -33,10 +33,12 @@ test: deps-test
 
 # Everything, what CI runs: every test of the default build (memcached-port
 # built, its core suite included), then the ASan, TSan and perturbation
-# builds' (check-sanitizers, chaos).
+# builds' (check-sanitizers, chaos). The quick suite's tests two at a time
+# (as `make test`), then the slow and memcached ones, CPU-bound, one at a time.
 check: deps-test
 	@$(MAKE) --no-print-directory all memcached
-	@cd $(BUILD) && ctest --output-on-failure -j 1 --timeout 900
+	@cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 900 -LE '^(slow|memcached)$$'
+	@cd $(BUILD) && ctest --output-on-failure -j 1 --timeout 900 -L '^(slow|memcached)$$'
 	@$(MAKE) --no-print-directory check-sanitizers
 	@$(MAKE) --no-print-directory chaos
 

@@ -89,23 +89,9 @@ void drained(loom::Cluster& c) {
   ASSERT_TRUE(eventually([&] { return c.impl().fibres.load() == 0; })) << c.impl().fibres.load() << " fibres left";
 }
 
-// The fibre listing as text.
-std::string listing() {
-  char* buf = nullptr;
-  std::size_t len = 0;
-  FILE* f = open_memstream(&buf, &len);
-  loom::dump_fibres(f);
-  std::fclose(f);
-  std::string s(buf, len);
-  std::free(buf);
-  return s;
-}
+using loom::test::listing;
 
-std::size_t count_of(const std::string& s, const std::string& what) {
-  std::size_t n = 0;
-  for (std::size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
-  return n;
-}
+using loom::test::count_of;
 
 // ---- an echo server whose connections rest between messages ---------------------
 

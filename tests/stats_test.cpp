@@ -236,16 +236,7 @@ TEST(Stall, OffByDefaultAndBadSettings) {
 
 namespace {
 
-std::string listing() {
-  char* buf = nullptr;
-  std::size_t len = 0;
-  FILE* f = open_memstream(&buf, &len);
-  loom::dump_fibres(f);
-  std::fclose(f);
-  std::string s(buf, len);
-  std::free(buf);
-  return s;
-}
+using loom::test::listing;
 
 std::string line_of(const std::string& text, const std::string& name) {
   std::size_t at = text.find(" " + name + " ");

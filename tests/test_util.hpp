@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include "loom/cluster.hpp"
 #include <string>
 
 namespace loom::test {
@@ -57,6 +58,25 @@ inline long mappings() {
   std::ifstream f("/proc/self/maps");
   long n = 0;
   for (std::string line; std::getline(f, line);) ++n;
+  return n;
+}
+
+// The fibre listing (loom::dump_fibres) as text.
+inline std::string listing() {
+  char* buf = nullptr;
+  std::size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  loom::dump_fibres(f);
+  std::fclose(f);
+  std::string s(buf, len);
+  std::free(buf);
+  return s;
+}
+
+// How many times `what` occurs in s (overlaps counted).
+inline std::size_t count_of(const std::string& s, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
   return n;
 }
 
