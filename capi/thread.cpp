@@ -734,8 +734,8 @@ int loom_getattr_np(loom_t id, loom_attr_t* a) {
   }
   if (f) {
     // A resting fibre has no stack (io::rest): no address, its size kept.
-    char* base = __atomic_load_n(&f->stack.base, __ATOMIC_ACQUIRE);
-    a->_loom_stackaddr = base ? base + rt::kGuardSize : nullptr;
+    rt::Stack s = f->stack.loaded();
+    a->_loom_stackaddr = s ? s.lo() : nullptr;
     a->_loom_stacksize = f->stack.size;
     a->_loom_priority = f->priority;
     a->_loom_cluster = reinterpret_cast<loom_cluster_t*>(f->cluster->facade);

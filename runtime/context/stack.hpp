@@ -39,6 +39,14 @@ struct Stack {
     return base && c >= base && c < base + kGuardSize;
   }
   explicit operator bool() const { return base != nullptr; }
+  // A copy with the base read once (acquire): another thread's view of a
+  // fibre's stack, which a rest gives back and a restart gives anew
+  // (io/rest.hpp); an empty copy when it has none.
+  Stack loaded() const noexcept {
+    Stack s = *this;
+    s.base = __atomic_load_n(&base, __ATOMIC_ACQUIRE);
+    return s;
+  }
 };
 
 // Rounds `size` up to whole pages. Throws std::bad_alloc when the kernel

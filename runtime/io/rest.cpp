@@ -229,11 +229,10 @@ int rest_start(int fd, void (*fn)(void*), void* arg, const FibreAttr& attr, Dead
   if (!b) return ENOMEM;
   Fibre& n = b->fibre;
   n.cluster = c;
-  // Where a new fibre would go (Cluster::place_new, round-robin from the
-  // creating processor); from outside the cluster, its processors in turn.
-  std::size_t i = here && &here->cluster() == c ? here->index() + here->placed++ : std::size_t(fd);
+  // Where place_new would push a new fibre (no affinity where it would
+  // queue it on a shared queue).
   if (!attr.background && c->config().queue != QueueKind::shared && c->config().placement != Placement::share)
-    n.affinity = c->processor(unsigned(i % c->size()));
+    n.affinity = c->next_home();
   n.priority = static_cast<unsigned char>(attr.priority);
   n.background = attr.background;
   n.id = next_fibre_id();

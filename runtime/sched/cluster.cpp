@@ -81,16 +81,17 @@ void Cluster::place_new(Fibre* f) {
   } else if (config_.placement == Placement::share) {
     push_staging(f);
   } else {
-    // Round-robin per creating processor (from its own index), so that a
-    // processor making fibres writes no shared line; kernel threads share rr_.
-    std::size_t n = size();
-    Processor* here = this_processor();
-    std::size_t i = here && &here->cluster() == this ? here->index() + here->placed++
-                                                    : rr_.fetch_add(1, std::memory_order_relaxed);
-    Processor* p = processor(unsigned(i % n));
+    Processor* p = next_home();
     __atomic_store_n(&f->affinity, p, __ATOMIC_RELAXED);  // (the listing reads it)
     p->push(f);
   }
+}
+
+Processor* Cluster::next_home() {
+  Processor* here = this_processor();
+  std::size_t i = here && &here->cluster() == this ? here->index() + here->placed++
+                                                  : rr_.fetch_add(1, std::memory_order_relaxed);
+  return processor(unsigned(i % size()));
 }
 
 void Cluster::push_staging(Fibre* f) {

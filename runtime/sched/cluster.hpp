@@ -54,6 +54,10 @@ class Cluster {
 
   // Placement of a new fibre (work pushing or sharing, per the config).
   void place_new(Fibre* f);
+  // Where work pushing sends a new fibre: round-robin per creating
+  // processor (from its own index), so that a processor making fibres
+  // writes no shared line; kernel threads and other clusters share rr_.
+  Processor* next_home();
   // Queues shared by the cluster's processors. Pushing wakes an idle one.
   void push_staging(Fibre* f);
   void push_background(Fibre* f);

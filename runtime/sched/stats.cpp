@@ -155,13 +155,11 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
     std::snprintf(r.high, sizeof r.high, "-");
     // (A resting fibre has no stack, and is given one as it runs again:
     // the base is stored after the context, release.)
-    if (char* base = __atomic_load_n(&f->stack.base, __ATOMIC_ACQUIRE)) {
-      std::snprintf(r.size, sizeof r.size, "%zuK", f->stack.size / 1024);
+    if (rt::Stack s = f->stack.loaded()) {
+      std::snprintf(r.size, sizeof r.size, "%zuK", s.size / 1024);
       auto sp = reinterpret_cast<const char*>(__atomic_load_n(&f->ctx.fctx, __ATOMIC_RELAXED));
-      const char* lo = base + rt::kGuardSize;
-      const char* hi = lo + f->stack.size;
-      if (running_on < 0 && !home && sp > lo && sp <= hi)
-        std::snprintf(r.used, sizeof r.used, "%.1fK", double(hi - sp) / 1024);
+      if (running_on < 0 && !home && sp > s.lo() && sp <= s.hi())
+        std::snprintf(r.used, sizeof r.used, "%.1fK", double(s.hi() - sp) / 1024);
       if (std::size_t h = rt::stack_high_water(*f)) std::snprintf(r.high, sizeof r.high, "%.1fK", double(h) / 1024);
     }
     rows.push_back(r);
