@@ -14,17 +14,12 @@ extra=()
 command -v redis-server > /dev/null && command -v redis-cli > /dev/null ||
   { echo "*** SKIPPED: redis-server or redis-cli is not installed ***"; exit 77; }
 tmp=$(mktemp -d)
-port=$((20000 + RANDOM % 20000))
-LD_PRELOAD=$lib timeout 60 redis-server --port "$port" --bind 127.0.0.1 --save '' --dir "$tmp" \
-  "${extra[@]}" > "$tmp/log" 2>&1 &
-server=$!
-trap 'kill $server 2> /dev/null; rm -rf "$tmp"' EXIT
-for _ in $(seq 1 100); do
-  redis-cli -p "$port" ping > /dev/null 2>&1 && break
-  sleep 0.1
-done
-cli() { timeout 10 redis-cli -p "$port" "$@"; }
-[ "$(cli set k v)" = OK ] && [ "$(cli get k)" = v ] || { cat "$tmp/log"; echo "redis: SET/GET failed"; exit 1; }
+server=
+trap '[ -n "$server" ] && kill $server 2> /dev/null; rm -rf "$tmp"' EXIT
+fail() { cat "$tmp/log"; echo "redis: $*"; exit 1; }
+. "$(dirname "$0")/redis_start.sh"
+redis_start "${extra[@]}"
+[ "$(cli set k v)" = OK ] && [ "$(cli get k)" = v ] || fail "SET/GET failed"
 if [ "$mode" = io-threads ]; then
   command -v redis-benchmark > /dev/null || { echo "*** SKIPPED: redis-benchmark is not installed ***"; exit 77; }
   out=$(timeout 90 redis-benchmark -p "$port" --threads 2 -c 32 -n 10000 -t set,get -q 2>&1 | tr '\r' '\n' |

@@ -18,24 +18,8 @@ server=
 # A hung server ignores SIGTERM: the exit kills it (timeout's child) and timeout.
 trap '[ -n "$server" ] && kill -KILL $(pgrep -P $server) $server 2> /dev/null; rm -rf "$tmp"' EXIT
 fail() { echo "redis_bgsave: $*"; sed 's/^/  log: /' "$tmp/log" | tail -20; exit 1; }
-cli() { timeout 10 redis-cli -p "$port" "$@"; }
-
-# Starts the server on a free port (another port if this one is taken).
-start() {
-  for _ in 1 2 3 4 5; do
-    port=$((20000 + RANDOM % 20000))
-    LD_PRELOAD=$lib timeout 60 redis-server --port "$port" --bind 127.0.0.1 --save '' --dir "$tmp" \
-      --dbfilename dump.rdb >> "$tmp/log" 2>&1 &
-    server=$!
-    for _ in $(seq 1 100); do
-      cli ping > /dev/null 2>&1 && return 0
-      kill -0 "$server" 2> /dev/null || break
-      sleep 0.1
-    done
-    kill -0 "$server" 2> /dev/null && fail "the server did not answer"
-  done
-  fail "the server did not start"
-}
+. "$(dirname "$0")/redis_start.sh"
+start() { redis_start --dbfilename dump.rdb; }
 
 # Ends the server with SIGTERM; fails if it is still there after 20 s.
 stop() {
