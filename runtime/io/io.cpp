@@ -92,11 +92,14 @@ bool pipes_nowait() {
 // (eventfd, timerfd, signalfd, epoll) the program made non-blocking itself
 // are too; anything else (a regular file, a blocking terminal or FIFO, a
 // blocking anonymous descriptor) is left as it is and its calls are
-// offloaded.
+// offloaded. A descriptor that is not open (closed, perhaps by another
+// fibre a moment ago) stays unknown and is not described: kFdUnknown back,
+// which callers answer with EBADF.
 std::uint8_t classify(int fd, FdEntry& e) {
   // Not made by loom: another number or process may share the file.
   struct stat st {};
-  int fl = fstat(fd, &st) == 0 ? rt::sys::fcntl(fd, F_GETFL) : -1;
+  if (fstat(fd, &st) != 0) return kFdUnknown;
+  int fl = rt::sys::fcntl(fd, F_GETFL);
   bool nb = fl >= 0 && (fl & O_NONBLOCK);
   e.loom_nb.store(false, std::memory_order_relaxed);
   if (fl >= 0 && S_ISSOCK(st.st_mode)) {
@@ -501,7 +504,10 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
   FdEntry* e = table().get(fd);
   if (!e) return syscall_op(op);
   std::uint8_t kind = e->kind.load(std::memory_order_acquire);
-  if (__builtin_expect(kind == kFdUnknown, 0)) kind = classify(fd, *e);
+  if (__builtin_expect(kind == kFdUnknown, 0)) {
+    kind = classify(fd, *e);
+    if (kind == kFdUnknown) return syscall_op(op);  // not open: the call says so
+  }
   if (!p) return kind == kFdPollable ? thread_call(fd, *e, side, op, d, timeout_err) : syscall_op(op);
   if (kind != kFdPollable) {
     if (kind == kFdInPlace) return syscall_op(op);
@@ -1015,7 +1021,7 @@ int when_ready(int fd, short events, void (*cb)(void*), void* arg) {
   std::uint8_t kind = e->kind.load(std::memory_order_acquire);
   if (kind == rt::kFdUnknown) kind = rt::classify(fd, *e);
   if (kind != rt::kFdPollable) {
-    errno = EPERM;  // what epoll says of a regular file
+    errno = kind == rt::kFdUnknown ? EBADF : EPERM;  // EPERM: what epoll says of a regular file
     return -1;
   }
   if (!e->registered.load(std::memory_order_acquire)) {

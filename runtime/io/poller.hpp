@@ -148,7 +148,8 @@ inline int ms_until(Deadline d) {
 }
 
 // What a descriptor loom did not make is (FdKind), decided on its first
-// use and recorded in e (io.cpp says what each kind means).
+// use and recorded in e (io.cpp says what each kind means); kFdUnknown,
+// nothing recorded, if fd is not open.
 std::uint8_t classify(int fd, FdEntry& e);
 
 // libloom-pthread, at load: loom makes no descriptor non-blocking

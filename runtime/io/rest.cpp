@@ -136,10 +136,8 @@ int check_fd(int fd, Cluster& c, FdEntry*& e, std::uint32_t& gen) {
   e = FdTable::instance().get(fd);
   if (!e) return EBADF;
   std::uint8_t kind = e->kind.load(std::memory_order_acquire);
-  if (kind == kFdUnknown) {
-    if (sys::fcntl(fd, F_GETFD) < 0) return EBADF;
-    kind = classify(fd, *e);
-  }
+  if (kind == kFdUnknown) kind = classify(fd, *e);
+  if (kind == kFdUnknown) return EBADF;  // not open
   if (kind != kFdPollable) return EPERM;  // what epoll says of a regular file
   gen = e->gen.load(std::memory_order_acquire);
   if (!e->registered.load(std::memory_order_acquire) && !io_register(io_state(c), fd, *e)) return errno;
