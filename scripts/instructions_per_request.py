@@ -2,10 +2,13 @@
 """scripts/instructions_per_request.py — the web server's user-space
 instructions per request, counted by valgrind's callgrind.
 
-    scripts/instructions_per_request.py WEBSERVER [WEBSERVER...] [--requests N] [--rounds R]
+    scripts/instructions_per_request.py SERVER [SERVER...] [--requests N] [--rounds R]
 
-For each server binary: runs it under callgrind (--runtime loom,
---processors 1) twice per round, serving N and then 5N keep-alive requests
+SERVER is loom's webserver binary (run with --runtime loom --processors 1)
+or a whole command line in one argument ("build/apps/baselines/epoll-web",
+"build/apps/webserver/webserver --runtime loom --processors 1 --no-rest"),
+to which --port 0 is added. For each server: runs it under callgrind twice
+per round, serving N and then 5N keep-alive requests
 (10 connections, one request in flight on each), and reports
 (I(5N) - I(N)) / 4N: the instructions one request costs, start-up and
 shutdown cancelled out. Instruction counts, unlike times, do not move with
@@ -46,8 +49,9 @@ def drive(port, n):
 def instructions(server, n):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "callgrind.out")
-        p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", server,
-                              "--runtime", "loom", "--processors", "1", "--port", "0"],
+        cmd = server.split() if " " in server or "epoll" in os.path.basename(server) else \
+            [server, "--runtime", "loom", "--processors", "1"]
+        p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + cmd + ["--port", "0"],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         ready, _, _ = select.select([p.stdout], [], [], 60)
         line = p.stdout.readline().decode() if ready else ""
