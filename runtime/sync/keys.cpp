@@ -35,10 +35,11 @@ KeySlot keys[kKeysMax];
 rt::SpinLock registry;  // key_create/delete only (a spin lock: see base/sys.hpp)
 
 // A table of `size` slots. A fibre's grows with the highest key it sets
-// (kFibreSlots at a time): most set one or two of the first keys, and a
-// full table (kKeysMax slots, 1.5 KiB) was half of an idle loom-memcached
-// connection's memory, which sets one key per connection thread. A kernel
-// thread's is full-size from the start (mapped, never grown: see below).
+// (kFibreSlots at a time: 72 bytes for the first four keys): most set one
+// or two of the first keys, and a full table (kKeysMax slots, 1.5 KiB) was
+// half of an idle loom-memcached connection's memory, whose thread sets
+// one key. A kernel thread's is full-size from the start (mapped, never
+// grown: see below).
 struct Slot {
   void* value = nullptr;
   unsigned generation = 0;
@@ -55,7 +56,7 @@ struct alignas(Slot) Table {
     return t;
   }
 };
-constexpr unsigned kFibreSlots = 8;
+constexpr unsigned kFibreSlots = 4;
 
 bool current(const Table* t, unsigned k) {
   return k < t->size && keys[k].used.load(std::memory_order_acquire) &&
