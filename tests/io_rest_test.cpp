@@ -453,8 +453,9 @@ TEST(RestLook, ARestAfterAFullReadIsContinuedByTheBytesLeftQueued) {
   f.detach();
   detached.store(true);
   std::string l;
-  ASSERT_TRUE(eventually([&] { return (l = listing()).find("blocked: fd " + std::to_string(sv[0]) + " (read)") != std::string::npos; }))
-      << l;
+  ASSERT_TRUE(eventually([&] {
+    return (l = listing()).find("blocked: fd " + std::to_string(sv[0]) + " (read)") != std::string::npos;
+  })) << l;
   char msg[100];
   std::memset(msg, 'x', sizeof msg);
   ASSERT_EQ(::write(sv[1], msg, sizeof msg), 100);

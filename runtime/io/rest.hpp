@@ -71,7 +71,7 @@ struct RestBlock {
   std::uint32_t gen = 0;  // the descriptor's close count when it rested
   std::atomic<bool> published{false};  // post_rest is done with the block
   int status = 0;                      // why the last restart: 0, ETIMEDOUT
-  bool input_now = false;  // rest() looked and found input queued: continue at once
+  bool input_now = false;              // rest() looked and found input queued: continue at once
 
   static RestBlock* of(Fibre* f) { return reinterpret_cast<RestBlock*>(f); }
 };
