@@ -652,6 +652,16 @@ void record_moved(rt::Fibre* from, rt::Fibre* to) {
 [[maybe_unused]] const bool moved_installed = (rt::rest_block_moved = &record_moved, true);
 }  // namespace
 
+int loom::capi::fibre_attr_of(const loom_attr_t* a, FibreAttr* out) noexcept {
+  if (!valid_attr(a)) return EINVAL;
+  out->stack_size = a->_loom_stacksize;
+  out->priority = static_cast<Priority>(a->_loom_priority);
+  out->cluster = reinterpret_cast<loom::Cluster*>(a->_loom_cluster);
+  out->color = a->_loom_color;
+  out->color_shared = a->_loom_color_shared != 0;
+  return 0;
+}
+
 void loom::capi::rest_as_thread(void (*&fn)(void*), void*& arg) noexcept {
   Thread* t = current_record();
   if (!t || t->main || !fn) return;  // (main: rt::rest refuses it)

@@ -669,4 +669,61 @@ TEST(RestCApi, ADetachedThreadRestsAndStaysItself) {
   }).join();
 }
 
+// loom_rest_start_until: a new fibre, born at rest, in the cluster its
+// attributes name (a server's worker starts connections served elsewhere),
+// continued at its deadline with ETIMEDOUT when its descriptor stays
+// silent, or by input with 0; bad attributes say EINVAL and ENOTSUP.
+struct Born {
+  loom_cluster_t* want = nullptr;
+  std::atomic<int> status{-1};
+  std::atomic<int> in_cluster{-1};
+};
+
+void born(void* p) {
+  auto* b = static_cast<Born*>(p);
+  b->in_cluster.store(loom_cluster_self() == b->want ? 1 : 0);
+  b->status.store(loom_rest_status());
+}
+
+TEST(RestCApi, RestStartUntilTakesTheAttrsClusterAndItsDeadline) {
+  loom_cluster_t* cc = nullptr;
+  ASSERT_EQ(loom_cluster_create(&cc, 1), 0);
+  loom_attr_t a;
+  ASSERT_EQ(loom_attr_init(&a), 0);
+  ASSERT_EQ(loom_attr_setcluster(&a, cc), 0);
+  ASSERT_EQ(loom_attr_setstacksize(&a, 128 * 1024), 0);
+  int silent[2], talks[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, silent), 0);
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, talks), 0);
+  Born quiet, spoken;
+  quiet.want = spoken.want = cc;
+  timespec d;
+  clock_gettime(CLOCK_MONOTONIC, &d);
+  d.tv_nsec += 50 * 1000 * 1000;
+  if (d.tv_nsec >= 1000000000L) d.tv_sec++, d.tv_nsec -= 1000000000L;
+  ASSERT_EQ(loom_rest_start_until(silent[0], &born, &quiet, &a, &d), 0);
+  ASSERT_EQ(loom_rest_start_until(talks[0], &born, &spoken, &a, nullptr), 0);
+  ASSERT_TRUE(eventually([&] { return quiet.status.load() != -1; }));
+  EXPECT_EQ(quiet.status.load(), ETIMEDOUT);
+  EXPECT_EQ(quiet.in_cluster.load(), 1) << "runs in the attributes' cluster";
+  EXPECT_EQ(spoken.status.load(), -1) << "no input yet: still resting";
+  ASSERT_EQ(::write(talks[1], "x", 1), 1);
+  ASSERT_TRUE(eventually([&] { return spoken.status.load() != -1; }));
+  EXPECT_EQ(spoken.status.load(), 0);
+  EXPECT_EQ(spoken.in_cluster.load(), 1);
+  // Bad attributes.
+  loom_attr_t zero;
+  std::memset(&zero, 0, sizeof zero);
+  EXPECT_EQ(loom_rest_start_until(silent[0], &born, &quiet, &zero, nullptr), EINVAL);
+  loom_attr_t colored;
+  ASSERT_EQ(loom_attr_init(&colored), 0);
+  ASSERT_EQ(loom_attr_setcolor(&colored, 7, 0), 0);
+  EXPECT_EQ(loom_rest_start_until(silent[0], &born, &quiet, &colored, nullptr), ENOTSUP);
+  loom_attr_destroy(&colored);
+  loom_attr_destroy(&a);
+  for (int fd : {silent[0], silent[1], talks[0], talks[1]}) loom_close(fd);
+  ASSERT_TRUE(eventually([&] { return reinterpret_cast<loom::Cluster*>(cc)->impl().fibres.load() == 0; }));
+  EXPECT_EQ(loom_cluster_destroy(cc), 0);
+}
+
 }  // namespace

@@ -817,6 +817,15 @@ int loom_rest_status(void);
  * input, then fn(arg) runs, in the caller's cluster. 0, or an error number
  * as loom_rest's. */
 int loom_rest_start(int fd, void (*fn)(void*), void* arg);
+/* The same, made as attr says (its cluster, stack size and priority: a
+ * server's worker starts connections in the cluster that serves them; a
+ * color is refused with ENOTSUP; null: the defaults) and, with a deadline
+ * (absolute CLOCK_MONOTONIC; null: none), continued then if fd had no
+ * input (loom_rest_status() ETIMEDOUT): a connection that never sends
+ * meets its idle timeout without ever taking a stack. EINVAL also for an
+ * attr loom_attr_init did not initialise. */
+int loom_rest_start_until(int fd, void (*fn)(void*), void* arg, const loom_attr_t* attr,
+                          const struct timespec* deadline);
 /* The I/O back end of the caller's cluster: "epoll" or "uring" (LOOM_IO;
  * "epoll" where io_uring was unavailable and the cluster fell back). */
 const char* loom_io_backend(void);
