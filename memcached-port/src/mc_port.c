@@ -215,6 +215,7 @@ static bool conn_turn(struct conn_start *s, int r) {
 
 #ifdef MC_PORT_LOOM
 static void conn_loop(struct conn_start *s);
+static bool conn_begin(struct conn_start *s);
 
 /* Where a rested connection's thread is continued: input, a hang-up, a
  * close, or (ETIMEDOUT) the idle timeout. */
@@ -226,24 +227,47 @@ static void conn_continue(void *arg) {
         free(s);
 }
 
+/* A connection's thread born at rest (mc_port_conn_start): its first run. */
+static void conn_first(void *arg) {
+    struct conn_start *s = arg;
+    int r = loom_rest_status() == ETIMEDOUT ? 0 : 1;
+    if (conn_begin(s) && conn_turn(s, r))
+        conn_loop(s);
+    else
+        free(s);
+}
+
+/* The idle timeout as a deadline: NULL for none. */
+static const struct timespec *deadline_in(int timeout_ms, struct timespec *d) {
+    if (timeout_ms < 0) return NULL;
+    clock_gettime(CLOCK_MONOTONIC, d);
+    d->tv_sec += timeout_ms / 1000;
+    d->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (d->tv_nsec >= 1000000000L) d->tv_sec++, d->tv_nsec -= 1000000000L;
+    return d;
+}
+
+/* Whether a connection waiting for EV_READ alone rests (TCP and unix
+ * sockets of a worker; not UDP, whose socket every worker's connection
+ * shares, nor listeners). */
+static bool can_rest(const struct conn_start *s, short flags) {
+    return s->worker != NULL && __atomic_load_n(&rest_on, __ATOMIC_RELAXED) &&
+           (flags & (EV_READ | EV_WRITE)) == EV_READ && !IS_UDP(s->c->transport);
+}
+
+/* A thread that can never rest (EINVAL, ENOTSUP: a TLS block of its own)
+ * says so once, and the port stops trying; other refusals are this wait's
+ * only (EBUSY), and it waits on its stack. */
+static void rest_refused(int rc) {
+    if ((rc == EINVAL || rc == ENOTSUP) && __atomic_exchange_n(&rest_on, false, __ATOMIC_RELAXED))
+        fprintf(stderr, "%s: connections cannot rest (%s): they wait on their stacks\n", MC_PORT_NAME, strerror(rc));
+}
+
 /* A connection waiting for a request rests: does not return unless loom
  * refused (then the caller waits on its stack). */
 static void conn_rest(struct conn_start *s, int timeout_ms) {
-    struct timespec deadline, *d = NULL;
-    if (timeout_ms >= 0) {
-        clock_gettime(CLOCK_MONOTONIC, &deadline);
-        deadline.tv_sec += timeout_ms / 1000;
-        deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
-        d = &deadline;
-    }
-    int rc = loom_rest_until(s->c->sfd, conn_continue, s, d);
-    /* EBUSY and the like: this wait only. A thread that can never rest
-     * (EINVAL, ENOTSUP: its own TLS block) says so once and stops trying. */
-    if (rc == EINVAL || rc == ENOTSUP) {
-        if (__atomic_exchange_n(&rest_on, false, __ATOMIC_RELAXED))
-            fprintf(stderr, "%s: connections cannot rest (%s): they wait on their stacks\n", MC_PORT_NAME, strerror(rc));
-    }
+    struct timespec d;
+    rest_refused(loom_rest_until(s->c->sfd, conn_continue, s, deadline_in(timeout_ms, &d)));
 }
 #endif
 
@@ -260,30 +284,35 @@ static void conn_loop(struct conn_start *s) {
             continue;
         }
 #ifdef MC_PORT_LOOM
-        if (s->worker != NULL && __atomic_load_n(&rest_on, __ATOMIC_RELAXED) && (s->flags & (EV_READ | EV_WRITE)) == EV_READ && !IS_UDP(c->transport))
-            conn_rest(s, timeout_ms);
+        if (can_rest(s, s->flags)) conn_rest(s, timeout_ms);
 #endif
         if (!conn_turn(s, wait_conn(c, s->flags, timeout_ms))) break;
     }
     free(s);
 }
 
-static void *conn_main(void *arg) {
-    struct conn_start *s = arg;
+/* On the connection's thread, first: its logger, and what the state
+ * machine asked for. False: the connection is gone already. */
+static bool conn_begin(struct conn_start *s) {
     conn *c = s->c;
     s->gate = gate_of(s->worker);
     if (s->worker != NULL) pthread_setspecific(logger_key, s->worker->l);
-
     /* The starter may still be setting the connection up (the worker sets
-     * c->thread after conn_new returns): look at it under the gate. */
+     * c->thread after conn_new returns, holding its gate): look at it
+     * under the gate. */
     pthread_mutex_lock(s->gate);
     s->flags = c->ev_flags;
     bool gone = c->state == conn_closed;
     pthread_mutex_unlock(s->gate);
-    if (gone)
-        free(s);
-    else
+    return !gone;
+}
+
+static void *conn_main(void *arg) {
+    struct conn_start *s = arg;
+    if (conn_begin(s))
         conn_loop(s);
+    else
+        free(s);
     return NULL;
 }
 
@@ -296,6 +325,17 @@ int mc_port_conn_start(conn *c, void (*handler)(evutil_socket_t, short, void *))
     s->c = c;
     s->worker = c->state == conn_listening ? NULL : pthread_getspecific(worker_key);
     s->handler = handler;
+#ifdef MC_PORT_LOOM
+    /* A connection that waits for its first request is born at rest: no
+     * stack (nor thread record) until it sends, in the connections' cluster
+     * (conn_attr), timed out there if it never does. */
+    if (can_rest(s, c->ev_flags)) {
+        struct timespec d;
+        int rc = loom_rest_start_until(c->sfd, conn_first, s, &conn_attr, deadline_in(idle_timeout_ms(s), &d));
+        if (rc == 0) return 0;
+        rest_refused(rc);
+    }
+#endif
     pthread_t t;
     int rc = pthread_create(&t, &conn_attr, conn_main, s);
     if (rc != 0) {

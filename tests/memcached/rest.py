@@ -9,9 +9,10 @@ show every connection "resting: fd N (no stack)" -- with --no-rest
 (MC_PORT_REST=0, the old path) every one blocked on its stack instead --
 and then every connection must serve again: its key read back, twice, each
 time after resting. Prints the server's resident memory per idle connection
-(not asserted). Then -o idle_timeout with resting connections: a
-connection idle past it is closed by its own thread's timed rest, and one
-that keeps talking is not. Exit 77 when BINARY is not built.
+(not asserted). New connections are listed resting before they send
+anything (born at rest). Then -o idle_timeout with resting connections: a
+connection idle past it is closed by its own thread's timed rest (also one
+that never sent a byte), and one that keeps talking is not. Exit 77 when BINARY is not built.
 """
 
 import argparse
@@ -127,6 +128,10 @@ def idle_connections(binary, n, rest):
         time.sleep(0.3)
         before = rss_kib(srv.proc.pid)
         cs = [srv.connect(timeout=20) for _ in range(n)]
+        # Connections that have not sent yet start at rest (no stack at all).
+        fds = server_fds(srv.proc.pid, srv.port)
+        got = listing.wait_for(fds, want)
+        check(got == len(fds) and len(fds) >= n, "%d of %d new connections %s (%d found)" % (got, n, want, len(fds)))
         for i, c in enumerate(cs):
             c.sendall(b"set rest%d 0 0 %d\r\n%d\r\n" % (i, len(str(i)), i))
         for i, c in enumerate(cs):
@@ -163,7 +168,7 @@ def idle_timeout(binary, rest):
     try:
         idle = [srv.connect(timeout=20) for _ in range(20)]
         busy = srv.connect(timeout=20)
-        for c in idle:
+        for c in idle[:10]:  # the others never send: born at rest, timed out there
             c.sendall(b"version\r\n")
             check(recv_until(c, b"\r\n").startswith(b"VERSION"), "version before the timeout")
         deadline = time.monotonic() + 6
