@@ -25,8 +25,10 @@
  * ends where it stands, its stack goes back to its processor's cache, and
  * when the socket has input (or at the idle timeout) the same thread is
  * continued at conn_continue, which runs the turn the wait would have run
- * and re-enters the loop. So an idle connection holds no stack. Other waits
- * (EV_WRITE, UDP's shared socket, listeners) stay on the stack, with poll.
+ * and re-enters the loop. So an idle connection holds no stack. A new
+ * connection is started born at rest (loom_rest_start_until): no stack and
+ * no thread record until it sends. Other waits (EV_WRITE, UDP's shared
+ * socket, listeners) stay on the stack, with poll.
  *
  * Listening connections have no worker; they share one accept gate, which
  * the one-second clock tick takes too (vanilla runs both on its main
