@@ -183,12 +183,14 @@ int rest(int fd, void (*fn)(void*), void* arg, Deadline d) {
   Fibre* self = p->current();
   // Native fibres (main, the idle loop) have no stack to give; a joinable
   // fibre's handle points at its block; a fibre with a thread control block
-  // of its own or a color hold carries state at its stack's top that is not
-  // moved (yet).
+  // of its own at its stack's top, or a color hold, carries state there
+  // that is not moved (a block on the heap, FibreAttr::tls_on_heap, stays
+  // where it is and goes with the fibre).
   if (!self->stack || self->join.load(std::memory_order_acquire) != kJoinDetached ||
       (self->c_handle && !self->rest_block))  // (a heap block stays put: its id too)
     return EINVAL;
-  if (self->tcb || self->held || self->offload_home.load(std::memory_order_relaxed)) return ENOTSUP;
+  if ((self->tcb && !self->tcb_heap) || self->held || self->offload_home.load(std::memory_order_relaxed))
+    return ENOTSUP;
   FdEntry* e;
   std::uint32_t gen;
   bool fresh = false;
@@ -221,6 +223,8 @@ int rest(int fd, void (*fn)(void*), void* arg, Deadline d) {
     n.specific = self->specific;
     n.pinned = self->pinned;
     n.stack.size = self->stack.size;  // no base: the next run's processor gives it one of that size
+    n.tcb = self->tcb;                // (on the heap: it stays where it is)
+    n.tcb_heap = self->tcb_heap;
     if (rest_block_moved) rest_block_moved(self, &n);
   }
   set_rest(b, fd, fn, arg, e, gen, d);
