@@ -257,11 +257,11 @@ static bool can_rest(const struct conn_start *s, short flags) {
            (flags & (EV_READ | EV_WRITE)) == EV_READ && !IS_UDP(s->c->transport);
 }
 
-/* A thread that can never rest (EINVAL, ENOTSUP: a TLS block of its own)
- * says so once, and the port stops trying; other refusals are this wait's
- * only (EBUSY), and it waits on its stack. */
+/* Threads that can never rest (ENOTSUP: a TLS block of their own, were the
+ * port linked with libloom-pthread) say so once, and the port stops
+ * trying; other refusals are this wait's only, and it waits on its stack. */
 static void rest_refused(int rc) {
-    if ((rc == EINVAL || rc == ENOTSUP) && __atomic_exchange_n(&rest_on, false, __ATOMIC_RELAXED))
+    if (rc == ENOTSUP && __atomic_exchange_n(&rest_on, false, __ATOMIC_RELAXED))
         fprintf(stderr, "%s: connections cannot rest (%s): they wait on their stacks\n", MC_PORT_NAME, strerror(rc));
 }
 

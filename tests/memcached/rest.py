@@ -128,8 +128,11 @@ def idle_connections(binary, n, rest):
         time.sleep(0.3)
         before = rss_kib(srv.proc.pid)
         cs = [srv.connect(timeout=20) for _ in range(n)]
-        # Connections that have not sent yet start at rest (no stack at all).
-        fds = server_fds(srv.proc.pid, srv.port)
+        # Connections that have not sent yet start at rest (no stack at all),
+        # once the server has accepted them all.
+        deadline = time.monotonic() + 10
+        while len(fds := server_fds(srv.proc.pid, srv.port)) < n and time.monotonic() < deadline:
+            time.sleep(0.1)
         got = listing.wait_for(fds, want)
         check(got == len(fds) and len(fds) >= n, "%d of %d new connections %s (%d found)" % (got, n, want, len(fds)))
         for i, c in enumerate(cs):
