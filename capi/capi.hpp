@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <new>
 
+#include "loom/fibre.hpp"
 #include "loom/loom.h"
 #include "loom/sync.hpp"
 
@@ -165,6 +166,11 @@ long fibres_created() noexcept;
 // the record's end keep working. Rewrites fn/arg to it (storing the
 // caller's in the record); leaves them for any other caller.
 void rest_as_thread(void (*&fn)(void*), void*& arg) noexcept;
+
+// What a loom_attr_t says of a new fibre (stack size, priority, cluster,
+// color), for a fibre that is not a thread of loom_create (loom_rest_start_
+// until): 0, or EINVAL for an object loom_attr_init did not initialise.
+int fibre_attr_of(const loom_attr_t* a, FibreAttr* out) noexcept;
 
 // The child of a fork: called when the thread that forked ends there (its
 // start routine returns) before the process exits with status 0; set by

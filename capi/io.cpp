@@ -237,6 +237,13 @@ int loom_rest_until(int fd, void (*fn)(void*), void* arg, const struct timespec*
 }
 int loom_rest_status(void) { return io::rest_status(); }
 int loom_rest_start(int fd, void (*fn)(void*), void* arg) { return rt::rest_start(fd, fn, arg, FibreAttr{}, kForever); }
+int loom_rest_start_until(int fd, void (*fn)(void*), void* arg, const loom_attr_t* attr,
+                          const struct timespec* deadline) {
+  FibreAttr fa;
+  if (attr)
+    if (int e = fibre_attr_of(attr, &fa)) return e;
+  return rt::rest_start(fd, fn, arg, fa, deadline_or_forever(deadline));
+}
 
 const char* loom_io_backend(void) { return io::backend(); }
 

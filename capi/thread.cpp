@@ -51,6 +51,17 @@ struct FibreMaker {
     return h.f_->id;
   }
   static void launch(loom::Fibre& h, void (*fn)(void*), void* arg) { h.launch(fn, arg); }
+  // A detached fibre, detached before it can run: a detached thread that
+  // rests at once must find itself detached (rest refuses a joinable one;
+  // made and then detached, one that ran first on another processor got
+  // EINVAL: tls_rest, 1 run in 20).
+  static void launch_detached(const FibreAttr& attr, void (*fn)(void*), void* arg) {
+    loom::Fibre h;
+    prepare(h, attr);
+    h.f_->join.store(kJoinDetached, std::memory_order_relaxed);
+    h.launch(fn, arg);
+    h.f_ = nullptr;  // (detached: the handle lets go without a join)
+  }
 };
 }  // namespace loom::rt
 
@@ -518,6 +529,18 @@ int loom_attr_getcluster(const loom_attr_t* a, loom_cluster_t** c) {
   return 0;
 }
 
+int loom_attr_setrestable_np(loom_attr_t* a, int restable) {
+  if (!valid_attr(a) || (restable != 0 && restable != 1)) return EINVAL;
+  a->_loom_restable = restable;
+  return 0;
+}
+
+int loom_attr_getrestable_np(const loom_attr_t* a, int* restable) {
+  if (!valid_attr(a) || !restable) return EINVAL;
+  *restable = a->_loom_restable;
+  return 0;
+}
+
 int loom_attr_setpriority(loom_attr_t* a, int p) {
   if (!valid_attr(a) || p < LOOM_PRIORITY_HIGH || p > LOOM_PRIORITY_LOW) return EINVAL;
   a->_loom_priority = p;
@@ -552,6 +575,7 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
   fa.color = attr->_loom_color;  // loom_attr_setcolor (capi/color.cpp)
   fa.color_shared = attr->_loom_color_shared != 0;
   fa.own_tls = true;  // a thread of the program's: its own thread-locals, where they are on
+  fa.tls_on_heap = attr->_loom_restable != 0;
   // loom_setname_np (and pthread_setname_np) write the record's name: the
   // listing, the stall report, gdb and the overflow message read it there.
   // The slot's memory is never freed, so the pointer stays readable.
@@ -566,8 +590,7 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
     // fibre's fn and arg must be trampoline and t for current_record().
     void* arg = t;
     if (detached) {
-      loom::Fibre f(fa, &trampoline, arg);
-      f.detach();  // the trampoline frees t
+      rt::FibreMaker::launch_detached(fa, &trampoline, arg);  // the trampoline frees t
     } else {
       // Built in place: the handle is complete before the fibre can run and
       // call loom_detach(loom_self()); its id is recorded before then too
@@ -651,6 +674,16 @@ void record_moved(rt::Fibre* from, rt::Fibre* to) {
 }
 [[maybe_unused]] const bool moved_installed = (rt::rest_block_moved = &record_moved, true);
 }  // namespace
+
+int loom::capi::fibre_attr_of(const loom_attr_t* a, FibreAttr* out) noexcept {
+  if (!valid_attr(a)) return EINVAL;
+  out->stack_size = a->_loom_stacksize;
+  out->priority = static_cast<Priority>(a->_loom_priority);
+  out->cluster = reinterpret_cast<loom::Cluster*>(a->_loom_cluster);
+  out->color = a->_loom_color;
+  out->color_shared = a->_loom_color_shared != 0;
+  return 0;
+}
 
 void loom::capi::rest_as_thread(void (*&fn)(void*), void*& arg) noexcept {
   Thread* t = current_record();

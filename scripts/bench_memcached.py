@@ -10,7 +10,8 @@ Issue 10's comparison, all systems in the same run, the same memcached
   debian     /usr/bin/memcached (Debian's package): a fourth reference
   vanilla    memcached-vanilla: the unpatched build, libevent, -t N workers
   loom       loom-memcached: a fibre per connection, -t N = loom processors;
-             variants: the default poller, and poller=fibre (LOOM_POLLER)
+             variants: the default poller, poller=fibre (LOOM_POLLER), and
+             rest=off (MC_PORT_REST=0: idle connections wait on their stacks)
   tpc        memcached-tpc: the same port on a kernel thread per connection
 
 The memcached binaries come from $MC_BIN_DIR (default
@@ -75,6 +76,7 @@ CONFIGS = [
     ("vanilla", "", "memcached-vanilla", 1, {}),
     ("loom", "", "loom-memcached", 1, {}),
     ("loom", "poller=fibre", "loom-memcached", 1, {"LOOM_POLLER": "fibre"}),
+    ("loom", "rest=off", "loom-memcached", 1, {"MC_PORT_REST": "0"}),
     ("tpc", "", "memcached-tpc", 1, {}),
     ("vanilla", "", "memcached-vanilla", 2, {}),
     ("loom", "", "loom-memcached", 2, {}),

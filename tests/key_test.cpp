@@ -5,6 +5,7 @@
 // Keys are process-wide: every test deletes the keys it creates, so that
 // KeysRunOutAtKeysMax can count all of them.
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <atomic>
@@ -15,6 +16,8 @@
 #include <vector>
 
 #include "loom/loom.hpp"
+#include "sched/fibre.hpp"
+#include "sched/processor.hpp"
 #include "sync_test_util.hpp"
 
 namespace {
@@ -128,6 +131,75 @@ TEST(Key, DestructorThatSetsAnotherKeyCausesItsDestructorToRun) {
   EXPECT_EQ(calls.load(), 1);
   EXPECT_EQ(second_calls.load(), 1);
   EXPECT_EQ(loom::key_delete(k), 0);
+  EXPECT_EQ(loom::key_delete(second_key), 0);
+}
+
+// A fibre's table holds up to the highest key it set (sync/keys.cpp): one
+// low key takes a few slots, not kKeysMax (1.5 KiB: half of an idle
+// loom-memcached connection, whose thread sets one key).
+TEST(Key, AFibreThatSetsOneLowKeyHoldsASmallTable) {
+  Cluster c(1);
+  Key k;
+  ASSERT_EQ(loom::key_create(&k, nullptr), 0);
+  std::size_t bytes = 0;
+  run_in(c, [&] {
+    ASSERT_EQ(loom::set_specific(k, &slots[0]), 0);
+    bytes = malloc_usable_size(loom::rt::this_fibre_or_null()->specific);
+    EXPECT_EQ(loom::get_specific(k), &slots[0]);
+  });
+  EXPECT_LE(bytes, 256u) << "the table of a fibre that set key " << k;
+  EXPECT_EQ(loom::key_delete(k), 0);
+}
+
+std::atomic<int> high_calls{0};
+void high_dtor(void*) { high_calls.fetch_add(1); }
+
+// Every key, set in an order that grows the table several times: each value
+// is kept and each destructor runs once; a destructor that sets a value
+// under a higher key (growing the table while the destructors run) has
+// that value's destructor run too.
+TEST(Key, TheTableGrowsAndKeepsEveryValue) {
+  reset_log();
+  second_calls.store(0);
+  high_calls.store(0);
+  Cluster c(1);
+  std::vector<Key> ks;
+  Key k;
+  while (loom::key_create(&k, high_dtor) == 0) ks.push_back(k);
+  ASSERT_EQ(ks.size(), std::size_t(loom::kKeysMax));
+  std::sort(ks.begin(), ks.end());
+  // The lowest key's destructor sets the highest key's value.
+  Key low = ks.front(), high = ks.back();
+  ASSERT_EQ(loom::key_delete(low), 0);
+  ASSERT_EQ(loom::key_delete(high), 0);
+  ASSERT_EQ(loom::key_create(&low, setting_other_dtor), 0);
+  ASSERT_EQ(loom::key_create(&second_key, second_dtor), 0);
+  ASSERT_LT(low, second_key);
+  ASSERT_GE(second_key, 16u);
+  // Values under the keys between, up to key 63: the table grows to 64
+  // slots, and the destructor's set under key 127 grows it while they run.
+  std::vector<Key> middle;
+  for (Key x : ks)
+    if (x != ks.front() && x != ks.back() && x < 64) middle.push_back(x);
+  ASSERT_GE(middle.size(), 40u);
+  run_in(c, [&] {
+    ASSERT_EQ(loom::set_specific(low, &slots[0]), 0);
+    for (std::size_t i = 0; i < middle.size(); i += 3) ASSERT_EQ(loom::set_specific(middle[i], &slots[1]), 0);
+    for (std::size_t i = 1; i < middle.size(); i += 3) ASSERT_EQ(loom::set_specific(middle[i], &slots[2]), 0);
+    EXPECT_EQ(loom::get_specific(low), &slots[0]);
+    for (std::size_t i = 0; i < middle.size(); ++i)
+      EXPECT_EQ(loom::get_specific(middle[i]), i % 3 == 0 ? &slots[1] : i % 3 == 1 ? &slots[2] : nullptr) << i;
+    EXPECT_EQ(loom::get_specific(second_key), nullptr);
+  });
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(second_calls.load(), 1) << "the value set by a destructor under a higher key";
+  EXPECT_EQ(high_calls.load(), int((middle.size() + 2) / 3 + (middle.size() + 1) / 3));
+  for (Key x : ks) {
+    if (x != ks.front() && x != ks.back()) {
+      EXPECT_EQ(loom::key_delete(x), 0);
+    }
+  }
+  EXPECT_EQ(loom::key_delete(low), 0);
   EXPECT_EQ(loom::key_delete(second_key), 0);
 }
 

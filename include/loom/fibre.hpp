@@ -52,6 +52,12 @@ struct FibreAttr {
   // libloom-pthread's pthread_create); takes effect only once per-fibre TLS
   // is on (libloom-pthread turns it on; docs/DESIGN.md).
   bool own_tls = false;
+  // With own_tls: the block is built on the heap, not at the top of the
+  // stack, so the fibre may rest (io::rest moves its control block, not
+  // its thread-locals, whose addresses must not change: C++ thread_local
+  // destructors are registered by address). A malloc of the block's size
+  // per fibre; set by loom_attr_setrestable_np.
+  bool tls_on_heap = false;
 };
 
 class Fibre {

@@ -184,7 +184,8 @@ typedef struct {
   void* _loom_stackaddr; /* set by loom_getattr_np only */
   uint32_t _loom_color;  /* 0: uncolored (loom_attr_setcolor) */
   int _loom_color_shared;
-  void* _loom_reserved[1]; /* the two fields above took the other one: same size */
+  int _loom_restable; /* loom_attr_setrestable_np */
+  int _loom_reserved; /* the fields above took the rest: same size */
 } loom_attr_t;
 
 typedef struct {
@@ -318,6 +319,14 @@ int loom_attr_setscope(loom_attr_t* attr, int scope);
 int loom_attr_getscope(const loom_attr_t* LOOM_RESTRICT attr, int* LOOM_RESTRICT scope);
 int loom_attr_setcluster(loom_attr_t* attr, loom_cluster_t* cluster);
 int loom_attr_getcluster(const loom_attr_t* LOOM_RESTRICT attr, loom_cluster_t** LOOM_RESTRICT cluster);
+/* restable (0 or 1): under libloom-pthread, where each thread has a thread
+ * control block of its own (its thread-locals, errno), build it on the
+ * heap rather than at the top of the stack, so that the thread may
+ * loom_rest (ENOTSUP otherwise); its thread-locals keep their values and
+ * addresses across rests. A malloc of the block's size per thread. No
+ * effect where threads have no block of their own. */
+int loom_attr_setrestable_np(loom_attr_t* attr, int restable);
+int loom_attr_getrestable_np(const loom_attr_t* LOOM_RESTRICT attr, int* LOOM_RESTRICT restable);
 int loom_attr_setpriority(loom_attr_t* attr, int priority);
 int loom_attr_getpriority(const loom_attr_t* LOOM_RESTRICT attr, int* LOOM_RESTRICT priority);
 /* A colored fibre (see "colors" below): it waits for `color` of its cluster
@@ -805,8 +814,8 @@ int loom_when_ready(int fd, short events, void (*fn)(void*), void* arg);
  * too): EINVAL (fn null; main, or a thread not detached; a fibre
  * loom_create did not make whose loom_self() was taken before its first
  * rest: that id is its control block's address, which a first rest moves),
- * ENOTSUP (a thread with a TLS block of its own under libloom-pthread, or
- * colored), EBADF,
+ * ENOTSUP (a thread with a TLS block of its own under libloom-pthread that
+ * was not made restable, loom_attr_setrestable_np; or colored), EBADF,
  * EPERM (not a socket or pipe, or not called on a fibre), EBUSY (a fibre
  * waits on fd's input, or a loom_when_ready callback is armed there). */
 int loom_rest(int fd, void (*fn)(void*), void* arg);
@@ -817,6 +826,15 @@ int loom_rest_status(void);
  * input, then fn(arg) runs, in the caller's cluster. 0, or an error number
  * as loom_rest's. */
 int loom_rest_start(int fd, void (*fn)(void*), void* arg);
+/* The same, made as attr says (its cluster, stack size and priority: a
+ * server's worker starts connections in the cluster that serves them; a
+ * color is refused with ENOTSUP; null: the defaults) and, with a deadline
+ * (absolute CLOCK_MONOTONIC; null: none), continued then if fd had no
+ * input (loom_rest_status() ETIMEDOUT): a connection that never sends
+ * meets its idle timeout without ever taking a stack. EINVAL also for an
+ * attr loom_attr_init did not initialise. */
+int loom_rest_start_until(int fd, void (*fn)(void*), void* arg, const loom_attr_t* attr,
+                          const struct timespec* deadline);
 /* The I/O back end of the caller's cluster: "epoll" or "uring" (LOOM_IO;
  * "epoll" where io_uring was unavailable and the cluster fell back). */
 const char* loom_io_backend(void);

@@ -18,6 +18,18 @@
  * stops its connections as vanilla's paused worker does. Between runs a
  * connection holds nothing and waits for its socket with poll.
  *
+ * At rest (loom-memcached, MC_PORT_REST unset or on). A connection waiting
+ * for a request (EV_READ alone) has nothing live on its stack: everything
+ * memcached keeps is in its conn, ours in its conn_start, both on the heap,
+ * and the gate is not held. There its thread rests (loom_rest_until): it
+ * ends where it stands, its stack goes back to its processor's cache, and
+ * when the socket has input (or at the idle timeout) the same thread is
+ * continued at conn_continue, which runs the turn the wait would have run
+ * and re-enters the loop. So an idle connection holds no stack. A new
+ * connection is started born at rest (loom_rest_start_until): no stack and
+ * no thread record until it sends. Other waits (EV_WRITE, UDP's shared
+ * socket, listeners) stay on the stack, with poll.
+ *
  * Listening connections have no worker; they share one accept gate, which
  * the one-second clock tick takes too (vanilla runs both on its main
  * thread). */
@@ -30,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sysexits.h>
 #include <time.h>
 #include <unistd.h>
@@ -59,6 +72,9 @@ static pthread_key_t released_key; /* set once conn_close released the thread's 
 static pthread_attr_t conn_attr;
 #ifdef MC_PORT_LOOM
 static loom_cluster_t *conn_cluster; /* -t processors: the connections' fibres */
+/* Connections waiting for a request rest (MC_PORT_REST=0: they wait on
+ * their stacks, as before). Read by every connection, cleared at most once. */
+static bool rest_on = true;
 #endif
 
 static pthread_mutex_t *gate_of(LIBEVENT_THREAD *t) {
@@ -96,6 +112,11 @@ void mc_port_init(int nthreads, void *storage) {
     for (int i = 0; i < nthreads; i++) pthread_mutex_init(&gates[i], NULL);
     pthread_key_create(&worker_key, NULL);
     pthread_key_create(&released_key, NULL);
+#ifdef MC_PORT_LOOM
+    const char *r = getenv("MC_PORT_REST");
+    if (r != NULL && (!strcmp(r, "0") || !strcasecmp(r, "off") || !strcasecmp(r, "no") || !strcasecmp(r, "false")))
+        __atomic_store_n(&rest_on, false, __ATOMIC_RELAXED);
+#endif
     pthread_attr_init(&conn_attr);
     pthread_attr_setdetachstate(&conn_attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&conn_attr, MC_PORT_STACK);
@@ -118,6 +139,8 @@ struct conn_start {
     conn *c;
     LIBEVENT_THREAD *worker; /* NULL for a listening connection */
     void (*handler)(evutil_socket_t, short, void *);
+    pthread_mutex_t *gate;
+    short flags; /* what the state machine last asked for (c->ev_flags) */
 };
 
 /* Waits for what the state machine asked for. 1: ready, 0: idle timeout,
@@ -154,56 +177,144 @@ static void wait_accepting(conn *c) {
     }
 }
 
-static void *conn_main(void *arg) {
-    struct conn_start s = *(struct conn_start *)arg;
-    free(arg);
-    conn *c = s.c;
-    pthread_mutex_t *gate = gate_of(s.worker);
-    if (s.worker != NULL) pthread_setspecific(logger_key, s.worker->l);
+/* The idle timeout's wait in ms (-1: none). */
+static int idle_timeout_ms(const struct conn_start *s) {
+    if (s->worker == NULL || settings.idle_timeout <= 0 || IS_UDP(s->c->transport)) return -1;
+    rel_time_t idle = current_time - s->c->last_cmd_time;
+    int left = (int)settings.idle_timeout - (int)idle + 1;
+    return (left > 0 ? left : 1) * 1000;
+}
 
-    /* The starter may still be setting the connection up (the worker sets
-     * c->thread after conn_new returns): look at it under the gate. */
-    pthread_mutex_lock(gate);
-    short flags = c->ev_flags;
-    bool gone = c->state == conn_closed;
-    pthread_mutex_unlock(gate);
+/* Runs the state machine for what the wait returned (r: 1 ready, 0 idle
+ * timeout, -1 the descriptor is gone), under the gate. False: the thread's
+ * connection is gone. */
+static bool conn_turn(struct conn_start *s, int r) {
+    conn *c = s->c;
+    pthread_mutex_lock(s->gate);
+    if (released() || c->state == conn_closed) {
+        /* Closed by another thread while this one waited (a graceful
+         * stop: conn_close_workers, once the workers have stopped). */
+    } else if (r == 0) {
+        conn_close_idle(c); /* closes it if idle long enough */
+    } else if (r > 0) {
+        short which = 0;
+        if (s->flags & EV_READ) which |= EV_READ;
+        if (s->flags & EV_WRITE) which |= EV_WRITE;
+        s->handler(c->sfd, which, c);
+    } else {
+        /* poll failed on a live connection: close it as a failed read would. */
+        conn_set_state(c, conn_closing);
+        s->handler(c->sfd, EV_READ, c);
+    }
+    /* Closed, or handed to the logger (watch) or the crawler (metadump),
+     * which give it back through conn_worker_readd. */
+    bool gone = r < 0 || released() || c->state == conn_closed || c->state == conn_watch ||
+                c->state == conn_io_queue;
+    s->flags = c->ev_flags;
+    pthread_mutex_unlock(s->gate);
+    return !gone;
+}
 
-    while (!gone) {
-        int timeout_ms = -1;
-        if (s.worker != NULL && settings.idle_timeout > 0 && !IS_UDP(c->transport)) {
-            rel_time_t idle = current_time - c->last_cmd_time;
-            int left = (int)settings.idle_timeout - (int)idle + 1;
-            timeout_ms = (left > 0 ? left : 1) * 1000;
-        }
-        if (s.worker == NULL && flags == 0) {
+#ifdef MC_PORT_LOOM
+static void conn_loop(struct conn_start *s);
+static bool conn_begin(struct conn_start *s);
+
+/* Where a rested connection's thread is continued: input, a hang-up, a
+ * close, or (ETIMEDOUT) the idle timeout. */
+static void conn_continue(void *arg) {
+    struct conn_start *s = arg;
+    if (conn_turn(s, loom_rest_status() == ETIMEDOUT ? 0 : 1))
+        conn_loop(s);
+    else
+        free(s);
+}
+
+/* A connection's thread born at rest (mc_port_conn_start): its first run. */
+static void conn_first(void *arg) {
+    struct conn_start *s = arg;
+    int r = loom_rest_status() == ETIMEDOUT ? 0 : 1;
+    if (conn_begin(s) && conn_turn(s, r))
+        conn_loop(s);
+    else
+        free(s);
+}
+
+/* The idle timeout as a deadline: NULL for none. */
+static const struct timespec *deadline_in(int timeout_ms, struct timespec *d) {
+    if (timeout_ms < 0) return NULL;
+    clock_gettime(CLOCK_MONOTONIC, d);
+    d->tv_sec += timeout_ms / 1000;
+    d->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (d->tv_nsec >= 1000000000L) d->tv_sec++, d->tv_nsec -= 1000000000L;
+    return d;
+}
+
+/* Whether a connection waiting for EV_READ alone rests (TCP and unix
+ * sockets of a worker; not UDP, whose socket every worker's connection
+ * shares, nor listeners). */
+static bool can_rest(const struct conn_start *s, short flags) {
+    return s->worker != NULL && __atomic_load_n(&rest_on, __ATOMIC_RELAXED) &&
+           (flags & (EV_READ | EV_WRITE)) == EV_READ && !IS_UDP(s->c->transport);
+}
+
+/* Threads that can never rest (ENOTSUP: a TLS block of their own, were the
+ * port linked with libloom-pthread) say so once, and the port stops
+ * trying; other refusals are this wait's only, and it waits on its stack. */
+static void rest_refused(int rc) {
+    if (rc == ENOTSUP && __atomic_exchange_n(&rest_on, false, __ATOMIC_RELAXED))
+        fprintf(stderr, "%s: connections cannot rest (%s): they wait on their stacks\n", MC_PORT_NAME, strerror(rc));
+}
+
+/* A connection waiting for a request rests: does not return unless loom
+ * refused (then the caller waits on its stack). */
+static void conn_rest(struct conn_start *s, int timeout_ms) {
+    struct timespec d;
+    rest_refused(loom_rest_until(s->c->sfd, conn_continue, s, deadline_in(timeout_ms, &d)));
+}
+#endif
+
+/* Waits and runs turns until the connection is gone, then frees s. Under
+ * loom a connection waiting for a request rests instead (conn_rest), and
+ * this loop ends where it stands, to be re-entered by conn_continue. */
+static void conn_loop(struct conn_start *s) {
+    conn *c = s->c;
+    for (;;) {
+        int timeout_ms = idle_timeout_ms(s);
+        if (s->worker == NULL && s->flags == 0) {
             wait_accepting(c);
-            flags = c->ev_flags;
+            s->flags = c->ev_flags;
             continue;
         }
-        int r = wait_conn(c, flags, timeout_ms);
-        pthread_mutex_lock(gate);
-        if (released() || c->state == conn_closed) {
-            /* Closed by another thread while this one waited (a graceful
-             * stop: conn_close_workers, once the workers have stopped). */
-        } else if (r == 0) {
-            conn_close_idle(c); /* closes it if idle long enough */
-        } else if (r > 0) {
-            short which = 0;
-            if (flags & EV_READ) which |= EV_READ;
-            if (flags & EV_WRITE) which |= EV_WRITE;
-            s.handler(c->sfd, which, c);
-        } else {
-            /* poll failed on a live connection: close it as a failed read would. */
-            conn_set_state(c, conn_closing);
-            s.handler(c->sfd, EV_READ, c);
-        }
-        /* Closed, or handed to the logger (watch) or the crawler
-         * (metadump), which give it back through conn_worker_readd. */
-        gone = r < 0 || released() || c->state == conn_closed || c->state == conn_watch ||
-               c->state == conn_io_queue;
-        flags = c->ev_flags;
-        pthread_mutex_unlock(gate);
+#ifdef MC_PORT_LOOM
+        if (can_rest(s, s->flags)) conn_rest(s, timeout_ms);
+#endif
+        if (!conn_turn(s, wait_conn(c, s->flags, timeout_ms))) break;
     }
+    free(s);
+}
+
+/* On the connection's thread, first: its logger, and what the state
+ * machine asked for. False: the connection is gone already. */
+static bool conn_begin(struct conn_start *s) {
+    conn *c = s->c;
+    s->gate = gate_of(s->worker);
+    if (s->worker != NULL) pthread_setspecific(logger_key, s->worker->l);
+    /* The starter may still be setting the connection up (the worker sets
+     * c->thread after conn_new returns, holding its gate): look at it
+     * under the gate. */
+    pthread_mutex_lock(s->gate);
+    s->flags = c->ev_flags;
+    bool gone = c->state == conn_closed;
+    pthread_mutex_unlock(s->gate);
+    return !gone;
+}
+
+static void *conn_main(void *arg) {
+    struct conn_start *s = arg;
+    if (conn_begin(s))
+        conn_loop(s);
+    else
+        free(s);
     return NULL;
 }
 
@@ -216,6 +327,17 @@ int mc_port_conn_start(conn *c, void (*handler)(evutil_socket_t, short, void *))
     s->c = c;
     s->worker = c->state == conn_listening ? NULL : pthread_getspecific(worker_key);
     s->handler = handler;
+#ifdef MC_PORT_LOOM
+    /* A connection that waits for its first request is born at rest: no
+     * stack (nor thread record) until it sends, in the connections' cluster
+     * (conn_attr), timed out there if it never does. */
+    if (can_rest(s, c->ev_flags)) {
+        struct timespec d;
+        int rc = loom_rest_start_until(c->sfd, conn_first, s, &conn_attr, deadline_in(idle_timeout_ms(s), &d));
+        if (rc == 0) return 0;
+        rest_refused(rc);
+    }
+#endif
     pthread_t t;
     int rc = pthread_create(&t, &conn_attr, conn_main, s);
     if (rc != 0) {

@@ -78,7 +78,7 @@ void arm_rest(RestBlock* b) {
   LOOM_CHAOS_POINT(rest_arm);
   Fibre* f = &b->fibre;
   FdEntry& e = *b->entry;
-  int r = e.hup.load(std::memory_order_relaxed) ? 1 : e.in.ready.arm(&on_ready, b);
+  int r = b->input_now || e.hup.load(std::memory_order_relaxed) ? 1 : e.in.ready.arm(&on_ready, b);
   if (r == 0) {
     io_arm(b->fd, e, false);
     // A close since rest() read the count may have found nothing armed
@@ -131,8 +131,9 @@ void post_rest(Processor& here, Fibre* prev, void* arg) {
 }
 
 // What both rest() and rest_start() ask of fd: a pollable descriptor,
-// registered, whose input nobody waits for. 0 or an error number.
-int check_fd(int fd, Cluster& c, FdEntry*& e, std::uint32_t& gen) {
+// registered, whose input nobody waits for. 0 or an error number; *fresh:
+// registered just now (the registration reports what is queued already).
+int check_fd(int fd, Cluster& c, FdEntry*& e, std::uint32_t& gen, bool* fresh = nullptr) {
   e = FdTable::instance().get(fd);
   if (!e) return EBADF;
   std::uint8_t kind = e->kind.load(std::memory_order_acquire);
@@ -140,7 +141,10 @@ int check_fd(int fd, Cluster& c, FdEntry*& e, std::uint32_t& gen) {
   if (kind == kFdUnknown) return EBADF;  // not open
   if (kind != kFdPollable) return EPERM;  // what epoll says of a regular file
   gen = e->gen.load(std::memory_order_acquire);
-  if (!e->registered.load(std::memory_order_acquire) && !io_register(io_state(c), fd, *e)) return errno;
+  if (!e->registered.load(std::memory_order_acquire)) {
+    if (!io_register(io_state(c), fd, *e)) return errno;
+    if (fresh) *fresh = true;
+  }
   if (e->in.ready.has_waiter()) return EBUSY;
   return 0;
 }
@@ -165,6 +169,7 @@ void set_rest(RestBlock* b, int fd, void (*fn)(void*), void* arg, FdEntry* e, st
   b->gen = gen;
   b->timer.deadline = d == kForever ? kNoDeadline : d;
   b->published.store(false, std::memory_order_relaxed);
+  b->input_now = false;
   b->fibre.wait_object.store(fd_object(fd), std::memory_order_relaxed);
   b->fibre.wait_kind.store(WaitKind::rest, std::memory_order_relaxed);
 }
@@ -178,15 +183,30 @@ int rest(int fd, void (*fn)(void*), void* arg, Deadline d) {
   Fibre* self = p->current();
   // Native fibres (main, the idle loop) have no stack to give; a joinable
   // fibre's handle points at its block; a fibre with a thread control block
-  // of its own or a color hold carries state at its stack's top that is not
-  // moved (yet).
+  // of its own at its stack's top, or a color hold, carries state there
+  // that is not moved (a block on the heap, FibreAttr::tls_on_heap, stays
+  // where it is and goes with the fibre).
   if (!self->stack || self->join.load(std::memory_order_acquire) != kJoinDetached ||
       (self->c_handle && !self->rest_block))  // (a heap block stays put: its id too)
     return EINVAL;
-  if (self->tcb || self->held || self->offload_home.load(std::memory_order_relaxed)) return ENOTSUP;
+  if ((self->tcb && !self->tcb_heap) || self->held || self->offload_home.load(std::memory_order_relaxed))
+    return ENOTSUP;
   FdEntry* e;
   std::uint32_t gen;
-  if (int err = check_fd(fd, p->cluster(), e, gen)) return err;
+  bool fresh = false;
+  if (int err = check_fd(fd, p->cluster(), e, gen, &fresh)) return err;
+  // An edge is what continues a resting fibre. Unless the last read proved
+  // the queue empty (drained: a short read; a registration just made, which
+  // reports what is queued; a pending edge or hang-up, which continue it
+  // anyway), bytes may wait whose edge was spent before that read (one that
+  // filled its buffer: memcached reads at most its buffer, then waits as
+  // libevent does, level-triggered): look, as poll does (one poll(2)).
+  bool input_now = false;
+  if (!fresh && !e->in_drained.load(std::memory_order_relaxed) && !e->hup.load(std::memory_order_relaxed) &&
+      !e->in.ready.has_token()) {
+    pollfd q{fd, POLLIN, 0};
+    input_now = sys::poll(&q, 1, 0) > 0;
+  }
   RestBlock* b;
   if (self->rest_block) {
     b = RestBlock::of(self);
@@ -203,9 +223,12 @@ int rest(int fd, void (*fn)(void*), void* arg, Deadline d) {
     n.specific = self->specific;
     n.pinned = self->pinned;
     n.stack.size = self->stack.size;  // no base: the next run's processor gives it one of that size
+    n.tcb = self->tcb;                // (on the heap: it stays where it is)
+    n.tcb_heap = self->tcb_heap;
     if (rest_block_moved) rest_block_moved(self, &n);
   }
   set_rest(b, fd, fn, arg, e, gen, d);
+  b->input_now = input_now;
   p->counters.add(Stat::rests);
   Fibre* next = p->next_ready();
   p->switch_to(next ? next : &p->idle_fibre(), &post_rest, b, /*dying=*/true);

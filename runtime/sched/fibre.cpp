@@ -67,14 +67,21 @@ Fibre* create_fibre(const FibreAttr& attr, std::size_t payload, std::size_t alig
   Processor* p = this_processor();
   if (!p) count(*c, Stat::stack_misses);
   const std::size_t tls_bytes = attr.own_tls ? tls::reserve() : 0;
-  if (tls_bytes) size += tls_bytes;
+  const bool heap_tls = tls_bytes && attr.tls_on_heap;
+  if (tls_bytes && !heap_tls) size += tls_bytes;
   Stack s = p ? p->stacks().get(size) : stack_allocate(size);
   auto* f = new (align_down(s.hi() - sizeof(Fibre), 64)) Fibre;
   char* below = reinterpret_cast<char*>(f);
   if (tls_bytes) {
     try {
-      f->tcb = tls::make(below);
+      if (heap_tls) {
+        f->tcb_heap = ::operator new(tls_bytes);
+        f->tcb = tls::make(static_cast<char*>(f->tcb_heap) + tls_bytes);
+      } else {
+        f->tcb = tls::make(below);
+      }
     } catch (...) {
+      ::operator delete(f->tcb_heap);
       f->~Fibre();
       if (p)
         p->stacks().put(s);
@@ -82,7 +89,7 @@ Fibre* create_fibre(const FibreAttr& attr, std::size_t payload, std::size_t alig
         stack_release(s);
       throw;
     }
-    below -= tls_bytes;
+    if (!heap_tls) below -= tls_bytes;
   }
   if (payload) {
     below = align_down(below - payload, align < 16 ? 16 : align);
@@ -134,6 +141,7 @@ void give_stack(Processor& p, Fibre& f) {
 
 void release_fibre(Fibre* f) noexcept {
   if (f->tcb) tls::destroy(f->tcb);
+  ::operator delete(f->tcb_heap);
   Stack s = f->stack;
   if (f->rest_block)
     rest_block_free(f);  // (io/rest.cpp; the only way a block gets there)

@@ -92,6 +92,9 @@ class Fibre {
   // Its thread control block (sched/tls.hpp), installed whenever it runs;
   // null: it runs on its processor's home block.
   void* tcb = nullptr;
+  // The heap allocation that holds tcb (FibreAttr::tls_on_heap), freed with
+  // the fibre; null when the block sits at the top of the stack.
+  void* tcb_heap = nullptr;
 
   // Diagnostics: what it waits for (WaitKind) and the live-fibre list it is
   // on (sched/stats.hpp), from start to exit.

@@ -120,7 +120,8 @@ void fibre_entry(transfer_t t) {
   self->wait_kind.store(WaitKind::none, std::memory_order_relaxed);
   context_arrived(self->ctx);
   after_switch(t)->fire_timers_left();
-  if (self->tcb) tls::thread_start(self);
+  // (Not again when a rested fibre is continued: its block was started.)
+  if (self->tcb && !self->rest_block) tls::thread_start(self);
   try {
     self->fn(self->arg);
   } catch (...) {

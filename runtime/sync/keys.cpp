@@ -34,23 +34,45 @@ struct KeySlot {
 KeySlot keys[kKeysMax];
 rt::SpinLock registry;  // key_create/delete only (a spin lock: see base/sys.hpp)
 
-struct Table {
-  void* values[kKeysMax] = {};
-  unsigned generations[kKeysMax] = {};
+// A table of `size` slots. A fibre's grows with the highest key it sets
+// (kFibreSlots at a time: 72 bytes for the first four keys): most set one
+// or two of the first keys, and a full table (kKeysMax slots, 1.5 KiB) was
+// half of an idle loom-memcached connection's memory, whose thread sets
+// one key. A kernel thread's is full-size from the start (mapped, never
+// grown: see below).
+struct Slot {
+  void* value = nullptr;
+  unsigned generation = 0;
 };
+struct alignas(Slot) Table {
+  unsigned size;  // slots, which follow the header
+
+  Slot* slots() { return reinterpret_cast<Slot*>(this + 1); }
+  const Slot* slots() const { return reinterpret_cast<const Slot*>(this + 1); }
+  static constexpr std::size_t bytes(unsigned n) { return sizeof(Table) + n * sizeof(Slot); }
+  static Table* make(void* m, unsigned n) {
+    auto* t = new (m) Table{n};
+    for (unsigned k = 0; k < n; ++k) new (&t->slots()[k]) Slot;
+    return t;
+  }
+};
+constexpr unsigned kFibreSlots = 4;
 
 bool current(const Table* t, unsigned k) {
-  return keys[k].used.load(std::memory_order_acquire) &&
-         t->generations[k] == keys[k].generation.load(std::memory_order_acquire);
+  return k < t->size && keys[k].used.load(std::memory_order_acquire) &&
+         t->slots()[k].generation == keys[k].generation.load(std::memory_order_acquire);
 }
 
-void run_destructors(Table* t) {
+// *tp: the table's owner's pointer, read again after each destructor (which
+// may set a value under a higher key and so grow a fibre's table).
+void run_destructors(void* const* tp) {
   for (unsigned round = 0; round < kKeyDestructorRounds; ++round) {
     bool again = false;
-    for (unsigned k = 0; k < kKeysMax; ++k) {
-      void* v = t->values[k];
+    for (unsigned k = 0; k < static_cast<Table*>(*tp)->size; ++k) {
+      auto* t = static_cast<Table*>(*tp);
+      void* v = t->slots()[k].value;
       if (!v) continue;
-      t->values[k] = nullptr;
+      t->slots()[k].value = nullptr;
       auto d = keys[k].destructor.load(std::memory_order_acquire);
       if (d && current(t, k)) {
         d(v);  // may set values again (in this same table): another round
@@ -81,15 +103,13 @@ thread_local bool thread_registered = false;
 pthread_key_t glibc_key;
 std::atomic<bool> glibc_key_made{false};
 
-constexpr std::size_t kTableBytes = (sizeof(Table) + 4095) & ~std::size_t(4095);
+constexpr std::size_t kTableBytes = (Table::bytes(kKeysMax) + 4095) & ~std::size_t(4095);
 
 void thread_exit(void* p) {
-  auto* t = static_cast<Table*>(p);
-  run_destructors(t);  // still attached: destructors may set values
+  run_destructors(&p);  // still attached: destructors may set values (full-size: t stays)
   thread_table = nullptr;
   thread_registered = false;
-  t->~Table();
-  munmap(t, kTableBytes);
+  munmap(p, kTableBytes);
 }
 
 __attribute__((constructor)) void make_glibc_key() {
@@ -101,7 +121,7 @@ Table* thread_table_of(bool create) {
   if (!thread_table && create) {
     void* m = mmap(nullptr, kTableBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return nullptr;
-    thread_table = new (m) Table;
+    thread_table = Table::make(m, kKeysMax);
   }
   if (thread_table && !thread_registered && glibc_key_made.load(std::memory_order_acquire)) {
     rt::sys::pthread().setspecific(glibc_key, thread_table);
@@ -111,17 +131,30 @@ Table* thread_table_of(bool create) {
 }
 
 void keys_at_exit(rt::Fibre* f) {
-  auto* t = static_cast<Table*>(f->specific);
-  run_destructors(t);  // the table stays attached: destructors may set values
+  run_destructors(&f->specific);  // the table stays attached: destructors may set values
+  ::operator delete(f->specific);
   f->specific = nullptr;
-  delete t;
 }
 
-Table* table(bool create) {
-  if (rt::Fibre* f = rt::this_fibre_or_null()) {
-    if (!f->specific && create) f->specific = new (std::nothrow) Table;
-    return static_cast<Table*>(f->specific);
+// The calling fibre's table, grown to hold key k if `create` (nullptr when
+// there is none, or no memory).
+Table* fibre_table(rt::Fibre* f, unsigned k, bool create) {
+  auto* t = static_cast<Table*>(f->specific);
+  if (!create || (t && k < t->size)) return t;
+  unsigned n = (k / kFibreSlots + 1) * kFibreSlots;
+  void* m = ::operator new(Table::bytes(n), std::nothrow);
+  if (!m) return nullptr;
+  Table* g = Table::make(m, n);
+  if (t) {
+    for (unsigned i = 0; i < t->size; ++i) g->slots()[i] = t->slots()[i];
+    ::operator delete(t);
   }
+  f->specific = g;
+  return g;
+}
+
+Table* table(unsigned k, bool create) {
+  if (rt::Fibre* f = rt::this_fibre_or_null()) return fibre_table(f, k, create);
   return thread_table_of(create);
 }
 
@@ -129,7 +162,9 @@ Table* table(bool create) {
 
 void keys_move_to_kernel_thread(rt::Fibre* f) noexcept {
   if (!f || !f->specific) return;
-  if (Table* t = thread_table_of(true)) *t = *static_cast<Table*>(f->specific);
+  auto* from = static_cast<Table*>(f->specific);
+  if (Table* t = thread_table_of(true))
+    for (unsigned k = 0; k < kKeysMax; ++k) t->slots()[k] = k < from->size ? from->slots()[k] : Slot{};
 }
 
 void keys_after_fork_in_child() noexcept { new (&registry) rt::SpinLock(); }
@@ -159,16 +194,16 @@ int key_delete(Key key) {
 
 void* get_specific(Key key) {
   if (key >= kKeysMax) return nullptr;
-  Table* t = table(false);
-  return t && current(t, key) ? t->values[key] : nullptr;
+  Table* t = table(key, false);
+  return t && current(t, key) ? t->slots()[key].value : nullptr;
 }
 
 int set_specific(Key key, const void* value) {
   if (key >= kKeysMax || !keys[key].used.load(std::memory_order_acquire)) return EINVAL;
-  Table* t = table(true);
+  Table* t = table(key, true);
   if (!t) return ENOMEM;
-  t->values[key] = const_cast<void*>(value);
-  t->generations[key] = keys[key].generation.load(std::memory_order_acquire);
+  t->slots()[key].value = const_cast<void*>(value);
+  t->slots()[key].generation = keys[key].generation.load(std::memory_order_acquire);
   return 0;
 }
 
