@@ -333,6 +333,7 @@ class ColorLayer final : public Extension {
   std::atomic<std::int64_t> steal_payoff_{0};                // mean payoff of a steal (cycles, 1/8 a steal)
   std::atomic<std::uint32_t> steals_paid_{kShareOne};        // share of steals that paid, in 1/kShareOne
   std::atomic<std::int64_t> pause_until_{0}, pause_len_{0};  // now_ns(), ns
+  std::atomic<bool> paused_{false};                          // until the pause's timer fires
   PauseTimer pause_timer_;                                   // wakes a thief when a pause ends
   std::atomic<bool> pause_timer_armed_{false};               // in the heap, or firing
   std::atomic<bool> thief_waking_{false};
