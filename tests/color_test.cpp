@@ -188,7 +188,9 @@ void expect_relay(Cluster& cl) {
         r.ran.fetch_add(1);
       },
       &cl);
-  ASSERT_TRUE(wait_for(r.ran, 5 + long(kRelayHops * kRelayColors * kRelayEvents)));
+  ASSERT_TRUE(wait_for(r.ran, 5 + long(kRelayHops * kRelayColors * kRelayEvents)))
+      << "relay stuck at hop " << r.done.load() << "; steals paused " << loom::steal_payoff(cl).paused
+      << ", paid share " << loom::steal_payoff(cl).paid_share << ", looks held " << loom::steal_payoff(cl).looks_held;
   ASSERT_EQ(r.done.load(), kRelayHops) << "hop " << r.done.load() << "'s colors never left their processor";
   for (unsigned h = 0; h < kRelayHops; ++h) {
     EXPECT_NE(r.from[h].load(), r.to[h].load()) << h;
