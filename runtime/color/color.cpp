@@ -819,9 +819,6 @@ void ColorLayer::shutdown() {
     SpinGuard g(create_lock_);
     closing_ = true;
   }
-  pause_until_.store(0, std::memory_order_relaxed);
-  paused_.store(false, std::memory_order_relaxed);
-  cluster_->timers.remove(&pause_timer_);
   for (std::size_t i = 0, n = cluster_->size(); i < n; ++i) {
     ColorCore* c = core_if_made(unsigned(i));
     if (!c) continue;
@@ -834,6 +831,11 @@ void ColorLayer::shutdown() {
     join_fibre(c->runner);  // it drains its list first
     reap(*c, my_core(), true);
   }
+  // No pause outlives the runners (their steals' accounts set them): the
+  // cluster's timer heap is not to keep a node of a layer that is done.
+  pause_until_.store(0, std::memory_order_relaxed);
+  paused_.store(false, std::memory_order_relaxed);
+  cluster_->timers.remove(&pause_timer_);
   // Cores outlive the layer (a late remote push stays safe), their spares
   // need not: a destroyed cluster kept its largest backlog's worth of queues
   // and items (outside review, ReviewPools.DestroyedClustersGiveTheirPoolsBack).
