@@ -188,7 +188,9 @@ void expect_relay(Cluster& cl) {
         r.ran.fetch_add(1);
       },
       &cl);
-  ASSERT_TRUE(wait_for(r.ran, 5 + long(kRelayHops * kRelayColors * kRelayEvents)));
+  ASSERT_TRUE(wait_for(r.ran, 5 + long(kRelayHops * kRelayColors * kRelayEvents)))
+      << "relay stuck at hop " << r.done.load() << "; steals paused " << loom::steal_payoff(cl).paused
+      << ", paid share " << loom::steal_payoff(cl).paid_share << ", looks held " << loom::steal_payoff(cl).looks_held;
   ASSERT_EQ(r.done.load(), kRelayHops) << "hop " << r.done.load() << "'s colors never left their processor";
   for (unsigned h = 0; h < kRelayHops; ++h) {
     EXPECT_NE(r.from[h].load(), r.to[h].load()) << h;
@@ -861,6 +863,68 @@ TEST(Colors, TimeLeftPublishesOnlyColorsWorthASteal) {
   loom::HandlerTimes t = loom::handler_times(&dear_handler);
   EXPECT_GT(t.warm_cycles, 0u);
   EXPECT_GE(t.penalty, 1.0);
+}
+
+// Steals must pay (issue 22). Under a policy that cannot weigh a color
+// (mely:base), an idle processor that steals one-event colors of no work
+// from a busy one loses on every steal: what a steal moved is far below
+// what it cost the thief. The cluster's share of steals that paid falls
+// under half and its thieves are paused (their looks held); every event
+// still runs exactly once. Then colors worth a steal come: the paused
+// thieves' probes pay and they steal again (no stuck state: time-left's
+// steal cost once rose above every color's work and never sampled again).
+// Fails without the pauses: no look is ever held.
+TEST(Colors, StealsThatDoNotPayPauseTheThievesUntilStealsPayAgain) {
+  Cluster cl(2, loom::SchedConfig{});
+  ASSERT_TRUE(loom::set_color_policy(cl, "mely:base"));
+  ASSERT_TRUE(loom::set_color_placement(cl, "local"));
+  std::atomic<long> n{0}, on1{0};
+  long posted = 0;
+  const long kWave = std::max(200L, scaled(5000));
+  loom::StealPayoff pay = loom::steal_payoff(cl);
+  EXPECT_EQ(pay.looks_held, 0u);
+  EXPECT_FALSE(pay.paused);
+  // Waves of cheap colors posted by a fibre that then keeps its processor
+  // busy (its runner waits behind it: the other processor steals), until
+  // thieves were held back; bounded.
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  Color base = loom::allocate_colors(std::uint32_t(kWave * 200));
+  for (int wave = 0; wave < 200 && std::chrono::steady_clock::now() < end; ++wave) {
+    loom::Fibre holder(loom::FibreAttr{0, loom::Priority::normal, &cl}, [&] {
+      for (long i = 0; i < kWave; ++i) loom::post(base + Color(wave * kWave + i), Cheap{&n, &on1});
+      spin_for(std::chrono::milliseconds(5));
+    });
+    holder.join();
+    posted += kWave;
+    ASSERT_TRUE(wait_for(n, posted));
+    pay = loom::steal_payoff(cl);
+    if (pay.looks_held > 0 && pay.paid_share < 0.5) break;
+  }
+  const loom::ColorStats st = loom::color_stats(cl);
+  EXPECT_GT(st.colors_stolen, 0u) << "nothing was stolen: the test did not test";
+  EXPECT_LT(pay.paid_share, 0.5) << "stealing colors of no work paid (payoff " << pay.payoff_cycles << " cycles)";
+  EXPECT_GT(pay.looks_held, 0u) << "thieves were never paused after " << st.colors_stolen << " steals that lost";
+  EXPECT_EQ(n.load(), posted);
+
+  // Colors worth a steal: a paused thief probes, the probes pay, it steals.
+  const std::uint64_t stolen0 = loom::color_stats(cl).colors_stolen;
+  const long kDear = 40;
+  long dear_posted = 0;
+  Color dear = loom::allocate_colors(std::uint32_t(kDear * 50));
+  for (int wave = 0; wave < 50 && std::chrono::steady_clock::now() < end; ++wave) {
+    loom::Fibre holder(loom::FibreAttr{0, loom::Priority::normal, &cl}, [&] {
+      for (long i = 0; i < kDear; ++i) loom::post(dear + Color(wave * kDear + i), Dear{&n, &on1});
+      spin_for(std::chrono::milliseconds(30));
+    });
+    holder.join();
+    dear_posted += kDear;
+    ASSERT_TRUE(wait_for(n, posted + dear_posted));
+    if (loom::steal_payoff(cl).paid_share >= 0.5) break;
+  }
+  pay = loom::steal_payoff(cl);
+  EXPECT_GT(loom::color_stats(cl).colors_stolen, stolen0) << "no color worth a steal was stolen";
+  EXPECT_GE(pay.paid_share, 0.5) << "steals of dear colors did not pay (payoff " << pay.payoff_cycles << ")";
+  EXPECT_FALSE(pay.paused);
 }
 
 TEST(Colors, PolicyNamesAndBadInput) {

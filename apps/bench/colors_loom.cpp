@@ -518,6 +518,7 @@ struct Result {
   double seconds = 0, tsc_ghz = 0;
   std::uint64_t cycles = 0;  // TSC cycles of the measured rounds
   loom::ColorStats s0, s1;
+  loom::StealPayoff p0, p1;
   std::vector<double> poster;  // rounds posted from each processor
   std::vector<double> ran_on;  // events of the measured rounds run on each processor
 };
@@ -549,6 +550,7 @@ void drive(Bench& b, const Options& o, loom::Cluster& cluster, Result& r) {
     } while (bench::now_ns() < end);
   }
   r.s0 = loom::color_stats(cluster);
+  r.p0 = loom::steal_payoff(cluster);
   const std::vector<double> ran0 = b.ran_on(o.processors);
   const std::uint64_t t0 = bench::now_ns(), c0 = cycles();
   do {
@@ -557,6 +559,7 @@ void drive(Bench& b, const Options& o, loom::Cluster& cluster, Result& r) {
   } while (bench::now_ns() - t0 < o.seconds * 1e9);
   const std::uint64_t t1 = bench::now_ns(), c1 = cycles();
   r.s1 = loom::color_stats(cluster);
+  r.p1 = loom::steal_payoff(cluster);
   r.ran_on = b.ran_on(o.processors);
   for (std::size_t i = 0; i < r.ran_on.size(); ++i) r.ran_on[i] -= ran0[i];
   r.seconds = (t1 - t0) / 1e9;
@@ -629,6 +632,9 @@ bool run_one(const std::string& name, const Options& o) {
       .add("warmup_rounds", r.warmup_rounds)
       .add("steal_cost_cycles", r.s1.steal_cost_cycles)
       .add("stolen_work_cycles", r.s1.stolen_work_cycles)
+      .add("steal_payoff_cycles", double(r.p1.payoff_cycles))
+      .add("steals_paid_share", r.p1.paid_share)
+      .add("steal_looks_held", r.p1.looks_held - r.p0.looks_held)
       .add("colors_stolen", r.s1.colors_stolen - r.s0.colors_stolen)
       .add("events_stolen", r.s1.events_stolen - r.s0.events_stolen)
       .add("steal_attempts", r.s1.steal_attempts - r.s0.steal_attempts)

@@ -159,4 +159,16 @@ struct ColorStats {
 };
 ColorStats color_stats(Cluster& cluster);
 
+// Whether steals pay (issue 22): the smoothed work a steal moved less what
+// moving it cost the thief (TSC cycles), the share of recent steals that
+// paid (under 0.5: thieves are paused), and the looks thieves skipped while
+// paused. Apart from ColorStats, whose size is part of the library's ABI.
+struct StealPayoff {
+  std::int64_t payoff_cycles = 0;
+  double paid_share = 1;
+  std::uint64_t looks_held = 0;
+  bool paused = false;
+};
+StealPayoff steal_payoff(Cluster& cluster);
+
 }  // namespace loom

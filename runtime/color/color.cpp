@@ -12,11 +12,13 @@
 
 #include "base/chaos.hpp"
 #include "base/check.hpp"
+#include "base/futex.hpp"
 #include "base/options.hpp"
 #include "loom/fibre.hpp"
 #include "sched/cluster.hpp"
 #include "sched/fibre.hpp"
 #include "sched/processor.hpp"
+#include "sched/timer.hpp"
 
 namespace loom::rt {
 
@@ -64,6 +66,12 @@ inline void track_median(std::atomic<std::uint64_t>& est, std::uint64_t sample) 
 constexpr std::uint64_t kDefaultEstimate = 1000;  // cycles, before a handler's first run
 constexpr std::size_t kStackRunner = 256 * 1024;  // events run on it (mapped lazily)
 constexpr unsigned kReapAt = 64;                  // empty queues kept before freeing them
+// Thieves' pauses after steals that did not pay (ns). The longest is well
+// under a round of the unbalanced benchmark (30-60 ms), so a workload that
+// starts to pay is sampled again soon; the shortest is a few dozen short
+// events.
+constexpr std::int64_t kPauseMin = 50'000;
+constexpr std::int64_t kPauseMax = 4'000'000;
 
 // ---- handler table: open addressing on the handler's address, never shrinks
 constexpr std::size_t kHandlers = 4096;
@@ -245,8 +253,14 @@ ColorConfig env_config() {
 
 // ---- ColorLayer -------------------------------------------------------------------
 
+bool pause_timer_expire(TimerNode*);
+void pause_timer_complete(TimerNode* n);
+
 ColorLayer::ColorLayer(Cluster& c, const ColorConfig& config)
     : cluster_(&c), batch_(config.batch < 1 ? 1 : config.batch) {
+  pause_timer_.expire = &pause_timer_expire;
+  pause_timer_.complete = &pause_timer_complete;
+  pause_timer_.layer = this;
   local_placement_.store(config.placement == "local", std::memory_order_relaxed);
   if (!set_policy(config.steal)) {
     std::fprintf(stderr, "loom: cluster %u: unknown color steal policy '%s'; using mely\n", c.id(),
@@ -458,6 +472,10 @@ void ColorLayer::run(ColorCore& me) {
     // look worth a steal; stealing those made the victim slower than no
     // stealing at all (issue 22).
     std::uint64_t stolen_at = cold ? q->stolen_at : 0, ran = 0;
+    // What this stolen color's first batch costs here, for the steal's
+    // account (account_steal): from the look (the steal's first color) or
+    // the take (the others) to the release, less the batch's run time.
+    std::uint64_t from = cold ? (stolen_at ? stolen_at : cycles()) : 0;
     q->moved = false;
     ColorItem* it = take(me, q);
     // Shared work left on the list may overlap this item: an idle
@@ -515,6 +533,7 @@ void ColorLayer::run(ColorCore& me) {
       std::uint64_t spent = cycles() - stolen_at;
       track_median(steal_cost_, spent > ran ? spent - ran : 0);
     }
+    if (from) account_steal(me, cycles() - from, ran);
     // Fibres made ready on this processor get their turn between batches;
     // reaping in bulk, when the reap list is long.
     bool reap_now = me.reap_count.load(std::memory_order_relaxed) >= kReapAt;
@@ -578,7 +597,7 @@ void ColorLayer::reap(ColorCore& me, ColorCore* mine, bool wait) {
 
 void ColorLayer::wake_thief() {
   ColorStealPolicy* pol = policy_.load(std::memory_order_acquire);
-  if (!pol->steals) return;
+  if (!pol->steals || steals_paused()) return;
   // The work was published with plain stores under a core lock; a thief
   // announces idle, then reads the published counts (its last look): one
   // of the two must see the other.
@@ -590,6 +609,10 @@ void ColorLayer::wake_thief() {
 
 bool ColorLayer::steal(Processor& p, ColorCore& me, bool wait) {
   ColorStealPolicy* pol = policy_.load(std::memory_order_acquire);
+  if (steals_paused()) {
+    me.steals_held.store(me.steals_held.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    return false;
+  }
   std::uint64_t t0 = cycles();
   // Victims from their published counts: no lock is taken to find nothing.
   Processor* victims[64];
@@ -637,6 +660,9 @@ bool ColorLayer::steal(Processor& p, ColorCore& me, bool wait) {
     }
     v.lock.unlock();
     if (got == 0) continue;
+    me.steal_left = unsigned(got);
+    me.steal_moved = work;
+    me.steal_spent = me.steal_ran = 0;
     LOOM_CHAOS_POINT(color_transit);
     me.lock.lock();
     add(me.items, count);
@@ -656,6 +682,100 @@ bool ColorLayer::steal(Processor& p, ColorCore& me, bool wait) {
     return true;
   }
   return false;
+}
+
+// Steals must pay. When the runner has released the first batch of every
+// color of a steal, the steal's account is closed: it moved `moved` cycles
+// of work (the colors' queued work, warm estimates) and cost the thief
+// `spent - ran`: the look, both locks, waking and switching to the runner,
+// each color's take and release and its queue and items sent home (the
+// batches' run time, cold misses included, counts as work: a handler's
+// penalty is the penalty heuristic's business), and about as much again to
+// the victim. It paid if it moved more than that (time-left's test, on the
+// whole steal, after the fact). Thief-side alone, blind steals of the
+// unbalanced benchmark's short colors came out paying on some runs and not
+// on others, and ran at 0.7-0.9x no stealing either way. The
+// cluster keeps the share of its recent steals that paid (1/8 a steal);
+// while under half, thieves are paused (no look, no wake) for a time that
+// doubles at each steal that lost, from kPauseMin to kPauseMax (a steal that
+// paid keeps it); the steal after a pause is a probe that samples again, and
+// the pauses stop when the share is back at half.
+// The share, not the mean payoff: a preempted thief's steal costs
+// milliseconds on this loaded guest, and such outliers steered a mean.
+// Policies keep their choices: this decides how often a thief may look,
+// never what it takes. What it is for: policies that cannot weigh a color
+// (libasync-smp, mely:base, mely:locality, mely:penalty alone) took 16
+// one-event colors of ~250 cycles a visit, each of which cost the thief
+// cross-core misses on all the poster wrote, and ran the unbalanced
+// benchmark at 0.6-0.8x no stealing (issue 22).
+void ColorLayer::account_steal(ColorCore& me, std::uint64_t spent, std::uint64_t ran) {
+  if (me.steal_left == 0) return;  // an account dropped by a later steal
+  me.steal_spent += spent;
+  me.steal_ran += ran;
+  if (--me.steal_left) return;
+  // The work moved: the estimate, or what the first batches took when
+  // that is more (a handler's first runs: its estimate is a default).
+  std::uint64_t moved = me.steal_moved > me.steal_ran ? me.steal_moved : me.steal_ran;
+  // What it cost, counted twice: the thief's part, and the victim's, which
+  // the thief cannot time but mirrors it: every line the thief pulled from
+  // the victim (queues, items, the table's buckets) goes back there, the
+  // queues and items to their home pool for the victim's next posts.
+  std::int64_t cost = std::int64_t(me.steal_spent) - std::int64_t(me.steal_ran);
+  std::int64_t net = std::int64_t(moved) - 2 * (cost > 0 ? cost : 0);
+  std::int64_t m = steal_payoff_.load(std::memory_order_relaxed);
+  steal_payoff_.store(m - m / 8 + net / 8, std::memory_order_relaxed);
+  const bool paid = net > 0;
+  std::uint32_t share = steals_paid_.load(std::memory_order_relaxed);
+  share = share - share / 8 + (paid ? kShareOne / 8 : 0);
+  steals_paid_.store(share, std::memory_order_relaxed);
+  std::int64_t len = pause_len_.load(std::memory_order_relaxed);
+  if (2 * share >= kShareOne)
+    len = 0;  // most steals pay: no pause
+  else if (!paid)
+    len = len ? (2 * len < kPauseMax ? 2 * len : kPauseMax) : kPauseMin;
+  else if (!len)
+    len = kPauseMin;
+  pause_len_.store(len, std::memory_order_relaxed);
+  std::int64_t until = len ? now_ns() + len : 0;
+  pause_until_.store(until, std::memory_order_relaxed);
+  paused_.store(until != 0, std::memory_order_relaxed);
+  if (until) arm_pause_timer(until);
+}
+
+// A flag, not a look at the clock: posts ask on every post behind a busy
+// runner (clock_gettime there cost the poster about 5 %), the idle
+// thieves at every look. The pause's timer lowers it.
+bool ColorLayer::steals_paused() const noexcept { return paused_.load(std::memory_order_relaxed); }
+
+// A paused thief must look again when the pause ends if work waits, and
+// nobody else may wake it then: posts do not while steals are paused, and a
+// busy victim's runner may be inside one long event (the relay of
+// color_test held it so, for ever). The pause's timer does: at its end a
+// thief is woken (a pause lengthened meanwhile re-arms it).
+bool pause_timer_expire(TimerNode*) { return true; }
+
+void pause_timer_complete(TimerNode* n) {
+  ColorLayer* l = static_cast<PauseTimer*>(n)->layer;
+  l->pause_timer_fired();
+}
+
+void ColorLayer::arm_pause_timer(std::int64_t until) {
+  if (pause_timer_armed_.exchange(true, std::memory_order_acq_rel)) return;  // it re-arms when it fires
+  pause_timer_.deadline = until;
+  cluster_->add_timer(&pause_timer_);
+}
+
+void ColorLayer::pause_timer_fired() {
+  pause_timer_armed_.store(false, std::memory_order_release);
+  std::int64_t until = pause_until_.load(std::memory_order_relaxed);
+  if (until && now_ns() < until) {
+    arm_pause_timer(until);  // lengthened meanwhile
+    return;
+  }
+  // (A thief that set a new pause between the load and here keeps its
+  // flag only until this store: one probe early, no lost wake.)
+  paused_.store(false, std::memory_order_relaxed);
+  wake_thief();
 }
 
 Fibre* ColorLayer::find_work(Processor& p, bool last_look) {
@@ -711,6 +831,11 @@ void ColorLayer::shutdown() {
     join_fibre(c->runner);  // it drains its list first
     reap(*c, my_core(), true);
   }
+  // No pause outlives the runners (their steals' accounts set them): the
+  // cluster's timer heap is not to keep a node of a layer that is done.
+  pause_until_.store(0, std::memory_order_relaxed);
+  paused_.store(false, std::memory_order_relaxed);
+  cluster_->timers.remove(&pause_timer_);
   // Cores outlive the layer (a late remote push stays safe), their spares
   // need not: a destroyed cluster kept its largest backlog's worth of queues
   // and items (outside review, ReviewPools.DestroyedClustersGiveTheirPoolsBack).
@@ -724,6 +849,12 @@ bool ColorLayer::set_policy(const std::string& name) {
   SpinGuard g(policy_lock_);
   policy_.store(p.get(), std::memory_order_release);
   policies_.push_back(std::move(p));
+  // Whether steals pay is learnt anew: the new policy takes other colors.
+  steals_paid_.store(kShareOne, std::memory_order_relaxed);
+  steal_payoff_.store(0, std::memory_order_relaxed);
+  pause_len_.store(0, std::memory_order_relaxed);
+  pause_until_.store(0, std::memory_order_relaxed);
+  paused_.store(false, std::memory_order_relaxed);
   return true;
 }
 
@@ -850,5 +981,16 @@ HandlerTimes handler_times(HandlerKey handler) {
 HandlerTimes handler_times(void (*fn)(void*)) { return handler_times(reinterpret_cast<HandlerKey>(fn)); }
 
 ColorStats color_stats(Cluster& cluster) { return rt::color_layer(cluster.impl()).stats(); }
+
+StealPayoff steal_payoff(Cluster& cluster) {
+  rt::ColorLayer& l = rt::color_layer(cluster.impl());
+  StealPayoff p;
+  p.payoff_cycles = l.steal_payoff();
+  p.paid_share = l.steals_paid();
+  p.paused = l.steals_paused();
+  for (std::size_t i = 0, n = l.cluster().size(); i < n; ++i)
+    if (rt::ColorCore* c = l.core_if_made(unsigned(i))) p.looks_held += c->steals_held.load(std::memory_order_relaxed);
+  return p;
+}
 
 }  // namespace loom

@@ -62,6 +62,7 @@
 #include "loom/color.hpp"
 #include "sched/extension.hpp"
 #include "sched/steal_policy.hpp"
+#include "sched/timer.hpp"
 
 namespace loom::rt {
 
@@ -175,9 +176,17 @@ struct alignas(64) ColorCore {
   ColorLayer* layer = nullptr;
   ColorHold hold;     // the runner's current color
   unsigned tick = 0;  // the runner's events, for sampling warm run times
+  // The thief's account of its last steal (its own thread only: steal()
+  // and the runner are both on its processor): colors whose first batch has
+  // not run yet, the work the steal moved (the colors' queued work, warm
+  // estimates), and what their first batches took here in all and in run
+  // time. A new steal drops an unfinished account (a color stolen again).
+  unsigned steal_left = 0;
+  std::uint64_t steal_moved = 0, steal_spent = 0, steal_ran = 0;
 
   // Written by the owner processor only.
   std::atomic<std::uint64_t> events_run{0}, fibres_started{0}, steal_attempts{0}, colors_stolen{0}, events_stolen{0};
+  std::atomic<std::uint64_t> steals_held{0};  // looks skipped while steals were paused (did not pay)
 
   // The processor's own thread only (see Pool).
   Pool<ColorQueue> queues;
@@ -190,6 +199,11 @@ struct alignas(64) ColorCore {
 };
 
 constexpr unsigned kMaxStealColors = 16;
+
+// The timer that ends a pause of the thieves (ColorLayer::account_steal).
+struct PauseTimer : TimerNode {
+  ColorLayer* layer = nullptr;
+};
 
 // A color steal policy: the scheduler's StealPolicy (victim order) plus the
 // choice of the color to take from a victim. stealable() runs without any
@@ -258,6 +272,11 @@ class ColorLayer final : public Extension {
   void set_local_placement(bool local) { local_placement_.store(local, std::memory_order_relaxed); }
   ColorStats stats() const;
   std::uint64_t steal_cost() const { return steal_cost_.load(std::memory_order_relaxed); }
+  // The smoothed payoff of a steal (work moved less what moving it cost),
+  // and whether thieves are held back now because it is negative.
+  std::int64_t steal_payoff() const { return steal_payoff_.load(std::memory_order_relaxed); }
+  double steals_paid() const { return double(steals_paid_.load(std::memory_order_relaxed)) / kShareOne; }
+  bool steals_paused() const noexcept;
   // The core of the calling kernel thread's processor when it is one of
   // this cluster's and its core exists (its pools may be used), else nullptr.
   ColorCore* my_core() const noexcept;
@@ -285,6 +304,10 @@ class ColorLayer final : public Extension {
   void enqueue(Color c, ColorItem* it);
   void link(ColorCore& o, ColorQueue* q, ColorStealPolicy* pol, bool front = false);
   bool steal(Processor& p, ColorCore& me, bool wait);
+  void account_steal(ColorCore& me, std::uint64_t spent, std::uint64_t ran);
+  void arm_pause_timer(std::int64_t until);
+  friend void pause_timer_complete(TimerNode* n);
+  void pause_timer_fired();
   void reap(ColorCore& me, ColorCore* mine, bool wait = false);
   void wake_thief();
   bool release_queue(ColorQueue* q, bool shared, ColorCore* mine);
@@ -304,6 +327,15 @@ class ColorLayer final : public Extension {
   std::atomic<bool> local_placement_{false};
   alignas(64) std::atomic<std::uint64_t> steal_cost_{2000};
   std::atomic<std::uint64_t> stolen_work_{0};
+  // Steals that must pay (see account_steal): the smoothed payoff of a
+  // steal, and the pause it set (TSC deadline, length).
+  static constexpr std::uint32_t kShareOne = 1024;
+  std::atomic<std::int64_t> steal_payoff_{0};                // mean payoff of a steal (cycles, 1/8 a steal)
+  std::atomic<std::uint32_t> steals_paid_{kShareOne};        // share of steals that paid, in 1/kShareOne
+  std::atomic<std::int64_t> pause_until_{0}, pause_len_{0};  // now_ns(), ns
+  std::atomic<bool> paused_{false};                          // until the pause's timer fires
+  PauseTimer pause_timer_;                                   // wakes a thief when a pause ends
+  std::atomic<bool> pause_timer_armed_{false};               // in the heap, or firing
   std::atomic<bool> thief_waking_{false};
 };
 

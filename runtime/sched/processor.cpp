@@ -483,7 +483,16 @@ void Processor::idle_loop() {
         } else if (deadline > now_ns()) {
           wake_flag.wait(deadline);
         }
-        if (keeper) cluster_->release_keeper(*this);
+        if (keeper) {
+          cluster_->release_keeper(*this);
+          // Timers still pending: a sleeper takes over the keeping. This
+          // processor may be woken for work that runs long with no
+          // scheduling point (an event that spins until a thief takes a
+          // color), and a sleeper without a deadline would then leave the
+          // timers to it (the color layer's pause timer: color_test's relay
+          // hung under LOOM_CHAOS, every seed).
+          if (cluster_->timers.pending()) cluster_->wake_one();
+        }
         if (trim_at >= 0 && now_ns() >= trim_at) stacks_.trim(StackCache::kKeepIdle);
       }
       cluster_->go_busy(*this);
