@@ -605,7 +605,9 @@ TEST(Io, OffloadedReadsLeaveTheProcessorRunning) {
     char buf[8] = {};
     EXPECT_EQ(io::read(fd, buf, sizeof buf), 5);  // not a socket: offloaded
     EXPECT_STREQ(buf, "hello");
-    EXPECT_GE(ticks - t0, 20) << "the ticker stopped while the read blocked";
+    // A stopped ticker makes none in the 300 ms; a running one up to 60, and
+    // 18 on a loaded machine (5 ms sleeps woken late): progress, not a rate.
+    EXPECT_GE(ticks - t0, 5) << "the ticker stopped while the read blocked";
     io::close(fd);
     writer.join();
     // pread of a regular file: the right bytes, wherever they are.
