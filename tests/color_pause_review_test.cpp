@@ -82,6 +82,43 @@ TEST_P(KeeperHandOff, AnIdleClusterWithAPendingTimerSleeps) {
   EXPECT_LT(wakes, 1000u) << "wake-ups while one timer was pending, on " << GetParam() << " processor(s)";
 }
 
+// The same beside a busy processor (a fibre that spins, as an event waiting
+// for a stolen color does): the idle one keeps the timers and sleeps until
+// they are due. add_timer's re-arm wake left the keeper on the idle list,
+// the only one there: it woke itself on every pass (a paused color thief so
+// looked ~1.8M times a second instead of sleeping out its pause).
+TEST_P(KeeperHandOff, AnIdleProcessorBesideABusyOneSleeps) {
+  if (GetParam() < 2) GTEST_SKIP() << "needs a busy processor beside an idle one";
+  Cluster cl(GetParam());
+  std::atomic<bool> stop{false};
+  std::vector<std::unique_ptr<loom::Fibre>> busy;
+  for (std::size_t i = 0; i + 1 < GetParam(); ++i)
+    busy.push_back(std::make_unique<loom::Fibre>(loom::FibreAttr{0, loom::Priority::normal, &cl}, [&] {
+      while (!stop.load()) {
+      }
+    }));
+  std::this_thread::sleep_for(50ms);
+  const loom::ClusterStats before = cl.stats();
+  std::atomic<long> woke{0};
+  loom::Fibre early(loom::FibreAttr{0, loom::Priority::normal, &cl}, [&] {
+    loom::this_fibre::sleep_for(100ms);
+    woke.fetch_add(1);
+  });
+  loom::Fibre late(loom::FibreAttr{0, loom::Priority::normal, &cl}, [&] {
+    loom::this_fibre::sleep_for(400ms);
+    woke.fetch_add(1);
+  });
+  early.join();
+  late.join();
+  const loom::ClusterStats after = cl.stats();
+  stop.store(true);
+  for (auto& f : busy) f->join();
+  ASSERT_EQ(woke.load(), 2);
+  const auto sleeps = after.sleeps - before.sleeps;
+  std::printf("%zu processor(s), %zu busy: %llu sleeps\n", GetParam(), GetParam() - 1, (unsigned long long)sleeps);
+  EXPECT_LT(sleeps, 1000u) << "idle sleeps while timers were pending beside a busy processor";
+}
+
 INSTANTIATE_TEST_SUITE_P(Processors, KeeperHandOff, testing::Values(1u, 2u, 4u));
 
 // ---- pauses ----------------------------------------------------------------------
