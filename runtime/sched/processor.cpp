@@ -455,6 +455,7 @@ void Processor::idle_loop() {
       cluster_->go_idle(*this);
       LOOM_CHAOS_POINT(idle_last_look);
       f = find_work(/*last_look=*/true);  // after announcing idle
+      bool hand_off = false;  // a keeper's timers pending when it woke
       if (!f && !stop_.load(std::memory_order_acquire)) {
         LOOM_CHAOS_POINT(idle_sleep);
         counters.add(Stat::sleeps);
@@ -491,11 +492,16 @@ void Processor::idle_loop() {
           // color), and a sleeper without a deadline would then leave the
           // timers to it (the color layer's pause timer: color_test's relay
           // hung under LOOM_CHAOS, every seed).
-          if (cluster_->timers.pending()) cluster_->wake_one();
+          hand_off = cluster_->timers.pending();
         }
         if (trim_at >= 0 && now_ns() >= trim_at) stacks_.trim(StackCache::kKeepIdle);
       }
       cluster_->go_busy(*this);
+      // Off the idle list first: a keeper whose sleep ended at a deadline
+      // or at add_timer's re-arm wake is still on it, and wake_one() would
+      // pick it, post its own wake flag, and its next sleep would return at
+      // once, for as long as any timer is pending (one processor spun so).
+      if (hand_off) cluster_->wake_one();
       if (!f) f = find_work();
       // Also when the last look found work: a thief woken just then would
       // otherwise keep every other sleeper from being woken to steal until
