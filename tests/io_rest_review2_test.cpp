@@ -13,6 +13,7 @@
 //                   cluster (the race ff9e365 closed for loom_create)
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -419,5 +420,79 @@ TEST(DetachedCpp, AFibreMadeThenDetachedThatRestsAtOnceIsNotRefused) {
   }).join();
   drained(c);
 }
+
+// ---- the drained hint after when_ready took the edge --------------------------------
+// A short read sets the drained hint (rest will not look). Bytes then
+// arrive and loom_when_ready(POLLIN) takes their edge (its callback runs)
+// without clearing the hint; a rest then neither looks nor finds an edge,
+// with the bytes queued: it rests for ever (epoll, before the fix).
+struct Hinted {
+  int fd;
+  std::atomic<int> phase{0};  // 2: resting; 3: continued and read the bytes; -1
+  std::atomic<int> told{0};
+};
+void hinted_cb(void* p) { static_cast<Hinted*>(p)->told.fetch_add(1); }
+void hinted_continue(void* p) {
+  auto* h = static_cast<Hinted*>(p);
+  char b[64];
+  h->phase.store(io::read(h->fd, b, sizeof b) == 5 ? 3 : -1);
+}
+
+// Both ways when_ready takes the edge: a pending one at once (edge first),
+// or armed first and taken by the poster when the bytes come.
+class RestAfterWhenReady : public ::testing::TestWithParam<bool> {};
+
+TEST_P(RestAfterWhenReady, IsContinuedByTheBytesQueued) {
+  const bool armed_first = GetParam();
+  loom::Cluster c(1);
+  int sv[2];
+  Hinted h;
+  loom::FibreAttr a;
+  a.cluster = &c;
+  loom::Fibre(a, [&] { ASSERT_EQ(io::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0); }).join();
+  h.fd = sv[0];
+  std::atomic<bool> detached{false}, written{false};
+  loom::Fibre f(a, [&] {
+    while (!detached.load()) loom::this_fibre::sleep_for(1ms);
+    char b[64];
+    if (io::read(h.fd, b, sizeof b) != 3) {  // waits, then a short read: drained
+      h.phase.store(-1);
+      return;
+    }
+    if (armed_first && loom_when_ready(h.fd, POLLIN, &hinted_cb, &h) != 0) {
+      h.phase.store(-2);
+      return;
+    }
+    h.phase.store(1);
+    while (!written.load()) loom::this_fibre::sleep_for(1ms);
+    loom::this_fibre::sleep_for(20ms);  // the edge of the 5 bytes is in the word (or taken)
+    if (!armed_first && loom_when_ready(h.fd, POLLIN, &hinted_cb, &h) != 0) {
+      h.phase.store(-2);
+      return;
+    }
+    // At once on epoll (the pending edge); on io_uring once its poll completes.
+    for (int i = 0; i < 1000 && h.told.load() != 1; ++i) loom::this_fibre::sleep_for(1ms);
+    h.phase.store(2);
+    int e = io::rest(h.fd, &hinted_continue, &h);
+    h.phase.store(-100 - e);
+  });
+  f.detach();
+  detached.store(true);
+  ASSERT_TRUE(eventually(
+      [&] { return listing().find("blocked: fd " + std::to_string(sv[0]) + " (read)") != std::string::npos; }));
+  ASSERT_EQ(::write(sv[1], "abc", 3), 3);
+  ASSERT_TRUE(eventually([&] { return h.phase.load() == 1 || h.phase.load() < 0; }));
+  ASSERT_EQ(::write(sv[1], "defgh", 5), 5);
+  written.store(true);
+  EXPECT_TRUE(eventually([&] { return h.phase.load() == 3 || h.phase.load() < 0; }, 3s));
+  EXPECT_EQ(h.phase.load(), 3) << "told " << h.told.load() << "\n" << listing();
+  loom::Fibre(a, [&] {
+    io::close(sv[0]);
+    io::close(sv[1]);
+  }).join();
+  drained(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(EdgeFirstOrArmedFirst, RestAfterWhenReady, ::testing::Bool());
 
 }  // namespace
