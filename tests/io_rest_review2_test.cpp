@@ -2,15 +2,20 @@
 // loom_rest_start_until, detached loom_create and the growing key table
 // (h/rev-rest). Real sockets and socketpairs on this host only; every wait
 // is bounded (a lost continuation is a failure, not a hang).
-// Two cases fail on the merged main, each pinning a bug the review found:
-//   RestStartLook   rest_start does not look where rest does: a fibre born
-//                   at rest on a descriptor whose last read filled its
-//                   buffer is never continued by the bytes left queued
-//                   (epoll; io_uring's poll is level-checked and passes)
-//   DetachedCpp     loom::Fibre(attr, fn).detach(), the C++ API's only way
-//                   to a detached fibre, races a rest at the fibre's start:
-//                   EINVAL about half the time from outside a 2-processor
-//                   cluster (the race ff9e365 closed for loom_create)
+// Three cases fail on the merged main (967ea3b), each pinning a bug:
+//   RestStartLook       rest_start did not look where rest does: a fibre
+//                       born at rest on a descriptor whose last read filled
+//                       its buffer was never continued by the bytes left
+//                       queued (epoll; io_uring's poll is level-checked)
+//                       — fixed on h/rev-rest (rest.cpp, look())
+//   RestAfterWhenReady  when_ready(POLLIN) took the edge without clearing
+//                       the drained hint: a rest after it rested for ever
+//                       with bytes queued (epoll) — fixed on h/rev-rest
+//   DetachedCpp         loom::Fibre(attr, fn).detach(), the C++ API's only
+//                       way to a detached fibre, races a rest at the
+//                       fibre's start: EINVAL about half the time from
+//                       outside a 2-processor cluster (the race ff9e365
+//                       closed for loom_create) — not fixed: an API change
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
