@@ -1035,6 +1035,11 @@ int when_ready(int fd, short events, void (*cb)(void*), void* arg) {
     cb(arg);
     return 0;
   }
+  // The edge the callback takes (pending now, or posted later) is the one a
+  // drained read, or a rest, would wait for: the hint no longer holds (as
+  // poll_one's wait; outside review, RestAfterWhenReady).
+  if (events == POLLIN && e->in_drained.load(std::memory_order_relaxed))
+    e->in_drained.store(false, std::memory_order_relaxed);
   int r = (events == POLLIN ? e->in : e->out).ready.arm(cb, arg);
   if (r == 0) rt::io_arm(fd, *e, events == POLLOUT);
   if (r == EBUSY) {

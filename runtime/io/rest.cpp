@@ -149,6 +149,22 @@ int check_fd(int fd, Cluster& c, FdEntry*& e, std::uint32_t& gen, bool* fresh = 
   return 0;
 }
 
+// An edge is what continues a resting fibre. Unless the last read proved
+// the queue empty (drained: a short read; a registration just made, which
+// reports what is queued; a pending edge or hang-up, which continue it
+// anyway), bytes may wait whose edge was spent before that read (one that
+// filled its buffer: memcached reads at most its buffer, then waits as
+// libevent does, level-triggered): look, as poll does (one poll(2)). Both
+// rest() and rest_start() (a descriptor handed over after such a read:
+// outside review, RestStartLook) ask. True: input is queued now.
+bool look(int fd, FdEntry& e, bool fresh) {
+  if (fresh || e.in_drained.load(std::memory_order_relaxed) || e.hup.load(std::memory_order_relaxed) ||
+      e.in.ready.has_token())
+    return false;
+  pollfd q{fd, POLLIN, 0};
+  return sys::poll(&q, 1, 0) > 0;
+}
+
 // A new heap block (the first rest, or a fibre started at rest).
 RestBlock* new_block() {
   auto* b = new (std::nothrow) RestBlock;
@@ -195,18 +211,7 @@ int rest(int fd, void (*fn)(void*), void* arg, Deadline d) {
   std::uint32_t gen;
   bool fresh = false;
   if (int err = check_fd(fd, p->cluster(), e, gen, &fresh)) return err;
-  // An edge is what continues a resting fibre. Unless the last read proved
-  // the queue empty (drained: a short read; a registration just made, which
-  // reports what is queued; a pending edge or hang-up, which continue it
-  // anyway), bytes may wait whose edge was spent before that read (one that
-  // filled its buffer: memcached reads at most its buffer, then waits as
-  // libevent does, level-triggered): look, as poll does (one poll(2)).
-  bool input_now = false;
-  if (!fresh && !e->in_drained.load(std::memory_order_relaxed) && !e->hup.load(std::memory_order_relaxed) &&
-      !e->in.ready.has_token()) {
-    pollfd q{fd, POLLIN, 0};
-    input_now = sys::poll(&q, 1, 0) > 0;
-  }
+  const bool input_now = look(fd, *e, fresh);
   RestBlock* b;
   if (self->rest_block) {
     b = RestBlock::of(self);
@@ -245,7 +250,9 @@ int rest_start(int fd, void (*fn)(void*), void* arg, const FibreAttr& attr, Dead
                             : &loom::Cluster::default_cluster().impl();
   FdEntry* e;
   std::uint32_t gen;
-  if (int err = check_fd(fd, *c, e, gen)) return err;
+  bool fresh = false;
+  if (int err = check_fd(fd, *c, e, gen, &fresh)) return err;
+  const bool input_now = look(fd, *e, fresh);
   RestBlock* b = new_block();
   if (!b) return ENOMEM;
   Fibre& n = b->fibre;
@@ -260,6 +267,7 @@ int rest_start(int fd, void (*fn)(void*), void* arg, const FibreAttr& attr, Dead
   n.name = attr.name;
   n.stack.size = attr.stack_size ? attr.stack_size : c->config().stack_size;
   set_rest(b, fd, fn, arg, e, gen, d);
+  b->input_now = input_now;
   c->fibres.fetch_add(1, std::memory_order_relaxed);
   count(*c, Stat::fibres_created);
   count(*c, Stat::rests);

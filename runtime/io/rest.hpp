@@ -31,7 +31,8 @@
 // queue empty (a short read or EAGAIN: the descriptor's drained hint). Where
 // it did not (a read that filled its buffer, none since the last restart),
 // rest() looks first (one poll(2)) and a fibre whose input is already queued
-// is continued at once, as a pending edge continues it.
+// is continued at once, as a pending edge continues it; rest_start() looks
+// the same way (a descriptor handed over after such a read).
 // Exactly one of the callback and the timer takes the callback out of the
 // word, so exactly one restarts. Both first wait for `published`: a restart
 // that ran before post_rest had added the timer could rest again and add the
