@@ -51,16 +51,14 @@ struct FibreMaker {
     return h.f_->id;
   }
   static void launch(loom::Fibre& h, void (*fn)(void*), void* arg) { h.launch(fn, arg); }
-  // A detached fibre, detached before it can run: a detached thread that
-  // rests at once must find itself detached (rest refuses a joinable one;
-  // made and then detached, one that ran first on another processor got
-  // EINVAL: tls_rest, 1 run in 20).
+  // A detached fibre, detached before it can run (FibreAttr::detached): a
+  // detached thread that rests at once must find itself detached (made and
+  // then detached, one that ran first on another processor got EINVAL:
+  // tls_rest, 1 run in 20).
   static void launch_detached(const FibreAttr& attr, void (*fn)(void*), void* arg) {
-    loom::Fibre h;
-    prepare(h, attr);
-    h.f_->join.store(kJoinDetached, std::memory_order_relaxed);
-    h.launch(fn, arg);
-    h.f_ = nullptr;  // (detached: the handle lets go without a join)
+    FibreAttr a = attr;
+    a.detached = true;
+    loom::Fibre(a, fn, arg);
   }
 };
 }  // namespace loom::rt

@@ -135,6 +135,7 @@ rt::Fibre* Fibre::prepare(const FibreAttr& attr, std::size_t size, std::size_t a
   ensure_runtime();
   check_stack_size(attr.stack_size, "FibreAttr::stack_size");
   rt::Fibre* f = rt::create_fibre(attr, size, align, mem);
+  if (attr.detached) f->join.store(rt::kJoinDetached, std::memory_order_relaxed);  // before it can run
   if (attr.color != kUncolored) rt::color_attach(f, attr.color, attr.color_shared);  // waits for its color when launched
   return f;
 }

@@ -58,6 +58,11 @@ struct FibreAttr {
   // destructors are registered by address). A malloc of the block's size
   // per fibre; set by loom_attr_setrestable_np.
   bool tls_on_heap = false;
+  // Born detached: the constructed handle is not joinable, and the fibre is
+  // detached before it can run, so it may io::rest from its first line (a
+  // fibre made and then detach()ed may run first on another processor and
+  // find itself joinable: rest refuses it with EINVAL).
+  bool detached = false;
 };
 
 class Fibre {
@@ -80,11 +85,13 @@ class Fibre {
       throw;
     }
     launch(&Fibre::invoke<Call>, mem);
+    if (attr.detached) f_ = nullptr;  // (detached: the handle lets go without a join)
   }
   // The C-style entry: fn(arg) runs on the new fibre.
   Fibre(const FibreAttr& attr, void (*fn)(void*), void* arg) {
     f_ = prepare(attr, 0, 1, nullptr);
     launch(fn, arg);
+    if (attr.detached) f_ = nullptr;
   }
 
   Fibre(Fibre&& o) noexcept : f_(std::exchange(o.f_, nullptr)) {}
