@@ -3,11 +3,9 @@
 // (h/rev-rest). Real sockets and socketpairs on this host only; every wait
 // is bounded (a lost continuation is a failure, not a hang).
 // Three cases fail on the merged main (967ea3b), each pinning a bug:
-//   RestStartLook       rest_start did not look where rest does: a fibre
-//                       born at rest on a descriptor whose last read filled
-//                       its buffer was never continued by the bytes left
-//                       queued (epoll; io_uring's poll is level-checked)
-//                       — fixed on h/rev-rest (rest.cpp, look())
+//   RestStartLook       rest_start did not look where rest does — fixed
+//                       (rest.cpp, look()); the test is io_rest_test's,
+//                       beside RestLook, whose set-up it shares
 //   RestAfterWhenReady  when_ready(POLLIN) took the edge without clearing
 //                       the drained hint: a rest after it rested for ever
 //                       with bytes queued (epoll) — fixed on h/rev-rest
@@ -43,8 +41,6 @@ using loom::test::listing;
 
 namespace {
 
-__attribute__((noinline)) int err() { return errno; }
-
 template <class P>
 bool eventually(P pred, std::chrono::milliseconds limit = 10s) {
   auto end = std::chrono::steady_clock::now() + limit;
@@ -57,68 +53,6 @@ bool eventually(P pred, std::chrono::milliseconds limit = 10s) {
 
 void drained(loom::Cluster& c) {
   ASSERT_TRUE(eventually([&] { return c.impl().fibres.load() == 0; })) << c.impl().fibres.load() << " fibres left";
-}
-
-// ---- rest_start after a read that filled its buffer --------------------------------
-// rest() looks before it rests unless the last read proved the queue empty
-// (7cfb1c7). rest_start() on a registered descriptor whose last read filled
-// its buffer has the same bytes queued and the same edge spent: a handoff
-// (an acceptor that reads a protocol's first bytes and then starts the
-// connection's fibre at rest) must be continued by them.
-struct Handoff {
-  int fd = -1;
-  std::atomic<int> phase{0};  // 1 about to read; 2 read 10, started; 3 continued and read 90; -1
-  std::atomic<long> got{-100};
-};
-
-void handoff_continue(void* p) {
-  auto* h = static_cast<Handoff*>(p);
-  char b[256];
-  ssize_t n = io::read(h->fd, b, sizeof b);
-  h->got.store(n < 0 ? -err() : n);
-  h->phase.store(n == 90 && io::rest_status() == 0 ? 3 : -1);
-}
-
-TEST(RestStartLook, AStartAfterAFullReadIsContinuedByTheBytesLeftQueued) {
-  loom::Cluster c(1);
-  int sv[2];
-  Handoff h;
-  loom::FibreAttr a;
-  a.cluster = &c;
-  a.name = "handoff";
-  loom::Fibre(a, [&] { ASSERT_EQ(io::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0); }).join();
-  h.fd = sv[0];
-  loom::Fibre f(a, [&h] {
-    h.phase.store(1);
-    char b[10];
-    if (io::read(h.fd, b, sizeof b) != 10) {  // waits for the edge, then fills its buffer
-      h.phase.store(-1);
-      return;
-    }
-    int e = loom_rest_start(h.fd, &handoff_continue, &h);
-    if (e != 0) {
-      h.got.store(-e);
-      h.phase.store(-1);
-      return;
-    }
-    h.phase.store(2);
-  });
-  std::string l;
-  ASSERT_TRUE(eventually([&] {
-    return (l = listing()).find("blocked: fd " + std::to_string(sv[0]) + " (read)") != std::string::npos;
-  })) << l;
-  char msg[100];
-  std::memset(msg, 'x', sizeof msg);
-  ASSERT_EQ(::write(sv[1], msg, sizeof msg), 100);
-  f.join();
-  EXPECT_TRUE(eventually([&] { return h.phase.load() == 3 || h.phase.load() < 0; }, 3s));
-  EXPECT_EQ(h.phase.load(), 3) << "got " << h.got.load() << "\n" << listing();
-  // A close continues it if it still rests, so that the cluster drains.
-  loom::Fibre(a, [&] {
-    io::close(sv[0]);
-    io::close(sv[1]);
-  }).join();
-  drained(c);
 }
 
 // ---- loom_rest_start_until: bad arguments return an error number ------------------

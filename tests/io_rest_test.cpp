@@ -470,6 +470,52 @@ TEST(RestLook, ARestAfterAFullReadIsContinuedByTheBytesLeftQueued) {
   drained(c);
 }
 
+// The same for a fibre born at rest: rest_start() on a registered
+// descriptor whose last read filled its buffer has the bytes queued and the
+// edge spent (an acceptor that reads a protocol's first bytes, then starts
+// the connection's fibre at rest). Outside review: it was never continued.
+TEST(RestStartLook, AStartAfterAFullReadIsContinuedByTheBytesLeftQueued) {
+  loom::Cluster c(1);
+  int sv[2];
+  Leftover h;
+  loom::FibreAttr a;
+  a.cluster = &c;
+  a.name = "handoff";
+  loom::Fibre(a, [&] { ASSERT_EQ(io::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0); }).join();
+  h.fd = sv[0];
+  loom::Fibre f(a, [&h] {
+    h.phase.store(1);
+    char b[10];
+    if (io::read(h.fd, b, sizeof b) != 10) {  // waits for the edge, then fills its buffer
+      h.phase.store(-1);
+      return;
+    }
+    int e = loom_rest_start(h.fd, &leftover_continue, &h);
+    if (e != 0) {
+      h.got.store(-e);
+      h.phase.store(-1);
+      return;
+    }
+    h.phase.store(2);
+  });
+  std::string l;
+  ASSERT_TRUE(eventually([&] {
+    return (l = listing()).find("blocked: fd " + std::to_string(sv[0]) + " (read)") != std::string::npos;
+  })) << l;
+  char msg[100];
+  std::memset(msg, 'x', sizeof msg);
+  ASSERT_EQ(::write(sv[1], msg, sizeof msg), 100);
+  f.join();
+  EXPECT_TRUE(eventually([&] { return h.phase.load() == 3 || h.phase.load() < 0; }));
+  EXPECT_EQ(h.phase.load(), 3) << "got " << h.got.load() << "\n" << listing();
+  // A close continues it if it still rests, so that the cluster drains.
+  loom::Fibre(a, [&] {
+    io::close(sv[0]);
+    io::close(sv[1]);
+  }).join();
+  drained(c);
+}
+
 // ---- a fibre that starts at rest (rest_start) -------------------------------------
 
 struct Started {
