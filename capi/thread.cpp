@@ -51,15 +51,6 @@ struct FibreMaker {
     return h.f_->id;
   }
   static void launch(loom::Fibre& h, void (*fn)(void*), void* arg) { h.launch(fn, arg); }
-  // A detached fibre, detached before it can run (FibreAttr::detached): a
-  // detached thread that rests at once must find itself detached (made and
-  // then detached, one that ran first on another processor got EINVAL:
-  // tls_rest, 1 run in 20).
-  static void launch_detached(const FibreAttr& attr, void (*fn)(void*), void* arg) {
-    FibreAttr a = attr;
-    a.detached = true;
-    loom::Fibre(a, fn, arg);
-  }
 };
 }  // namespace loom::rt
 
@@ -567,11 +558,7 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
   t->guardsize = attr->_loom_guardsize;
   t->priority = attr->_loom_priority;
   FibreAttr fa;
-  fa.stack_size = attr->_loom_stacksize;
-  fa.priority = static_cast<Priority>(attr->_loom_priority);
-  fa.cluster = reinterpret_cast<loom::Cluster*>(attr->_loom_cluster);
-  fa.color = attr->_loom_color;  // loom_attr_setcolor (capi/color.cpp)
-  fa.color_shared = attr->_loom_color_shared != 0;
+  fibre_attr_of(attr, &fa);  // (valid: see above)
   fa.own_tls = true;  // a thread of the program's: its own thread-locals, where they are on
   fa.tls_on_heap = attr->_loom_restable != 0;
   // loom_setname_np (and pthread_setname_np) write the record's name: the
@@ -588,7 +575,11 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
     // fibre's fn and arg must be trampoline and t for current_record().
     void* arg = t;
     if (detached) {
-      rt::FibreMaker::launch_detached(fa, &trampoline, arg);  // the trampoline frees t
+      // Detached before it can run: a detached thread that rests at once
+      // must find itself detached (made and then detached, one that ran
+      // first on another processor got EINVAL: tls_rest, 1 run in 20).
+      fa.detached = true;
+      loom::Fibre(fa, &trampoline, arg);  // the trampoline frees t
     } else {
       // Built in place: the handle is complete before the fibre can run and
       // call loom_detach(loom_self()); its id is recorded before then too
@@ -678,7 +669,7 @@ int loom::capi::fibre_attr_of(const loom_attr_t* a, FibreAttr* out) noexcept {
   out->stack_size = a->_loom_stacksize;
   out->priority = static_cast<Priority>(a->_loom_priority);
   out->cluster = reinterpret_cast<loom::Cluster*>(a->_loom_cluster);
-  out->color = a->_loom_color;
+  out->color = a->_loom_color;  // loom_attr_setcolor (capi/color.cpp)
   out->color_shared = a->_loom_color_shared != 0;
   return 0;
 }

@@ -177,7 +177,8 @@ RestBlock* new_block() {
   return b;
 }
 
-void set_rest(RestBlock* b, int fd, void (*fn)(void*), void* arg, FdEntry* e, std::uint32_t gen, Deadline d) {
+void set_rest(RestBlock* b, int fd, void (*fn)(void*), void* arg, FdEntry* e, std::uint32_t gen, Deadline d,
+              bool input_now) {
   b->fn = fn;
   b->arg = arg;
   b->fd = fd;
@@ -185,7 +186,7 @@ void set_rest(RestBlock* b, int fd, void (*fn)(void*), void* arg, FdEntry* e, st
   b->gen = gen;
   b->timer.deadline = d == kForever ? kNoDeadline : d;
   b->published.store(false, std::memory_order_relaxed);
-  b->input_now = false;
+  b->input_now = input_now;
   b->fibre.wait_object.store(fd_object(fd), std::memory_order_relaxed);
   b->fibre.wait_kind.store(WaitKind::rest, std::memory_order_relaxed);
 }
@@ -232,8 +233,7 @@ int rest(int fd, void (*fn)(void*), void* arg, Deadline d) {
     n.tcb_heap = self->tcb_heap;
     if (rest_block_moved) rest_block_moved(self, &n);
   }
-  set_rest(b, fd, fn, arg, e, gen, d);
-  b->input_now = input_now;
+  set_rest(b, fd, fn, arg, e, gen, d, input_now);
   p->counters.add(Stat::rests);
   Fibre* next = p->next_ready();
   p->switch_to(next ? next : &p->idle_fibre(), &post_rest, b, /*dying=*/true);
@@ -266,8 +266,7 @@ int rest_start(int fd, void (*fn)(void*), void* arg, const FibreAttr& attr, Dead
   n.id = next_fibre_id();
   n.name = attr.name;
   n.stack.size = attr.stack_size ? attr.stack_size : c->config().stack_size;
-  set_rest(b, fd, fn, arg, e, gen, d);
-  b->input_now = input_now;
+  set_rest(b, fd, fn, arg, e, gen, d, input_now);
   c->fibres.fetch_add(1, std::memory_order_relaxed);
   count(*c, Stat::fibres_created);
   count(*c, Stat::rests);
