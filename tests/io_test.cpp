@@ -866,7 +866,12 @@ TEST(Io, AProcessorDoesNotWakeItselfForWorkItsSleepFound) {
     round_trip();
     ASSERT_TRUE(asleep_in_poller());
   }
-  EXPECT_EQ(c.stats().wakes - wakes, 0u);
+  // The fault this guards against costs a wake per request (20 here). One
+  // or two are the rule working: a sleep can end with nothing to deliver (a
+  // completion that carries no event, on io_uring), and a write that lands
+  // in the idle loop's next look, before the processor sleeps again, must
+  // wake it (CI's TSan run on io_uring saw 1 of 20, once).
+  EXPECT_LE(c.stats().wakes - wakes, 2u);
   ::shutdown(p[1], SHUT_WR);  // the echo loop reads end of file
   echo.join();
   on_fibre([&] {
