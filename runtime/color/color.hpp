@@ -170,6 +170,7 @@ struct alignas(64) ColorCore {
   std::atomic<std::uint32_t> worthy{0};  // queues on the stealing queue
   std::atomic<unsigned> reap_count{0};
   std::atomic<std::uint64_t> made{0}, freed{0};  // queues made (owner at birth) and freed here
+  std::atomic<std::uint64_t> posted{0};          // items ever queued here (shutdown's drain count)
 
   Processor* proc = nullptr;
   Fibre* runner = nullptr;
@@ -184,7 +185,8 @@ struct alignas(64) ColorCore {
   unsigned steal_left = 0;
   std::uint64_t steal_moved = 0, steal_spent = 0, steal_ran = 0;
 
-  // Written by the owner processor only.
+  // Written by the owner processor only (events_run and fibres_started with
+  // release: what an event posted is seen by whoever sees it counted).
   std::atomic<std::uint64_t> events_run{0}, fibres_started{0}, steal_attempts{0}, colors_stolen{0}, events_stolen{0};
   std::atomic<std::uint64_t> steals_held{0};  // looks skipped while steals were paused (did not pay)
 
@@ -288,6 +290,7 @@ class ColorLayer final : public Extension {
   // At shutdown, once c's runner is gone: its spares back to the heap.
   static void empty_pools(ColorCore& c);
   void shutdown() override;
+  bool drained();  // every item ever posted has run (a colored fibre: started)
 
   void run(ColorCore& me);  // the runner's loop
 
