@@ -79,8 +79,9 @@ class Cluster {
   // A stopping processor leaves both lists.
   void leave(Processor& p);
   // Call after publishing work on p's queue: wakes p if it is idle, or, if
-  // p is busy, one idle processor to steal from it.
-  void wake(Processor& p);
+  // p is busy, one idle processor to steal from it (not when the work is a
+  // pinned fibre, which no thief may take: `stealable` false).
+  void wake(Processor& p, bool stealable = true);
   int idle_processors() const { return idle_count_.load(std::memory_order_seq_cst); }
   // The same as a hint, without ordering (a pusher's cheap first look).
   int idle_processors_relaxed() const { return idle_count_.load(std::memory_order_relaxed); }

@@ -386,7 +386,8 @@ void Processor::push(Fibre* f) {
     // Not from the idle loop (the poller delivering to its own fibres as
     // its sleep ends): nothing runs here that f would wait behind, and a
     // thief woken for each delivery would be a wake-up per request.
-    if (cluster_->size() > 1 && current_ != &idle_) {
+    // Nor for a pinned fibre (a color runner): no thief may take it.
+    if (cluster_->size() > 1 && current_ != &idle_ && !f->pinned) {
       std::atomic_thread_fence(std::memory_order_seq_cst);
       if (cluster_->idle_processors_relaxed() > 0) cluster_->wake_thief();
     }
@@ -396,7 +397,7 @@ void Processor::push(Fibre* f) {
     if (WakeDefer* d = tls_wake_defer)
       d->add(this);
     else
-      cluster_->wake(*this);
+      cluster_->wake(*this, !f->pinned);
   }
 }
 
