@@ -319,7 +319,7 @@ class ColorLayer final : public Extension {
   Cluster* cluster_;
   std::atomic<ColorCore*> cores_[256] = {};
   SpinLock create_lock_;  // makes cores; closing_ under it
-  bool closing_ = false;  // shutdown began: no new cores (nor runners)
+  bool closing_ = false;  // shutdown drained: no new cores (nor runners)
   ColorShard shards_[kShards];
   std::atomic<ColorStealPolicy*> policy_{nullptr};
   SpinLock policy_lock_;
