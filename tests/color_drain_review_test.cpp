@@ -294,4 +294,64 @@ TEST(DrainReview, ClusterDestroyedByExitRunsItsChains) {
   EXPECT_EXIT(destroyed_by_exit(), ::testing::ExitedWithCode(0), "ran 1200 of 1200");
 }
 
+// ---- a colored fibre that outlives the destructor's start -------------------
+
+// A program error: the cluster is destroyed while a colored fibre of it is
+// still blocked, and an event waits behind that fibre's color. Before
+// 2f4a384 the destructor stopped the runners and then reported the live
+// fibre ("destroyed while it still holds 1 fibre(s)", abort). With the drain
+// it waits for the event, which cannot run until the fibre exits: 2f4a384
+// hung there in silence. It still waits (the fibre may end, and then its
+// event runs), but says why, once, after a second with nothing run. Here the
+// fibre is let go when the message is seen (stderr is read through a pipe),
+// so the destructor returns, having run the event. The watchdog turns a hang
+// into an exit the test does not expect.
+void destroy_under_a_blocked_colored_fibre() {
+  int out = dup(2);
+  std::thread([out] {
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    const char msg[] = "hung: the destructor never said why it waits\n";
+    if (write(out, msg, sizeof msg - 1) < 0) std::_Exit(4);
+    std::_Exit(3);
+  }).detach();
+  int fds[2];
+  if (pipe(fds) != 0) std::_Exit(5);
+  dup2(fds[1], 2);
+  auto* sem = new loom::Semaphore(0);  // leaked: the fibre may still wait on it
+  std::string said;
+  std::thread reader([&] {
+    char buf[256];
+    for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) {
+      said.append(buf, std::size_t(n));
+      if (said.find("waits for 1 color item") != std::string::npos) break;
+    }
+    sem->release();
+  });
+  auto* cl = new Cluster(2, loom::SchedConfig{});
+  std::atomic<int> holding{0};
+  std::atomic<long> ran{0};
+  loom::FibreAttr a;
+  a.cluster = cl;
+  a.color = 77;
+  a.detached = true;
+  loom::Fibre f(a, [&] {
+    holding.store(1);
+    sem->acquire();
+  });
+  while (!holding.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  loom::post(
+      77, [&ran] { ran.fetch_add(1); }, cl);
+  delete cl;
+  reader.join();
+  dup2(out, 2);
+  std::fprintf(stderr, "%sran %ld of 1\n", said.c_str(), ran.load());
+  std::_Exit(ran.load() == 1 ? 0 : 1);
+}
+
+TEST(DrainReview, DestroyedUnderABlockedColoredFibreSaysWhyItWaits) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(destroy_under_a_blocked_colored_fibre(), ::testing::ExitedWithCode(0),
+              "waits for 1 color item(.|\n)*ran 1 of 1");
+}
+
 }  // namespace

@@ -818,7 +818,7 @@ Fibre* ColorLayer::find_work(Processor& p, bool last_look) {
 
 // Runs first, then posts: an event counted as run had its own posts counted
 // before it (release, then acquire); each core's count read under its lock.
-bool ColorLayer::drained() {
+bool ColorLayer::drained(std::uint64_t* ran, std::uint64_t* queued) {
   std::uint64_t done = 0, posted = 0;
   std::size_t n = cluster_->size();
   for (std::size_t i = 0; i < n; ++i)
@@ -830,6 +830,8 @@ bool ColorLayer::drained() {
       posted += c->posted.load(std::memory_order_relaxed);
       c->lock.unlock();
     }
+  if (ran) *ran = done;
+  if (queued) *queued = posted;
   return posted == done;
 }
 
@@ -843,8 +845,31 @@ void ColorLayer::shutdown() {
   // As usual includes making a core: a chain may reach a processor that
   // never had a color (closing_ set first made that post abort the
   // program; color_drain_review_test).
+  //
+  // Items that cannot run are waited for for ever: behind a color held by a
+  // colored fibre that stays blocked, or by an event blocked in it (the
+  // program destroyed a cluster that still has work). That is said once,
+  // after a second with no item run or posted, rather than hung in silence
+  // (outside review: a blocked colored fibre with an event behind it used
+  // to be reported by ~Cluster's count of fibres, after stopping runners
+  // that then never ran the event).
+  std::uint64_t last_ran = 0, last_posted = 0;
+  std::int64_t still_since = now_ns();
+  bool told = false;
   for (int quiet = 0; quiet < 2;) {
-    quiet = drained() ? quiet + 1 : 0;
+    std::uint64_t ran = 0, posted = 0;
+    quiet = drained(&ran, &posted) ? quiet + 1 : 0;
+    if (ran != last_ran || posted != last_posted || quiet) {
+      last_ran = ran;
+      last_posted = posted;
+      still_since = now_ns();
+    } else if (!told && now_ns() - still_since > 1'000'000'000) {
+      std::fprintf(stderr,
+                   "loom: cluster %u is being destroyed and waits for %llu color item(s): none has run for a "
+                   "second (their colors are held by a colored fibre, or an event, still running or blocked)\n",
+                   cluster_->id(), (unsigned long long)(posted - ran));
+      told = true;
+    }
     loom::this_fibre::sleep_for(std::chrono::microseconds(100));
   }
   {

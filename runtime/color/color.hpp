@@ -290,7 +290,9 @@ class ColorLayer final : public Extension {
   // At shutdown, once c's runner is gone: its spares back to the heap.
   static void empty_pools(ColorCore& c);
   void shutdown() override;
-  bool drained();  // every item ever posted has run (a colored fibre: started)
+  // Every item ever posted has run (a colored fibre: started); the counts
+  // it compared, if asked.
+  bool drained(std::uint64_t* ran = nullptr, std::uint64_t* posted = nullptr);
 
   void run(ColorCore& me);  // the runner's loop
 
