@@ -290,9 +290,10 @@ TEST(ReviewShutdown, DestroyWithPendingEventsRunsEachOnce) {
     {
       Cluster cl(2, loom::SchedConfig{});
       ASSERT_TRUE(loom::set_color_policy(cl, r % 2 ? "mely" : "libasync-smp"));
-      // Both processors' cores made first (a post from a draining event to
-      // a processor that never had a color aborts: "posted ... while it is
-      // being destroyed"; hashing c * odd % 2 puts even colors on 0 only).
+      // Both processors' cores made first (hashing c * odd % 2 puts even
+      // colors on 0 only). A chain that reaches a processor that never had
+      // a color is color_drain_review_test's (it aborted the program:
+      // "posted ... while it is being destroyed").
       std::atomic<long> warm{0};
       for (Color k = 1; k <= 2; ++k) loom::post(k, &chain_ev, new Chain{&warm, &cl, 0, 0}, &cl);
       ASSERT_TRUE(wait_for(warm, 2));

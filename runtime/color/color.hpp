@@ -290,7 +290,9 @@ class ColorLayer final : public Extension {
   // At shutdown, once c's runner is gone: its spares back to the heap.
   static void empty_pools(ColorCore& c);
   void shutdown() override;
-  bool drained();  // every item ever posted has run (a colored fibre: started)
+  // Every item ever posted has run (a colored fibre: started); the counts
+  // it compared, if asked.
+  bool drained(std::uint64_t* ran = nullptr, std::uint64_t* posted = nullptr);
 
   void run(ColorCore& me);  // the runner's loop
 
@@ -319,7 +321,7 @@ class ColorLayer final : public Extension {
   Cluster* cluster_;
   std::atomic<ColorCore*> cores_[256] = {};
   SpinLock create_lock_;  // makes cores; closing_ under it
-  bool closing_ = false;  // shutdown began: no new cores (nor runners)
+  bool closing_ = false;  // shutdown drained: no new cores (nor runners)
   ColorShard shards_[kShards];
   std::atomic<ColorStealPolicy*> policy_{nullptr};
   SpinLock policy_lock_;
