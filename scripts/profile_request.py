@@ -4,7 +4,7 @@ user-space instructions by symbol (callgrind) and system calls (strace -c -f),
 per operation, under the benchmarks' own loads.
 
     scripts/profile_request.py memcached [--configs vanilla,loom,loom-norest] [--connections 100]
-    scripts/profile_request.py web [--configs epoll,uring,loop] [--connections 1000]
+    scripts/profile_request.py web [--configs epoll,uring,loop] [--connections 1000] [--diff epoll,uring]
     common: [--short S] [--long L] [--no-strace] [--no-callgrind] [--top N] [--bin BUILD]
             [--keep DIR] [--reuse DIR (tables again from a --keep run)]
 
@@ -25,7 +25,10 @@ batches are larger than in a timed run): the per-batch costs (epoll_wait,
 the poller's loop) are the ones to read with care.
 
 Groups (symbol and object rules in GROUPS below) add up to the total; the
-top symbols are listed for each config.
+top symbols are listed for each config, and with --diff A,B the symbols
+where two configs differ most. Figures of 2026-11-28: docs/BENCHMARKS.md,
+"Issue 23: one request side by side". Each server takes 1-2 minutes a run
+under callgrind; a whole memcached or web invocation about 10 minutes.
 """
 
 import argparse
@@ -317,7 +320,7 @@ def callgrind_costs(out):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("server", choices=["memcached", "web"])
     ap.add_argument("--configs")
     ap.add_argument("--connections", type=int)
