@@ -958,6 +958,61 @@ TEST(Colors, ARunnerQueuedBehindABusyFibreWakesNoThief) {
   EXPECT_LE(woken, 2u) << "the other processor was woken " << woken << " times in 50 ms for a runner it may not take";
 }
 
+// ... but its colors may be stolen, and a thief is woken for them. A runner
+// that was parked, scheduled for a color worth a steal behind a fibre that
+// spins until the event ran (as redis's main thread waits for its I/O
+// threads): the other processor, asleep, must be woken to steal the color.
+// 3cbab0e's runner push woke no thief, and the color layer woke one only
+// for a runner already busy: the event waited for ever (the busy fibre's
+// 5 s). Posted by the spinning fibre itself (a local push) and by a kernel
+// thread (a remote one).
+struct Heavy {
+  std::atomic<long> ran{0};
+};
+
+void heavy_event(void* arg) {
+  spin_for(std::chrono::microseconds(200));
+  static_cast<Heavy*>(arg)->ran.fetch_add(1);
+}
+
+class ParkedRunnerBehindABusyFibre : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ParkedRunnerBehindABusyFibre, ItsColorWorthASteal) {
+  const bool from_busy = GetParam();
+  Cluster cl(2, loom::SchedConfig{});
+  ASSERT_TRUE(loom::set_color_policy(cl, "mely"));  // time-left: one color of 200 µs is worth a steal
+  // Both runners made and parked; the handler measured (a default estimate
+  // is not worth a steal).
+  Heavy warm, h;
+  for (int i = 0; i < 8; ++i)
+    for (Color c : {Color(2), Color(3)}) loom::post(c, &heavy_event, &warm, &cl);
+  ASSERT_TRUE(wait_for(warm.ran, 16));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::atomic<int> where{-1};
+  std::atomic<bool> stolen{false};
+  // A color of p's core (hash placement keeps a color's parity).
+  auto post_one = [&](int p) { loom::post(Color(4 + p), &heavy_event, &h, &cl); };
+  loom::Fibre busy(loom::FibreAttr{0, loom::Priority::normal, &cl}, [&] {
+    const int here = int(loom::rt::this_processor()->index());
+    if (from_busy) post_one(here);
+    where.store(here);
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (h.ran.load() == 0 && std::chrono::steady_clock::now() < end) {
+    }
+    stolen.store(h.ran.load() > 0);
+  });
+  while (where.load() < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!from_busy) post_one(where.load());
+  busy.join();
+  EXPECT_TRUE(stolen.load()) << "the color of the runner queued behind the busy fibre was not stolen in 5 s";
+  ASSERT_TRUE(wait_for(h.ran, 1));
+}
+
+INSTANTIATE_TEST_SUITE_P(Colors, ParkedRunnerBehindABusyFibre, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return std::string(i.param ? "PostedByTheBusyFibre" : "PostedFromAKernelThread");
+                         });
+
 TEST(Colors, PolicyNamesAndBadInput) {
   Cluster cl(1, loom::SchedConfig{});
   for (const char* ok : {"none", "libasync-smp", "mely", "mely:base", "mely:locality,time-left", "mely:penalty"}) {

@@ -367,8 +367,29 @@ void ColorLayer::enqueue(Color c, ColorItem* it) {
   }
   o->lock.unlock();
   if (wake_runner)
-    schedule(o->runner);
+    schedule_runner(*o);
   else if (busy)
+    wake_thief();
+}
+
+// A parked runner scheduled while a fibre runs on its processor waits behind
+// that fibre, which may not reach a scheduling point for long (it may spin
+// until the events ran, as redis's main thread waits for its I/O threads).
+// No thief may take the runner (it is pinned: its push wakes none,
+// Cluster::wake), but one may take its colors: a thief is woken for them
+// when the policy would take one there (its published counts). The push
+// fenced before it read the processor's state (Cluster::wake), or is this
+// processor's own; a processor that picks another fibre from its idle loop
+// first stores its id, fences, then wakes a thief if its queue holds more
+// (Processor::idle_loop): one of the two sees the other. Before, the
+// runner's push woke a scheduler thief, which gave the runner back and
+// stole a color in its find_work (ParkedRunnerBehindABusyFibre in
+// color_test: the event waited for ever without it).
+void ColorLayer::schedule_runner(ColorCore& o) {
+  schedule(o.runner);
+  Processor& p = *o.proc;
+  if (p.running_id.load(std::memory_order_relaxed) != 0 && !p.idle.load(std::memory_order_relaxed) &&
+      policy_.load(std::memory_order_acquire)->stealable(o))
     wake_thief();
 }
 
@@ -430,7 +451,7 @@ bool ColorLayer::release_queue(ColorQueue* q, bool shared, ColorCore* mine) {
   ColorQueue* dead = nullptr;
   bool wake = requeue(o, q, mine, dead);
   o->lock.unlock();
-  if (wake) schedule(o->runner);
+  if (wake) schedule_runner(*o);
   if (dead) free_queue(dead, mine);
   return wake;
 }
@@ -524,7 +545,7 @@ void ColorLayer::run(ColorCore& me) {
       bool wake = requeue(o, q, &me, dead);
       if (o != &me) {
         o->lock.unlock();
-        if (wake) schedule(o->runner);
+        if (wake) schedule_runner(*o);
         me.lock.lock();
       }
       break;

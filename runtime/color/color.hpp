@@ -313,6 +313,7 @@ class ColorLayer final : public Extension {
   void pause_timer_fired();
   void reap(ColorCore& me, ColorCore* mine, bool wait = false);
   void wake_thief();
+  void schedule_runner(ColorCore& o);  // o's runner was parked
   bool release_queue(ColorQueue* q, bool shared, ColorCore* mine);
   bool requeue(ColorCore* o, ColorQueue* q, ColorCore* mine, ColorQueue*& dead);
 
