@@ -1013,6 +1013,40 @@ INSTANTIATE_TEST_SUITE_P(Colors, ParkedRunnerBehindABusyFibre, ::testing::Values
                            return std::string(i.param ? "PostedByTheBusyFibre" : "PostedFromAKernelThread");
                          });
 
+// A fibre queued behind a busy fibre is stolen also when a runner, queued on
+// the same processor at a higher priority, is what a thief takes first: a
+// steal takes half the queue from its highest priority, here the runner
+// alone, which goes back to its owner; the thief must look again. Before,
+// every steal took the runner and gave it back, for ever (before 3cbab0e
+// the thief spun so; since, it sleeps), and the low-priority fibre waited
+// behind the busy one while the other processor slept.
+TEST(Colors, AFibreQueuedBehindARunnerOfHigherPriorityIsStolen) {
+  Cluster cl(2, loom::SchedConfig{});
+  ASSERT_TRUE(loom::set_color_policy(cl, "none"));
+  std::atomic<long> warm{0}, ran{0}, low_ran{0};
+  for (Color c : {Color(2), Color(3)}) loom::post(c, [&] { warm.fetch_add(1); }, &cl);
+  ASSERT_TRUE(wait_for(warm, 2));
+  std::atomic<bool> all{false};
+  loom::Fibre busy(loom::FibreAttr{0, loom::Priority::normal, &cl}, [&] {
+    const int here = loom::this_fibre::processor_index();
+    loom::post(Color(2 + here), [&] { ran.fetch_add(1); }, &cl);  // its runner: queued here
+    // Placed round robin from here: one of the two is queued here, behind
+    // the runner (the other runs on the other processor).
+    std::vector<loom::Fibre> low;
+    for (int i = 0; i < 2; ++i)
+      low.emplace_back(loom::FibreAttr{0, loom::Priority::low, &cl}, [&] { low_ran.fetch_add(1); });
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (low_ran.load() < 2 && std::chrono::steady_clock::now() < end) {
+    }
+    all.store(low_ran.load() == 2);
+    for (auto& f : low) f.detach();
+  });
+  busy.join();
+  EXPECT_TRUE(all.load()) << "a low-priority fibre waited 5 s behind a busy fibre and a runner";
+  ASSERT_TRUE(wait_for(low_ran, 2));
+  ASSERT_TRUE(wait_for(ran, 1));
+}
+
 TEST(Colors, PolicyNamesAndBadInput) {
   Cluster cl(1, loom::SchedConfig{});
   for (const char* ok : {"none", "libasync-smp", "mely", "mely:base", "mely:locality,time-left", "mely:penalty"}) {
