@@ -1047,6 +1047,48 @@ TEST(Colors, AFibreQueuedBehindARunnerOfHigherPriorityIsStolen) {
   ASSERT_TRUE(wait_for(ran, 1));
 }
 
+// A color released behind a busy runner gets a thief, as a post there does.
+// A colored fibre F holds color c while an event E of c is posted (c is
+// held: on no list, nobody woken); processor 0's runner is blocked in an
+// event of color d until E ran; F exits. Its release links c behind the
+// blocked runner, and the other processor, asleep, must be woken to steal
+// c: it was not, and E waited (here until the test's 5 s ran out; for
+// ever in a program whose event waits for E).
+TEST(Colors, AColorReleasedBehindABusyRunnerIsStolen) {
+  Cluster cl(2, loom::SchedConfig{});
+  ASSERT_TRUE(loom::set_color_policy(cl, "mely"));
+  constexpr Color c = 2, d = 4;  // both processor 0's (hash placement keeps the parity)
+  Heavy warm, e;
+  for (int i = 0; i < 8; ++i) loom::post(c, &heavy_event, &warm, &cl);  // E's handler measured: worth a steal
+  ASSERT_TRUE(wait_for(warm.ran, 8));
+  std::atomic<bool> holding{false}, in_l{false};
+  loom::Semaphore go, done;  // posted by this kernel thread: no timer makes a processor look
+  loom::Fibre joiner(loom::FibreAttr{0, loom::Priority::normal, &cl}, [&] {
+    loom::FibreAttr a;
+    a.cluster = &cl;
+    a.color = c;
+    loom::Fibre f(a, [&] {
+      holding.store(true);
+      go.acquire();
+    });
+    f.join();
+  });
+  while (!holding.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Dispatched after F: the runner blocks in it, holding d.
+  loom::post(d, [&] {
+    in_l.store(true);
+    done.acquire();
+  }, &cl);
+  while (!in_l.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  loom::post(c, &heavy_event, &e, &cl);
+  go.release();
+  const bool stolen = wait_for(e.ran, 1, std::chrono::seconds(5));
+  done.release();
+  joiner.join();
+  EXPECT_TRUE(stolen) << "E waited 5 s behind processor 0's blocked runner with the other processor asleep";
+  ASSERT_TRUE(wait_for(e.ran, 1));
+}
+
 TEST(Colors, PolicyNamesAndBadInput) {
   Cluster cl(1, loom::SchedConfig{});
   for (const char* ok : {"none", "libasync-smp", "mely", "mely:base", "mely:locality,time-left", "mely:penalty"}) {
