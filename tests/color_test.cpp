@@ -958,6 +958,137 @@ TEST(Colors, ARunnerQueuedBehindABusyFibreWakesNoThief) {
   EXPECT_LE(woken, 2u) << "the other processor was woken " << woken << " times in 50 ms for a runner it may not take";
 }
 
+// ... but its colors may be stolen, and a thief is woken for them. A runner
+// that was parked, scheduled for a color worth a steal behind a fibre that
+// spins until the event ran (as redis's main thread waits for its I/O
+// threads): the other processor, asleep, must be woken to steal the color.
+// 3cbab0e's runner push woke no thief, and the color layer woke one only
+// for a runner already busy: the event waited for ever (the busy fibre's
+// 5 s). Posted by the spinning fibre itself (a local push) and by a kernel
+// thread (a remote one).
+struct Heavy {
+  std::atomic<long> ran{0};
+};
+
+void heavy_event(void* arg) {
+  spin_for(std::chrono::microseconds(200));
+  static_cast<Heavy*>(arg)->ran.fetch_add(1);
+}
+
+class ParkedRunnerBehindABusyFibre : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ParkedRunnerBehindABusyFibre, ItsColorWorthASteal) {
+  const bool from_busy = GetParam();
+  Cluster cl(2, loom::SchedConfig{});
+  ASSERT_TRUE(loom::set_color_policy(cl, "mely"));  // time-left: one color of 200 µs is worth a steal
+  // Both runners made and parked; the handler measured (a default estimate
+  // is not worth a steal).
+  Heavy warm, h;
+  for (int i = 0; i < 8; ++i)
+    for (Color c : {Color(2), Color(3)}) loom::post(c, &heavy_event, &warm, &cl);
+  ASSERT_TRUE(wait_for(warm.ran, 16));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::atomic<int> where{-1};
+  std::atomic<bool> stolen{false};
+  // A color of p's core (hash placement keeps a color's parity).
+  auto post_one = [&](int p) { loom::post(Color(4 + p), &heavy_event, &h, &cl); };
+  loom::Fibre busy(loom::FibreAttr{0, loom::Priority::normal, &cl}, [&] {
+    const int here = int(loom::rt::this_processor()->index());
+    if (from_busy) post_one(here);
+    where.store(here);
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (h.ran.load() == 0 && std::chrono::steady_clock::now() < end) {
+    }
+    stolen.store(h.ran.load() > 0);
+  });
+  while (where.load() < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!from_busy) post_one(where.load());
+  busy.join();
+  EXPECT_TRUE(stolen.load()) << "the color of the runner queued behind the busy fibre was not stolen in 5 s";
+  ASSERT_TRUE(wait_for(h.ran, 1));
+}
+
+INSTANTIATE_TEST_SUITE_P(Colors, ParkedRunnerBehindABusyFibre, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return std::string(i.param ? "PostedByTheBusyFibre" : "PostedFromAKernelThread");
+                         });
+
+// A fibre queued behind a busy fibre is stolen also when a runner, queued on
+// the same processor at a higher priority, is what a thief takes first: a
+// steal takes half the queue from its highest priority, here the runner
+// alone, which goes back to its owner; the thief must look again. Before,
+// every steal took the runner and gave it back, for ever (before 3cbab0e
+// the thief spun so; since, it sleeps), and the low-priority fibre waited
+// behind the busy one while the other processor slept.
+TEST(Colors, AFibreQueuedBehindARunnerOfHigherPriorityIsStolen) {
+  Cluster cl(2, loom::SchedConfig{});
+  ASSERT_TRUE(loom::set_color_policy(cl, "none"));
+  std::atomic<long> warm{0}, ran{0}, low_ran{0};
+  for (Color c : {Color(2), Color(3)}) loom::post(c, [&] { warm.fetch_add(1); }, &cl);
+  ASSERT_TRUE(wait_for(warm, 2));
+  std::atomic<bool> all{false};
+  loom::Fibre busy(loom::FibreAttr{0, loom::Priority::normal, &cl}, [&] {
+    const int here = loom::this_fibre::processor_index();
+    loom::post(Color(2 + here), [&] { ran.fetch_add(1); }, &cl);  // its runner: queued here
+    // Placed round robin from here: one of the two is queued here, behind
+    // the runner (the other runs on the other processor).
+    std::vector<loom::Fibre> low;
+    for (int i = 0; i < 2; ++i)
+      low.emplace_back(loom::FibreAttr{0, loom::Priority::low, &cl}, [&] { low_ran.fetch_add(1); });
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (low_ran.load() < 2 && std::chrono::steady_clock::now() < end) {
+    }
+    all.store(low_ran.load() == 2);
+    for (auto& f : low) f.detach();
+  });
+  busy.join();
+  EXPECT_TRUE(all.load()) << "a low-priority fibre waited 5 s behind a busy fibre and a runner";
+  ASSERT_TRUE(wait_for(low_ran, 2));
+  ASSERT_TRUE(wait_for(ran, 1));
+}
+
+// A color released behind a busy runner gets a thief, as a post there does.
+// A colored fibre F holds color c while an event E of c is posted (c is
+// held: on no list, nobody woken); processor 0's runner is blocked in an
+// event of color d until E ran; F exits. Its release links c behind the
+// blocked runner, and the other processor, asleep, must be woken to steal
+// c: it was not, and E waited (here until the test's 5 s ran out; for
+// ever in a program whose event waits for E).
+TEST(Colors, AColorReleasedBehindABusyRunnerIsStolen) {
+  Cluster cl(2, loom::SchedConfig{});
+  ASSERT_TRUE(loom::set_color_policy(cl, "mely"));
+  constexpr Color c = 2, d = 4;  // both processor 0's (hash placement keeps the parity)
+  Heavy warm, e;
+  for (int i = 0; i < 8; ++i) loom::post(c, &heavy_event, &warm, &cl);  // E's handler measured: worth a steal
+  ASSERT_TRUE(wait_for(warm.ran, 8));
+  std::atomic<bool> holding{false}, in_l{false};
+  loom::Semaphore go, done;  // posted by this kernel thread: no timer makes a processor look
+  loom::Fibre joiner(loom::FibreAttr{0, loom::Priority::normal, &cl}, [&] {
+    loom::FibreAttr a;
+    a.cluster = &cl;
+    a.color = c;
+    loom::Fibre f(a, [&] {
+      holding.store(true);
+      go.acquire();
+    });
+    f.join();
+  });
+  while (!holding.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Dispatched after F: the runner blocks in it, holding d.
+  loom::post(d, [&] {
+    in_l.store(true);
+    done.acquire();
+  }, &cl);
+  while (!in_l.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  loom::post(c, &heavy_event, &e, &cl);
+  go.release();
+  const bool stolen = wait_for(e.ran, 1, std::chrono::seconds(5));
+  done.release();
+  joiner.join();
+  EXPECT_TRUE(stolen) << "E waited 5 s behind processor 0's blocked runner with the other processor asleep";
+  ASSERT_TRUE(wait_for(e.ran, 1));
+}
+
 TEST(Colors, PolicyNamesAndBadInput) {
   Cluster cl(1, loom::SchedConfig{});
   for (const char* ok : {"none", "libasync-smp", "mely", "mely:base", "mely:locality,time-left", "mely:penalty"}) {

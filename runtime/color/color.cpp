@@ -367,8 +367,29 @@ void ColorLayer::enqueue(Color c, ColorItem* it) {
   }
   o->lock.unlock();
   if (wake_runner)
-    schedule(o->runner);
+    schedule_runner(*o);
   else if (busy)
+    wake_thief();
+}
+
+// A parked runner scheduled while a fibre runs on its processor waits behind
+// that fibre, which may not reach a scheduling point for long (it may spin
+// until the events ran, as redis's main thread waits for its I/O threads).
+// No thief may take the runner (it is pinned: its push wakes none,
+// Cluster::wake), but one may take its colors: a thief is woken for them
+// when the policy would take one there (its published counts). The push
+// fenced before it read the processor's state (Cluster::wake), or is this
+// processor's own; a processor that picks another fibre from its idle loop
+// first stores its id, fences, then wakes a thief if its queue holds more
+// (Processor::idle_loop): one of the two sees the other. Before, the
+// runner's push woke a scheduler thief, which gave the runner back and
+// stole a color in its find_work (ParkedRunnerBehindABusyFibre in
+// color_test: the event waited for ever without it).
+void ColorLayer::schedule_runner(ColorCore& o) {
+  schedule(o.runner);
+  Processor& p = *o.proc;
+  if (p.running_id.load(std::memory_order_relaxed) != 0 && !p.idle.load(std::memory_order_relaxed) &&
+      policy_.load(std::memory_order_acquire)->stealable(o))
     wake_thief();
 }
 
@@ -394,16 +415,28 @@ void ColorLayer::start_fibre(Fibre* f) {
 // if it can be dispatched (the other colors get their turn); if it is empty
 // and idle it leaves the table now when its shard is free (`dead` is set:
 // the caller recycles it after unlocking), else it goes to the reap list.
-// True if o's runner must be scheduled (the caller does it after unlocking).
-bool ColorLayer::requeue(ColorCore* o, ColorQueue* q, ColorCore* mine, ColorQueue*& dead) {
-  if (q->transit) return false;  // its thief links or reaps it when it takes its own lock
+// Returns whom the caller wakes after unlocking: o's runner, if parked and
+// o is not the caller's core (whose idle loop finds it); a thief, if o's
+// runner is busy (queued, running, or blocked in an event) and the policy
+// would take q: a post behind a busy runner wakes one (enqueue), but a post
+// to q while a colored fibre held it did not (q was on no list), and its
+// events waited behind the runner's event with every other processor
+// asleep (Colors.AColorReleasedBehindABusyRunnerIsStolen). (The runner's
+// own requeue at a batch's end, o == &me in run(), wakes nobody: it goes on.)
+ColorLayer::Wake ColorLayer::requeue(ColorCore* o, ColorQueue* q, ColorCore* mine, ColorQueue*& dead) {
+  if (q->transit) return Wake::none;  // its thief links or reaps it when it takes its own lock
   if (q->dispatchable()) {
     if (q->linked) o->unlink(q);
-    link(*o, q, policy_.load(std::memory_order_acquire));
-    if (o != mine && o->parked.load(std::memory_order_relaxed) && !o->stopping) {
+    ColorStealPolicy* pol = policy_.load(std::memory_order_acquire);
+    link(*o, q, pol);
+    if (o->stopping) return Wake::none;
+    if (o->parked.load(std::memory_order_relaxed)) {
+      if (o == mine) return Wake::none;
       o->parked.store(false, std::memory_order_relaxed);
-      return true;
+      return Wake::runner;
     }
+    if (pol->keeps_worthy ? q->worthy : pol->worth(*q, steal_cost_.load(std::memory_order_relaxed)))
+      return Wake::thief;
   } else if (q->idle()) {
     // A queue on the reap list stays for the reaper: the list points at it.
     if (!q->reaping) {
@@ -416,23 +449,29 @@ bool ColorLayer::requeue(ColorCore* o, ColorQueue* q, ColorCore* mine, ColorQueu
         s.lock.unlock();
         add(o->freed, 1);
         dead = q;
-        return false;
+        return Wake::none;
       }
     }
     add_reap(*o, q);
   }
-  return false;
+  return Wake::none;
 }
 
-bool ColorLayer::release_queue(ColorQueue* q, bool shared, ColorCore* mine) {
+void ColorLayer::wake_after_requeue(ColorCore& o, Wake w) {
+  if (w == Wake::runner)
+    schedule_runner(o);
+  else if (w == Wake::thief)
+    wake_thief();
+}
+
+void ColorLayer::release_queue(ColorQueue* q, bool shared, ColorCore* mine) {
   ColorCore* o = lock_owner(q);
   give_back(q, shared);
   ColorQueue* dead = nullptr;
-  bool wake = requeue(o, q, mine, dead);
+  Wake wake = requeue(o, q, mine, dead);
   o->lock.unlock();
-  if (wake) schedule(o->runner);
+  wake_after_requeue(*o, wake);
   if (dead) free_queue(dead, mine);
-  return wake;
 }
 
 void ColorLayer::release(ColorHold& h) {
@@ -521,10 +560,10 @@ void ColorLayer::run(ColorCore& me) {
         me.lock.unlock();
         continue;
       }
-      bool wake = requeue(o, q, &me, dead);
+      Wake wake = requeue(o, q, &me, dead);
       if (o != &me) {
         o->lock.unlock();
-        if (wake) schedule(o->runner);
+        wake_after_requeue(*o, wake);
         me.lock.lock();
       }
       break;

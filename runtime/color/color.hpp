@@ -315,8 +315,11 @@ class ColorLayer final : public Extension {
   void pause_timer_fired();
   void reap(ColorCore& me, ColorCore* mine, bool wait = false);
   void wake_thief();
-  bool release_queue(ColorQueue* q, bool shared, ColorCore* mine);
-  bool requeue(ColorCore* o, ColorQueue* q, ColorCore* mine, ColorQueue*& dead);
+  void schedule_runner(ColorCore& o);  // o's runner was parked
+  void release_queue(ColorQueue* q, bool shared, ColorCore* mine);
+  enum class Wake { none, runner, thief };  // whom a requeue wakes
+  Wake requeue(ColorCore* o, ColorQueue* q, ColorCore* mine, ColorQueue*& dead);
+  void wake_after_requeue(ColorCore& o, Wake w);
 
   Cluster* cluster_;
   std::atomic<ColorCore*> cores_[256] = {};

@@ -130,23 +130,31 @@ Fibre* Cluster::steal(Processor& thief, bool wait) {
   n = policy_->order(thief, victims, n);
   thief.counters.add(Stat::steal_tries);
   for (std::size_t i = 0; i < n; ++i) {
-    std::size_t length = 0;
+    std::size_t length = 0, k = 0, taken;
     Fibre* got[kStealBatch];
-    std::size_t k = victims[i]->ready_queue().steal(got, kStealBatch, &length, wait);
-    if (!k) continue;
     // Pinned fibres (the color layer's runners) go back to their owner, which
     // is woken if it went to sleep meanwhile — but no thief is woken for
     // them: the thief woke itself so (wake_one finds it on the idle list in
     // its last look) and never slept while the runner was queued, 1.5 M
     // looks in 2 s of the unbalanced benchmark, with the color layer's
-    // thieves paused because their steals did not pay.
-    std::size_t kept = 0;
-    for (std::size_t j = 0; j < k; ++j)
-      if (got[j]->pinned)
-        victims[i]->push(got[j]);
-      else
-        got[kept++] = got[j];
-    if (!(k = kept)) continue;
+    // thieves paused because their steals did not pay. A steal that took
+    // only pinned fibres looks again before it gives them back: a steal
+    // takes half the queue from its highest priority, and a runner queued
+    // above a lower-priority fibre was all it ever took, so that fibre
+    // waited behind the victim's running one while the thief slept
+    // (Colors.AFibreQueuedBehindARunnerOfHigherPriorityIsStolen).
+    Fibre* pinned[kStealBatch];
+    std::size_t n_pinned = 0;
+    do {
+      taken = victims[i]->ready_queue().steal(got, kStealBatch - n_pinned, &length, wait);
+      for (std::size_t j = 0; j < taken; ++j)
+        if (got[j]->pinned)
+          pinned[n_pinned++] = got[j];
+        else
+          got[k++] = got[j];
+    } while (k == 0 && taken > 0 && n_pinned < kStealBatch);
+    for (std::size_t j = 0; j < n_pinned; ++j) victims[i]->push(pinned[j]);
+    if (!k) continue;
     thief.counters.add(Stat::steal_hits);
     thief.counters.add(Stat::steals, k);
     // Transient by default: the fibres keep their affinity and go home when
