@@ -1,8 +1,11 @@
-"""scripts/bench_common.py — small helpers that scripts/bench and its
-benchmark modules (bench_lock, bench_io, bench_web) share."""
+"""scripts/bench_common.py — small helpers that scripts/bench, its
+benchmark modules (bench_lock, bench_io, bench_web, bench_memcached) and
+scripts/profile_request.py share."""
 
 import resource
+import socket
 import statistics
+import time
 
 
 def label(system, variant):
@@ -33,3 +36,22 @@ def proc_rss_kib(pid):
     except (OSError, ValueError):
         pass
     return None
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout, poll=0.05):
+    """True once something accepts connections on 127.0.0.1:port, False after timeout seconds."""
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(poll)
+    return False

@@ -62,7 +62,7 @@ import sys
 import tempfile
 import time
 
-from bench_common import label, proc_rss_kib, raise_nofile, spread
+from bench_common import free_port, label, proc_rss_kib, raise_nofile, spread, wait_port
 
 # ---- settings ----------------------------------------------------------------
 
@@ -128,21 +128,8 @@ def machine_busy_ticks():
         return None
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
-def wait_port(port, timeout):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return True
-        except OSError:
-            time.sleep(0.05)
-    return False
 
 
 class Server:

@@ -70,7 +70,7 @@ import sys
 import tempfile
 import time
 
-from bench_common import label, proc_rss_kib, raise_nofile
+from bench_common import free_port, label, proc_rss_kib, raise_nofile, wait_port
 
 # ---- settings ----------------------------------------------------------------
 
@@ -132,21 +132,8 @@ def machine_busy_ticks():
         return None
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
-def wait_port(port, timeout):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return True
-        except OSError:
-            time.sleep(0.05)
-    return False
 
 
 NGINX_CONF = """worker_processes {workers};
