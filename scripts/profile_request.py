@@ -4,7 +4,7 @@ user-space instructions by symbol (callgrind) and system calls (strace -c -f),
 per operation, under the benchmarks' own loads.
 
     scripts/profile_request.py memcached [--configs vanilla,loom,loom-norest] [--connections 100]
-    scripts/profile_request.py web [--configs epoll,uring,loop] [--connections 1000] [--diff epoll,uring]
+    scripts/profile_request.py web [--configs epoll,uring,loop] [--connections 1000] [--diff epoll,uring] [--close]
     common: [--short S] [--long L] [--no-strace] [--no-callgrind] [--top N] [--bin BUILD]
             [--keep DIR] [--reuse DIR (tables again from a --keep run)]
 
@@ -229,8 +229,8 @@ def run_web(a, cfg, wrapper, seconds, out):
     try:
         if not wait_port(port, 60):
             raise SystemExit(f"{cfg} did not listen: {' '.join(cmd)}")
-        load = ["taskset", "-c", "0", "wrk", "-t1", f"-c{a.connections}", f"-d{seconds:g}s", "--timeout", "30s",
-                f"http://127.0.0.1:{port}/plaintext"]
+        load = ["taskset", "-c", "0", "wrk", "-t1", f"-c{a.connections}", f"-d{seconds:g}s", "--timeout", "30s"] + \
+            (["-H", "Connection: close"] if a.close else []) + [f"http://127.0.0.1:{port}/plaintext"]
         r = subprocess.run(load, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            timeout=seconds + 300, preexec_fn=raise_nofile)
         m = re.search(r"(\d+) requests in", r.stdout)
@@ -316,6 +316,7 @@ def main():
     ap.add_argument("--no-strace", action="store_true")
     ap.add_argument("--no-callgrind", action="store_true")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--close", action="store_true", help="web: every request on a new connection (Connection: close)")
     ap.add_argument("--bin", default=os.path.join(ROOT, "build"))
     ap.add_argument("--keep", help="copy the callgrind and strace outputs into this directory")
     ap.add_argument("--reuse", help="read a --keep directory instead of running the servers")

@@ -501,7 +501,13 @@ TEST(Colors, TimeLeftStealsOnlyColorsWorthTheSteal) {
   });
   holder2.join();
   ASSERT_TRUE(wait_for(n, kCheap));
-  EXPECT_EQ(loom::color_stats(cl).colors_stolen, stolen1)
+  // A policy that does not weigh colors takes most of them here (mely:base
+  // and libasync-smp stole 229-298 of the 300); time-left none, or on a
+  // loaded machine a few: a cheap event preempted mid-run lifts its
+  // handler's smoothed estimate above the steal cost for a while (the quick
+  // suite on a loaded machine: 17; 3 single runs in 20 failed under load,
+  // before the pinned-fibre change too).
+  EXPECT_LE(loom::color_stats(cl).colors_stolen - stolen1, std::uint64_t(kCheap / 10))
       << "cheap colors were stolen (steal cost " << loom::color_stats(cl).steal_cost_cycles << " cycles)";
 }
 
