@@ -58,10 +58,6 @@ struct alignas(Slot) Table {
 };
 constexpr unsigned kFibreSlots = 4;
 
-// Inline: get_specific's whole path. With current() and fibre_table() as
-// calls of their own a lookup took ~63 instructions (glibc's
-// pthread_getspecific: about 10); now ~30 (callgrind, loom-memcached, whose
-// port looks a key up twice a request).
 [[gnu::always_inline]] inline bool current(const Table* t, unsigned k) {
   return k < t->size && keys[k].used.load(std::memory_order_acquire) &&
          t->slots()[k].generation == keys[k].generation.load(std::memory_order_acquire);
@@ -142,9 +138,8 @@ void keys_at_exit(rt::Fibre* f) {
 
 // The calling fibre's table, grown to hold key k if `create` (nullptr when
 // there is none, or no memory).
-Table* fibre_table(rt::Fibre* f, unsigned k, bool create) {
-  auto* t = static_cast<Table*>(f->specific);
-  if (!create || (t && k < t->size)) return t;
+// A fibre's table grown to hold key k (t: its table now, maybe none).
+__attribute__((noinline)) Table* grow_fibre_table(rt::Fibre* f, Table* t, unsigned k) {
   unsigned n = (k / kFibreSlots + 1) * kFibreSlots;
   void* m = ::operator new(Table::bytes(n), std::nothrow);
   if (!m) return nullptr;
@@ -157,7 +152,17 @@ Table* fibre_table(rt::Fibre* f, unsigned k, bool create) {
   return g;
 }
 
-Table* table(unsigned k, bool create) {
+// Inline, as current() is: get_specific's whole path. With current() and
+// the fibre's table as calls of their own a lookup took ~63 instructions
+// (glibc's pthread_getspecific: about 10); now ~30 (callgrind,
+// loom-memcached, whose port looks a key up twice a request).
+[[gnu::always_inline]] inline Table* fibre_table(rt::Fibre* f, unsigned k, bool create) {
+  auto* t = static_cast<Table*>(f->specific);
+  if (!create || (t && k < t->size)) return t;
+  return grow_fibre_table(f, t, k);
+}
+
+[[gnu::always_inline]] inline Table* table(unsigned k, bool create) {
   if (rt::Fibre* f = rt::this_fibre_or_null()) return fibre_table(f, k, create);
   return thread_table_of(create);
 }
@@ -198,9 +203,7 @@ int key_delete(Key key) {
 
 void* get_specific(Key key) {
   if (key >= kKeysMax) return nullptr;
-  // table(key, false) without its calls: a fibre's table as it is.
-  rt::Fibre* f = rt::this_fibre_or_null();
-  const Table* t = f ? static_cast<const Table*>(f->specific) : thread_table_of(false);
+  const Table* t = table(key, false);
   return t && current(t, key) ? t->slots()[key].value : nullptr;
 }
 
