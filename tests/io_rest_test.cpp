@@ -426,17 +426,47 @@ void leftover_continue(void* p) {
   l->phase.store(n == 90 && io::rest_status() == 0 ? 3 : -1);
 }
 
-TEST(RestLook, ARestAfterAFullReadIsContinuedByTheBytesLeftQueued) {
-  loom::Cluster c(1);
-  int sv[2];
-  Leftover lo;
+// Both look tests: a socketpair on a 1-processor cluster, 100 bytes written
+// once the fibre waits in its first read, and a close of both ends at the
+// end (which continues the fibre if it still rests, so that the cluster
+// drains either way).
+struct LeftoverRig {
+  loom::Cluster c{1};
   loom::FibreAttr a;
-  a.cluster = &c;
-  a.name = "leftover";
-  loom::Fibre(a, [&] { ASSERT_EQ(io::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0); }).join();
-  lo.fd = sv[0];
+  int sv[2] = {-1, -1};
+
+  explicit LeftoverRig(const char* name) {
+    a.cluster = &c;
+    a.name = name;
+    loom::Fibre(a, [this] { ASSERT_EQ(io::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0); }).join();
+  }
+  // False (and the listing) if the fibre never blocked in its read.
+  testing::AssertionResult feed_once_blocked() {
+    std::string l;
+    if (!eventually([&] {
+          return (l = listing()).find("blocked: fd " + std::to_string(sv[0]) + " (read)") != std::string::npos;
+        }))
+      return testing::AssertionFailure() << l;
+    char msg[100];
+    std::memset(msg, 'x', sizeof msg);
+    if (::write(sv[1], msg, sizeof msg) != 100) return testing::AssertionFailure() << "write: " << err();
+    return testing::AssertionSuccess();
+  }
+  void close_and_drain() {
+    loom::Fibre(a, [this] {
+      io::close(sv[0]);
+      io::close(sv[1]);
+    }).join();
+    drained(c);
+  }
+};
+
+TEST(RestLook, ARestAfterAFullReadIsContinuedByTheBytesLeftQueued) {
+  LeftoverRig r("leftover");
+  Leftover lo;
+  lo.fd = r.sv[0];
   std::atomic<bool> detached{false};
-  loom::Fibre f(a, [&lo, &detached] {
+  loom::Fibre f(r.a, [&lo, &detached] {
     while (!detached.load()) loom::this_fibre::sleep_for(1ms);
     lo.phase.store(1);
     char b[10];
@@ -452,22 +482,10 @@ TEST(RestLook, ARestAfterAFullReadIsContinuedByTheBytesLeftQueued) {
   });
   f.detach();
   detached.store(true);
-  std::string l;
-  ASSERT_TRUE(eventually([&] {
-    return (l = listing()).find("blocked: fd " + std::to_string(sv[0]) + " (read)") != std::string::npos;
-  })) << l;
-  char msg[100];
-  std::memset(msg, 'x', sizeof msg);
-  ASSERT_EQ(::write(sv[1], msg, sizeof msg), 100);
+  ASSERT_TRUE(r.feed_once_blocked());
   EXPECT_TRUE(eventually([&] { return lo.phase.load() == 3 || lo.phase.load() < 0; }));
   EXPECT_EQ(lo.phase.load(), 3) << "got " << lo.got.load() << "\n" << listing();
-  // A close continues it if it still rests (the failure above), so that the
-  // cluster drains either way.
-  loom::Fibre(a, [&] {
-    io::close(sv[0]);
-    io::close(sv[1]);
-  }).join();
-  drained(c);
+  r.close_and_drain();
 }
 
 // The same for a fibre born at rest: rest_start() on a registered
@@ -475,15 +493,10 @@ TEST(RestLook, ARestAfterAFullReadIsContinuedByTheBytesLeftQueued) {
 // edge spent (an acceptor that reads a protocol's first bytes, then starts
 // the connection's fibre at rest). Outside review: it was never continued.
 TEST(RestStartLook, AStartAfterAFullReadIsContinuedByTheBytesLeftQueued) {
-  loom::Cluster c(1);
-  int sv[2];
+  LeftoverRig r("handoff");
   Leftover h;
-  loom::FibreAttr a;
-  a.cluster = &c;
-  a.name = "handoff";
-  loom::Fibre(a, [&] { ASSERT_EQ(io::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0); }).join();
-  h.fd = sv[0];
-  loom::Fibre f(a, [&h] {
+  h.fd = r.sv[0];
+  loom::Fibre f(r.a, [&h] {
     h.phase.store(1);
     char b[10];
     if (io::read(h.fd, b, sizeof b) != 10) {  // waits for the edge, then fills its buffer
@@ -498,22 +511,11 @@ TEST(RestStartLook, AStartAfterAFullReadIsContinuedByTheBytesLeftQueued) {
     }
     h.phase.store(2);
   });
-  std::string l;
-  ASSERT_TRUE(eventually([&] {
-    return (l = listing()).find("blocked: fd " + std::to_string(sv[0]) + " (read)") != std::string::npos;
-  })) << l;
-  char msg[100];
-  std::memset(msg, 'x', sizeof msg);
-  ASSERT_EQ(::write(sv[1], msg, sizeof msg), 100);
+  ASSERT_TRUE(r.feed_once_blocked());
   f.join();
   EXPECT_TRUE(eventually([&] { return h.phase.load() == 3 || h.phase.load() < 0; }));
   EXPECT_EQ(h.phase.load(), 3) << "got " << h.got.load() << "\n" << listing();
-  // A close continues it if it still rests, so that the cluster drains.
-  loom::Fibre(a, [&] {
-    io::close(sv[0]);
-    io::close(sv[1]);
-  }).join();
-  drained(c);
+  r.close_and_drain();
 }
 
 // ---- a fibre that starts at rest (rest_start) -------------------------------------
