@@ -50,32 +50,31 @@ check-sanitizers:
 	@$(MAKE) --no-print-directory asan
 	@$(MAKE) --no-print-directory tsan
 
+# The sanitizer builds make only what their tests (label sanitize) need
+# (scripts/test_targets.py): about half the build time of everything.
 asan: deps-test
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=address >/dev/null
-	@cmake --build build-asan -j $(JOBS)
+	@t=$$(scripts/test_targets.py build-asan -L sanitize) && cmake --build build-asan -j $(JOBS) --target $$t
 	@cd build-asan && LOOM_TEST_SCALE=10 ctest --output-on-failure -L sanitize --timeout 600
 
+# close_reuse_test and pthread_destroy_after_use_inproc race a close, and a
+# destroyed object's reuse, against another thread on purpose (issue 25,
+# bugs 4-6): TSan reports those races by design. ASan runs them.
+TSAN_SKIP = -E '^(close_reuse_test|pthread_destroy_after_use_inproc)$$'
 tsan: deps-test
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread >/dev/null
-	@cmake --build build-tsan -j $(JOBS)
-	@# close_reuse_test and pthread_destroy_after_use_inproc race a close, and a
-	@# destroyed object's reuse, against another thread on purpose (issue 25,
-	@# bugs 4-6): TSan reports those races by design. ASan runs them.
+	@t=$$(scripts/test_targets.py build-tsan -L sanitize $(TSAN_SKIP)) && cmake --build build-tsan -j $(JOBS) --target $$t
 	@cd build-tsan && LOOM_TEST_SCALE=1000 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -L sanitize \
-	  -E '^(close_reuse_test|pthread_destroy_after_use_inproc)$$' --timeout 600
+	  $(TSAN_SKIP) --timeout 600
 
 # The schedule-perturbation build (docs/DESIGN.md "Perturbation"): the
 # runtime stalls its threads at named points, seeded (LOOM_CHAOS=SEED), and
 # checks its invariants; the stress, color, steal, I/O and pthread_three
 # tests run under CHAOS_SEEDS (default 1 2 3; scripts/chaos.sh). About 4
 # minutes on 2 cores once built (187-228 s, 2026-11-27). Part of `make check`.
-CHAOS_TARGETS = sched_test steal_test sync_test mutex_test rwlock_test color_test io_test io_rest_test io_echo_client \
-  io_backend_probe chaos_test loom-pthread bounded_buffer_pthread bounded_buffer_loom \
-  pthread_three_bounded_buffer_link pthread_three_cxx_glibc pthread_three_cxx_link \
-  $(foreach p,barrier_phases rwlock_rw sem_pingpong,capi_compat_$(p)_glibc capi_compat_$(p)_loom pthread_three_$(p)_link)
 chaos: deps-test
 	@cmake -S . -B build-chaos -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_CHAOS=ON >/dev/null
-	@cmake --build build-chaos -j $(JOBS) --target $(CHAOS_TARGETS)
+	@t=$$(scripts/chaos.sh --targets build-chaos) && cmake --build build-chaos -j $(JOBS) --target $$t
 	@scripts/chaos.sh build-chaos
 
 # memcached's own test suite, every t/*.t, against memcached-vanilla,
