@@ -8,7 +8,7 @@ that a build can make those and nothing else:
   cmake --build build-asan --target $(scripts/test_targets.py build-asan -L sanitize)
 
 A test needs every target whose file appears in its command or environment
-(executables by name, libraries as lib<name>.so...). Files a test finds some
+(executables by name, libraries as lib<name>.so... or <name>.so). Files a test finds some
 other way (a path compiled in) are its own target's dependencies in CMake
 (add_dependencies), so building the test's target builds them too. Exits 2,
 saying why, if the build is not configured or a path names no target.
@@ -32,7 +32,7 @@ def main():
     help_out = subprocess.run(["cmake", "--build", build, "--target", "help"], check=True,
                               capture_output=True, text=True).stdout
     known = {m.group(1) for m in re.finditer(r"^\.\.\. (\S+)", help_out, re.M)}
-    path_in_build = re.compile(re.escape(build) + r"/[^\s:=]+")
+    path_in_build = re.compile(re.escape(build) + r"/[^\s:=;,\"']+")
     needed = set()
     for test in json.loads(shown)["tests"]:
         words = list(test.get("command", []))
@@ -44,9 +44,10 @@ def main():
                 if os.path.isdir(path):
                     continue
                 base = os.path.basename(path)
-                lib = re.fullmatch(r"lib(.+?)\.(so|a)(\.[0-9.]+)?", base)
-                name = lib.group(1) if lib else base
-                if name not in known:
+                lib = re.fullmatch(r"(lib)?(.+?)\.(so|a)(\.[0-9.]+)?", base)
+                names = [base] + ([lib.group(2)] if lib else [])
+                name = next((n for n in names if n in known), None)
+                if name is None:
                     print(f"test_targets: {test['name']} uses {path}, which no target builds", file=sys.stderr)
                     sys.exit(2)
                 needed.add(name)
