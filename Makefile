@@ -23,22 +23,28 @@ deps-bench:
 
 # The quick suite: the default build's unit and integration tests, less
 # those labelled slow (the echo sweep, a million fibres in every variant,
-# the real-program suites) or memcached. Two at a time: most of them wait on
-# sockets, clients and timers, not on the CPU. On 2 cores a fresh clone's
-# `make test` takes about 8 minutes, build included (docs/BENCHMARKS.md,
-# "The test suites").
-test: deps-test
-	@$(MAKE) --no-print-directory all
-	@cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 600 -LE '^(slow|memcached)$$'
+# the real-program suites) or memcached. It builds what those tests need
+# (scripts/test_targets.py: not the benchmarks) and runs them two at a time:
+# most of them wait on sockets, clients and timers, not on the CPU. On 2
+# cores a fresh clone's `make test` takes about 9 minutes, build included
+# (docs/BENCHMARKS.md, "The test suites").
+QUICK = -LE '^(slow|memcached)$$'
+test: deps-test $(BUILD)/Makefile
+	@scripts/test_targets.py --build $(JOBS) $(BUILD) $(QUICK)
+	@cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 600 $(QUICK)
 
 # Everything, what CI runs: every test of the default build (memcached-port
 # built, its core suite included), then the ASan, TSan and perturbation
 # builds' (check-sanitizers, chaos). The quick suite's tests two at a time
-# (as `make test`), then the slow and memcached ones, CPU-bound, one at a time.
+# (as `make test`), then the slow and memcached ones, also two at a time but
+# for the CPU-bound ones (the full echo sweep, the million fibres, the
+# real-program suites), which have the machine alone (RUN_SERIAL): most of
+# memcached's tests wait on its timers (its suite's expirations and idle
+# timeouts).
 check: deps-test
 	@$(MAKE) --no-print-directory all memcached
-	@cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 900 -LE '^(slow|memcached)$$'
-	@cd $(BUILD) && ctest --output-on-failure -j 1 --timeout 900 -L '^(slow|memcached)$$'
+	@cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 900 $(QUICK)
+	@cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 900 -L '^(slow|memcached)$$'
 	@$(MAKE) --no-print-directory check-sanitizers
 	@$(MAKE) --no-print-directory chaos
 
@@ -51,11 +57,12 @@ check-sanitizers:
 	@$(MAKE) --no-print-directory tsan
 
 # The sanitizer builds make only what their tests (label sanitize) need
-# (scripts/test_targets.py): about half the build time of everything.
+# (scripts/test_targets.py), and run them two at a time, but for the two
+# heavy ones (sched_test and io_test, RUN_SERIAL in these builds).
 asan: deps-test
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=address >/dev/null
-	@t=$$(scripts/test_targets.py build-asan -L sanitize) && cmake --build build-asan -j $(JOBS) --target $$t
-	@cd build-asan && LOOM_TEST_SCALE=10 ctest --output-on-failure -L sanitize --timeout 600
+	@scripts/test_targets.py --build $(JOBS) build-asan -L sanitize
+	@cd build-asan && LOOM_TEST_SCALE=10 ctest --output-on-failure -j 2 -L sanitize --timeout 600
 
 # close_reuse_test and pthread_destroy_after_use_inproc race a close, and a
 # destroyed object's reuse, against another thread on purpose (issue 25,
@@ -63,8 +70,8 @@ asan: deps-test
 TSAN_SKIP = -E '^(close_reuse_test|pthread_destroy_after_use_inproc)$$'
 tsan: deps-test
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread >/dev/null
-	@t=$$(scripts/test_targets.py build-tsan -L sanitize $(TSAN_SKIP)) && cmake --build build-tsan -j $(JOBS) --target $$t
-	@cd build-tsan && LOOM_TEST_SCALE=1000 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -L sanitize \
+	@scripts/test_targets.py --build $(JOBS) build-tsan -L sanitize $(TSAN_SKIP)
+	@cd build-tsan && LOOM_TEST_SCALE=1000 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -j 2 -L sanitize \
 	  $(TSAN_SKIP) --timeout 600
 
 # The schedule-perturbation build (docs/DESIGN.md "Perturbation"): the
@@ -74,7 +81,7 @@ tsan: deps-test
 # minutes on 2 cores once built (187-228 s, 2026-11-27). Part of `make check`.
 chaos: deps-test
 	@cmake -S . -B build-chaos -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_CHAOS=ON >/dev/null
-	@t=$$(scripts/chaos.sh --targets build-chaos) && cmake --build build-chaos -j $(JOBS) --target $$t
+	@scripts/chaos.sh --build $(JOBS) build-chaos
 	@scripts/chaos.sh build-chaos
 
 # memcached's own test suite, every t/*.t, against memcached-vanilla,

@@ -11,20 +11,20 @@
 #                about 90 s a seed on 2 cores, not 170.
 #   CHAOS_TESTS  a ctest regex instead of the list below
 # A failing test is reported with its seed and the command that replays it.
-# scripts/chaos.sh --targets BUILD_DIR prints the CMake targets those tests
-# need (scripts/test_targets.py), for `make chaos` to build only them.
+# scripts/chaos.sh --build JOBS BUILD_DIR builds what those tests need and
+# nothing else (scripts/test_targets.py), for `make chaos`.
 set -u
-targets=
-if [ "${1:-}" = --targets ]; then
-  targets=1
-  shift
+jobs=
+if [ "${1:-}" = --build ]; then
+  jobs=${2:?usage: scripts/chaos.sh [--build JOBS] BUILD_DIR}
+  shift 2
 fi
-build=${1:?usage: scripts/chaos.sh [--targets] BUILD_DIR}
+build=${1:?usage: scripts/chaos.sh [--build JOBS] BUILD_DIR}
 seeds=${CHAOS_SEEDS:-1 2 3}
 scale=${CHAOS_SCALE:-50}
 tests=${CHAOS_TESTS:-'^(sched_test|steal_test|sync_test|mutex_test|rwlock_test|color_test|io_test|io_test_uring|io_rest_test|io_rest_test_uring|chaos_test|chaos_color_transit|chaos_sync_release|pthread_three_(barrier_phases|rwlock_rw|sem_pingpong|bounded_buffer|cxx))$'}
-if [ -n "$targets" ]; then
-  exec "$(dirname "$0")/test_targets.py" "$build" -R "$tests"
+if [ -n "$jobs" ]; then
+  exec "$(dirname "$0")/test_targets.py" --build "$jobs" "$build" -R "$tests"
 fi
 cd "$build" || exit 2
 failed=()

@@ -5,8 +5,14 @@
 # and preloaded; a CMake project with find_package(loom); the README's
 # C++ snippet pasted into main; also checks that every public header
 # compiles alone.
+# install_test.sh BUILD_DIR [LIBRARY...]: the libraries the build installs,
+# which must be built.
 set -euo pipefail
 build=$1
+shift
+for lib in "$@"; do
+  [ -e "$lib" ] || { echo "install_test: $lib is not built"; exit 1; }
+done
 src=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
