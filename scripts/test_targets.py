@@ -58,11 +58,12 @@ def main():
     for root, dirs, files in os.walk(build):
         dirs[:] = [d for d in dirs if d != "CMakeFiles"]
         if "CTestTestfile.cmake" in files:
-            for line in open(os.path.join(root, "CTestTestfile.cmake")):
-                m = re.match(r"(?:add_test|set_tests_properties)\(\[=\[(.+?)\]=\]", line)
+            text = open(os.path.join(root, "CTestTestfile.cmake")).read()
+            for call in re.split(r"\n(?=[a-z_]+\()", text):  # a call may span lines
+                m = re.match(r"(?:add_test|set_tests_properties)\(\[=\[(.+?)\]=\]", call)
                 if m:
-                    lines.setdefault(m.group(1), []).append(line)
-    path_in_build = re.compile(re.escape(build) + r"/[^\s:=;,\"']+")
+                    lines.setdefault(m.group(1), []).append(call)
+    path_in_build = re.compile(re.escape(build) + r"/[^\s:=;,\"'\\]+")
     needed = set()
     for test in json.loads(shown)["tests"]:
         for line in lines.get(test["name"], []):
