@@ -77,8 +77,9 @@ tsan: deps-test
 # The schedule-perturbation build (docs/DESIGN.md "Perturbation"): the
 # runtime stalls its threads at named points, seeded (LOOM_CHAOS=SEED), and
 # checks its invariants; the stress, color, steal, I/O and pthread_three
-# tests run under CHAOS_SEEDS (default 1 2 3; scripts/chaos.sh). About 4
-# minutes on 2 cores once built (187-228 s, 2026-11-27). Part of `make check`.
+# tests run under CHAOS_SEEDS (default 1 2 3; scripts/chaos.sh), built alone
+# (scripts/chaos.sh --build): about 3.5 minutes on 2 cores with the build
+# (2026-11-28). Part of `make check`.
 chaos: deps-test
 	@cmake -S . -B build-chaos -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_CHAOS=ON >/dev/null
 	@scripts/chaos.sh --build $(JOBS) build-chaos
