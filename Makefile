@@ -28,7 +28,8 @@ deps-bench:
 # most of them wait on sockets, clients and timers, not on the CPU. On 2
 # cores a fresh clone's `make test` takes about 9 minutes, build included
 # (docs/BENCHMARKS.md, "The test suites").
-QUICK = -LE '^(slow|memcached)$$'
+NOT_QUICK = '^(slow|memcached)$$'
+QUICK = -LE $(NOT_QUICK)
 test: deps-test $(BUILD)/Makefile
 	@scripts/test_targets.py --build $(JOBS) $(BUILD) $(QUICK)
 	@cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 600 $(QUICK)
@@ -44,7 +45,7 @@ test: deps-test $(BUILD)/Makefile
 check: deps-test
 	@$(MAKE) --no-print-directory all memcached
 	@cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 900 $(QUICK)
-	@cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 900 -L '^(slow|memcached)$$'
+	@cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 900 -L $(NOT_QUICK)
 	@$(MAKE) --no-print-directory check-sanitizers
 	@$(MAKE) --no-print-directory chaos
 

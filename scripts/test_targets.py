@@ -12,11 +12,11 @@ builds the targets of one such call one after another, each on one core when
 it is one source file, as most tests are. --build hands them all to one make
 of CMakeFiles/Makefile2, or, for any other generator, to cmake --build.)
 
-A test needs every target whose file appears in its command or environment
-(read from the CTestTestfile.cmake files, since ctest lists no command for a
-program not yet built)
-(executables by name, libraries as lib<name>.so..., <name>.so, and
-lib<name>.a for the target <name>_static). Files a test finds some
+A test needs every target whose file appears in its command or environment:
+executables by name, libraries as lib<name>.so..., <name>.so, and
+lib<name>.a for the target <name>_static. Those are read from the
+CTestTestfile.cmake files, since ctest lists no command for a program not
+yet built. Files a test finds some
 other way (a path compiled in) are its own target's dependencies in CMake
 (add_dependencies), so building the test's target builds them too. A path
 that names no target (a directory, a file a test writes) is passed over.

@@ -106,8 +106,8 @@ void sc_rest(SConn* c) {
     break;
   }
   // A connection the closer closed: its number may name another descriptor
-  // by now (the stall watchdog's /proc reads reuse it: EPERM, what epoll
-  // says of a regular file), the test's own use after close.
+  // by now (a file: EPERM, what epoll says of a regular file; the stall
+  // watchdog's /proc reads, most likely), the test's own use after close.
   if (e != EBADF && !c->closed.load()) {
     c->s->rest_errors.fetch_add(1);
     std::fprintf(stderr, "rest: %s\n", std::strerror(e));
