@@ -5,7 +5,7 @@ PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all test check memcached demo bench install clean asan tsan chaos deps deps-test deps-bench check-sanitizers fuzz soak test-memcached demo-memcached
+.PHONY: all test check memcached demo bench install clean asan tsan chaos deps deps-test deps-bench check-sanitizers fuzz soak test-memcached demo-memcached perf-gate perf-gate-selftest
 
 all: $(BUILD)/Makefile
 	@cmake --build $(BUILD) -j $(JOBS)
@@ -48,6 +48,27 @@ check: deps-test
 	@cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 900 -L $(NOT_QUICK)
 	@$(MAKE) --no-print-directory check-sanitizers
 	@$(MAKE) --no-print-directory chaos
+	@$(MAKE) --no-print-directory perf-gate
+
+# The performance gate (issue 34): the quick micro, lock, io and colors
+# benchmarks of the default build, their same-run ratios against the bounds
+# in scripts/perf_bounds.json (about twice each goal); a bound missed twice
+# in a row fails, naming the row, the ratio, the bound and the previous
+# figure. About 5 minutes on 2 cores. Last in `make check`: the machine is
+# otherwise idle then. docs/BENCHMARKS.md, "The performance gate".
+perf-gate: deps-test
+	@$(MAKE) --no-print-directory all
+	@scripts/perf_gate.py
+
+# The gate against a deliberately slowed build (LOOM_SLOW_SWITCH_NS: 300 ns
+# of busy waiting in every context switch, in build-slow/): passes only if
+# the gate fails it.
+perf-gate-selftest: deps-test
+	@cmake -S . -B build-slow -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SLOW_SWITCH_NS=300 -DLOOM_MEMCACHED=OFF >/dev/null
+	@cmake --build build-slow -j $(JOBS)
+	@if LOOM_BENCH_BUILD=$(CURDIR)/build-slow scripts/perf_gate.py --out bench-results/gate-slow; then \
+	  echo "perf-gate-selftest: the gate passed a build slowed by 300 ns a switch" >&2; exit 1; \
+	else echo "perf-gate-selftest: the gate failed the slowed build, as it must"; fi
 
 # memcached-port's three builds (CMake target memcached-port).
 memcached: $(BUILD)/Makefile

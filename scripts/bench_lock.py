@@ -57,6 +57,8 @@ SYSTEMS = [
     ("loom", "policy=hybrid", "lock_loom", ["--policy", "hybrid"]),
     # Thieves use a membarrier instead of the queue's lock (StealFence).
     ("loom", "fence=membarrier", "lock_loom", ["--policy", "blocking", "--steal-fence", "membarrier"]),
+    # Idle processors sleep at once (no spin before sleeping: issue 34).
+    ("loom", "spin=0us", "lock_loom", ["--policy", "blocking", "--spin-us", "0"]),
     ("pthread", "", "lock_pthread", []),
     # M:N over C threads with Boost's work_stealing algorithm; suspend off is
     # Boost's default (idle threads poll), on lets them sleep.
@@ -393,6 +395,19 @@ def run(runner, drv):
         if loom_goal is not None and ratio is not None:
             loom_goal.setdefault("ratios", {})[label(peer, pvar)] = round(ratio, 4)
             loom_goal.setdefault("goals", {})[label(peer, pvar)] = goal
+    # Two ratios that stay meaningful when a peer's overhead is within its
+    # noise (pthread's and Go's often are: a few hundred ns ± more than that),
+    # for the performance gate (scripts/perf_gate.py): loom's overhead over
+    # the work itself (the no-lock reference of this run), and loom's
+    # throughput over Go's.
+    if loom_goal is not None:
+        ov, cpu = loom_goal.get("runtime_overhead_ns_per_iter"), loom_goal.get("cpu_ns_per_iter")
+        if ov is not None and cpu is not None and cpu - ov > 0:
+            loom_goal.setdefault("ratios", {})["overhead_vs_work"] = round(ov / (cpu - ov), 4)
+        go = at_goal("go", "")
+        if go and go.get("iterations_per_s") and loom_goal.get("iterations_per_s"):
+            loom_goal.setdefault("ratios", {})["throughput_vs_go"] = round(
+                loom_goal["iterations_per_s"] / go["iterations_per_s"], 4)
     if loom_goal is not None and loom_goal.get("idle_cpu_ms_per_s") is not None:
         loom_goal.setdefault("goals", {})["idle_cpu_ms_per_s"] = IDLE_GOAL_MS_PER_S
 

@@ -8,7 +8,8 @@
 #                           ripgrep (programs whose state is in thread-locals: tests/tls), git and
 #                           redis (tests/pthread_proc); memcached's
 #                           t/*.t modules, Debian's memcached, libmemcached and pymemcache
-#                           (tests/memcached)
+#                           (tests/memcached); Go (the lock benchmark's peer in the
+#                           performance gate, `make perf-gate`, the end of `make check`)
 #   scripts/deps.sh bench   test + Boost.Fiber, wrk, nginx, Go, memcached, gnuplot,
 #                           clang with libFuzzer (make fuzz)
 # Idempotent: a second run installs nothing and does not touch the network.
@@ -20,7 +21,7 @@ build=(g++ make cmake pkg-config libboost-context-dev libhwloc-dev liburing-dev
 test=("${build[@]}" libgtest-dev googletest valgrind gdb curl python3 libboost-fiber-dev wrk zstd xz-utils pbzip2 lbzip2
       perl procps ripgrep
       libio-socket-ssl-perl sasl2-bin memcached libmemcached-tools libmemcached-dev python3-pymemcache
-      git redis-server redis-tools)
+      git redis-server redis-tools golang-go)
 bench=("${test[@]}" wrk nginx-light golang-go memcached libmemcached-tools gnuplot-nox clang libclang-rt-14-dev)
 
 case "$group" in

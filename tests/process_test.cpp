@@ -47,21 +47,21 @@ TEST(Process, EveryVariableSelectsItsVariant) {
   // the test was asked to use (the _uring twin sets LOOM_IO).
   ::unsetenv("LOOM_IO");
   EXPECT_EQ(run(probe + " config").out,
-            "queue=nemesis placement=push steal=longest-busy sticky=8 spin=0 stack=64KiB poller=idle lazy=on ybr=on "
+            "queue=nemesis placement=push steal=longest-busy sticky=8 spin=20us stack=64KiB poller=idle lazy=on ybr=on "
             "mutex=blocking\n");
-  Result r = run("LOOM_QUEUE=shared LOOM_PLACEMENT=share LOOM_STEAL_POLICY=random LOOM_STICKY=3 LOOM_SPIN=500 "
+  Result r = run("LOOM_QUEUE=shared LOOM_PLACEMENT=share LOOM_STEAL_POLICY=random LOOM_STICKY=3 LOOM_SPIN_US=500 "
                  "LOOM_STACK_SIZE=131072 LOOM_MUTEX=hybrid LOOM_POLLER=loop-sleep LOOM_POLLER_SLEEP=250 "
                  "LOOM_LAZY_REGISTER=off LOOM_YIELD_BEFORE_READ=off " + probe + " config");
-  EXPECT_EQ(r.out, "queue=shared placement=share steal=random sticky=3 spin=500 stack=128KiB poller=loop-sleep/250us "
+  EXPECT_EQ(r.out, "queue=shared placement=share steal=random sticky=3 spin=500us stack=128KiB poller=loop-sleep/250us "
                    "lazy=off ybr=off mutex=hybrid\n");
   r = run("LOOM_STEAL=off LOOM_MUTEX=baton LOOM_POLLER=opportunistic-timeout " + probe + " config");
-  EXPECT_EQ(r.out, "queue=nemesis placement=push steal=off sticky=8 spin=0 stack=64KiB "
+  EXPECT_EQ(r.out, "queue=nemesis placement=push steal=off sticky=8 spin=20us stack=64KiB "
                    "poller=opportunistic-timeout/1000us lazy=on ybr=on mutex=baton\n");
   r = run("LOOM_WAIT_FIRST=off " + probe + " config");
-  EXPECT_EQ(r.out, "queue=nemesis placement=push steal=longest-busy sticky=8 spin=0 stack=64KiB poller=idle lazy=on ybr=on "
+  EXPECT_EQ(r.out, "queue=nemesis placement=push steal=longest-busy sticky=8 spin=20us stack=64KiB poller=idle lazy=on ybr=on "
                    "wait_first=off mutex=blocking\n");
   r = run("LOOM_STEAL_FENCE=membarrier " + probe + " config");
-  EXPECT_EQ(r.out, "queue=nemesis placement=push steal=longest-busy sticky=8 spin=0 stack=64KiB poller=idle lazy=on ybr=on "
+  EXPECT_EQ(r.out, "queue=nemesis placement=push steal=longest-busy sticky=8 spin=20us stack=64KiB poller=idle lazy=on ybr=on "
                    "fence=membarrier mutex=blocking\n");
   r = run("LOOM_STEAL_FENCE=ipi " + probe + " config");
   EXPECT_NE(r.out.find("loom: LOOM_STEAL_FENCE=ipi: expected lock|membarrier; using lock"), std::string::npos)
@@ -73,16 +73,16 @@ TEST(Process, EveryVariableSelectsItsVariant) {
   r = run("LOOM_POLLER=epoll " + probe + " config");
   EXPECT_NE(r.out.find("loom: LOOM_POLLER=epoll: expected idle|fibre|loop|loop-sleep|opportunistic|opportunistic-timeout; "
                        "using idle"), std::string::npos) << r.out;
-  r = run("LOOM_MUTEX=fastest LOOM_SPIN=-1 " + probe + " config");
+  r = run("LOOM_MUTEX=fastest LOOM_SPIN_US=-1 " + probe + " config");
   EXPECT_NE(r.out.find("loom: LOOM_MUTEX=fastest: expected blocking|spin|baton|hybrid; using blocking"), std::string::npos)
       << r.out;
-  EXPECT_NE(r.out.find("loom: LOOM_SPIN=-1: expected an integer"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("loom: LOOM_SPIN_US=-1: expected an integer"), std::string::npos) << r.out;
 }
 
 TEST(Process, SpinBeforeBlockStillSleepsWhenIdle) {
   // The spin variant runs real work, then its processors must still sleep.
   loom::SchedConfig cfg;
-  cfg.spin = 2000;
+  cfg.spin_us = 2000;
   loom::Cluster c(2, cfg);
   std::atomic<int> n{0};
   {

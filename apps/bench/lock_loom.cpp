@@ -3,6 +3,8 @@
 //
 //   --policy blocking|spin|baton|hybrid   the mutexes' MutexPolicy (default:
 //       loom::default_mutex_policy(), i.e. LOOM_MUTEX or blocking).
+//   --spin-us N   the cluster's SchedConfig::spin_us (default: LOOM_SPIN_US,
+//       else 20): how long an idle processor looks for work before it sleeps.
 //   --steal-fence lock|membarrier   the cluster's SchedConfig::steal_fence
 //       (default: LOOM_STEAL_FENCE, else lock); a row's variant says
 //       "fence=membarrier" when it is not the default. The row's
@@ -28,6 +30,7 @@ namespace {
 
 loom::MutexPolicy g_policy = loom::MutexPolicy::blocking;
 std::optional<loom::StealFence> g_fence;  // --steal-fence, else LOOM_STEAL_FENCE
+std::optional<unsigned> g_spin_us;         // --spin-us, else LOOM_SPIN_US
 
 struct alignas(64) LMutex {
   LMutex() : m(g_policy) {}
@@ -43,6 +46,15 @@ bool extra_flag(const char* prog, const std::string& flag, bench::ArgWalker& w) 
     if (!bench::parse_steal_fence(v, &f))
       bench::usage_error(prog, "bad value '" + v + "' for --steal-fence (want lock or membarrier)");
     g_fence = f;
+    return true;
+  }
+  if (flag == "--spin-us") {
+    std::string v = w.value();
+    char* end = nullptr;
+    unsigned long n = std::strtoul(v.c_str(), &end, 10);
+    if (v.empty() || *end || n > 1'000'000)
+      bench::usage_error(prog, "bad value '" + v + "' for --spin-us (want 0 to 1000000)");
+    g_spin_us = unsigned(n);
     return true;
   }
   if (flag != "--policy") return false;
@@ -68,10 +80,12 @@ int main(int argc, char** argv) {
       lockbench::parse("lock_loom", "loom (loom::Mutex, fibres on a loom::Cluster)", argc, argv, extra_flag,
                        "  --policy P         blocking, spin, baton or hybrid (default: LOOM_MUTEX, else blocking)\n"
                        "  --steal-fence F    lock or membarrier (default: LOOM_STEAL_FENCE, else lock)\n"
+                       "  --spin-us N        idle spin before sleeping, µs (default: LOOM_SPIN_US, else 20)\n"
                        "The scheduler configuration comes from LOOM_* variables (loom/config.hpp).\n");
   const double rate = lockbench::loop_rate(c);
   loom::SchedConfig config = loom::SchedConfig::from_env();
   if (g_fence) config.steal_fence = *g_fence;
+  if (g_spin_us) config.spin_us = *g_spin_us;
   std::string variant = bench::loom_variant(config);
   if (g_policy != loom::MutexPolicy::blocking)
     variant = std::string("policy=") + loom::to_string(g_policy) + (variant.empty() ? "" : " ") + variant;

@@ -21,7 +21,7 @@ inline std::string loom_variant(const loom::SchedConfig& c) {
   if (c.stealing != d.stealing) add(std::string("steal=") + (c.stealing ? "on" : "off"));
   if (c.steal_policy != d.steal_policy) add("steal_policy=" + c.steal_policy);
   if (c.sticky_threshold != d.sticky_threshold) add("sticky=" + std::to_string(c.sticky_threshold));
-  if (c.spin != d.spin) add("spin=" + std::to_string(c.spin));
+  if (c.spin_us != d.spin_us) add("spin=" + std::to_string(c.spin_us) + "us");
   if (c.steal_fence != d.steal_fence) add(std::string("fence=") + loom::to_string(c.steal_fence));
   if (c.stack_size != d.stack_size) add("stack_size=" + std::to_string(c.stack_size));
   return v;

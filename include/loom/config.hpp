@@ -14,8 +14,9 @@
 //   LOOM_STEAL_POLICY=longest-busy|random
 //   LOOM_STICKY=N              victim queue length from which a stolen fibre
 //                              stays with its thief (0 = never sticky)
-//   LOOM_SPIN=N                polls of the queues before an idle processor
-//                              sleeps (0 = sleep at once)
+//   LOOM_SPIN_US=N             at most how long an idle processor looks for
+//                              work before it sleeps, with siblings to steal
+//                              from (adaptive; 0 = sleep at once)
 //   LOOM_STEAL_FENCE=lock|membarrier  how a thief and a processor agree on
 //                              the processor's ready queue (see StealFence)
 //   LOOM_STACK_SIZE=BYTES      default fibre stack size
@@ -105,7 +106,11 @@ struct SchedConfig {
   bool stealing = true;
   std::string steal_policy = "longest-busy";
   std::size_t sticky_threshold = 8;
-  unsigned spin = 0;
+  // Microseconds an idle processor of a cluster of several keeps looking
+  // for work before it sleeps, at most (the budget adapts: DESIGN.md,
+  // "Spinning before sleeping"). 20: about what a futex sleep and wake cost
+  // here, the competitive bound; measured in docs/BENCHMARKS.md ("lock").
+  unsigned spin_us = 20;
   // membarrier falls back to lock where membarrier(2) is missing (and
   // under TSan).
   StealFence steal_fence = StealFence::lock;

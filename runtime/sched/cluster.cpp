@@ -267,10 +267,18 @@ void Cluster::wake(Processor& p, bool stealable) {
 void Cluster::wake_thief() {
   // A busy processor's backlog grew: if a processor sleeps, wake one to
   // steal — but only one thief at a time, or every push would wake a
-  // processor that finds nothing. (Callers have published the work and
-  // fenced.)
-  if (stealing() && idle_count_.load(std::memory_order_relaxed) > 0 && !thief_waking_.exchange(true))
+  // processor that finds nothing, and none while a processor spins: it
+  // steals (spin_leave hands over when the last spinner leaves with other
+  // work). (Callers have published the work and fenced.)
+  if (stealing() && idle_count_.load(std::memory_order_relaxed) > 0 && spinning_.load(std::memory_order_relaxed) == 0 &&
+      !thief_waking_.exchange(true))
     if (!wake_one()) thief_waking_.store(false, std::memory_order_relaxed);
+}
+
+void Cluster::spin_leave(bool found) {
+  if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1 && found &&
+      idle_count_.load(std::memory_order_relaxed) > 0)
+    wake_thief();
 }
 
 bool Cluster::wake_one() {

@@ -91,6 +91,14 @@ class Cluster {
   void wake_thief();
   // A processor woken to steal has looked for work: another may be woken.
   void thief_done() { thief_waking_.store(false, std::memory_order_relaxed); }
+  // An idle processor spinning before it sleeps (Processor::spin_for_work)
+  // is awake and steals: while one spins, wake_thief wakes no sleeper.
+  void spin_enter() { spinning_.fetch_add(1, std::memory_order_relaxed); }
+  // found: it leaves with work, not to sleep. The last spinner to leave so
+  // hands the look-out to a sleeper when some sleep (Go's rule: work a
+  // pusher left to it may still be queued behind a busy processor).
+  void spin_leave(bool found);
+  int spinning_relaxed() const { return spinning_.load(std::memory_order_relaxed); }
 
   // Timers (see sched/timer.hpp). add_timer wakes whoever must re-arm.
   void add_timer(TimerNode* n);
@@ -157,6 +165,7 @@ class Cluster {
   Processor* idle_tail_ = nullptr;
   std::atomic<int> idle_count_{0};
   std::atomic<bool> thief_waking_{false};
+  std::atomic<int> spinning_{0};
   std::atomic<Processor*> keeper_{nullptr};
   Cluster* next_retired_ = nullptr;
 };

@@ -40,7 +40,7 @@ SchedConfig SchedConfig::from_env() {
   int policy = env_choice("LOOM_STEAL_POLICY", {"longest-busy", "random"}, 0);
   c.steal_policy = policy == 0 ? "longest-busy" : "random";
   c.sticky_threshold = env_size("LOOM_STICKY", c.sticky_threshold, 0, 1 << 20);
-  c.spin = unsigned(env_size("LOOM_SPIN", c.spin, 0, 1 << 24));
+  c.spin_us = unsigned(env_size("LOOM_SPIN_US", c.spin_us, 0, 1'000'000));
   c.steal_fence = static_cast<StealFence>(env_choice("LOOM_STEAL_FENCE", {"lock", "membarrier"}, int(c.steal_fence)));
   c.stack_size = env_bytes("LOOM_STACK_SIZE", c.stack_size, kStackMin, kStackMax);
   c.poller = static_cast<PollerKind>(
@@ -58,7 +58,7 @@ SchedConfig SchedConfig::from_env() {
 std::string SchedConfig::describe() const {
   return std::string("queue=") + to_string(queue) + " placement=" + to_string(placement) +
          " steal=" + (stealing ? steal_policy : std::string("off")) + " sticky=" + std::to_string(sticky_threshold) +
-         " spin=" + std::to_string(spin) + " stack=" + std::to_string(stack_size / 1024) + "KiB poller=" + to_string(poller) +
+         " spin=" + std::to_string(spin_us) + "us stack=" + std::to_string(stack_size / 1024) + "KiB poller=" + to_string(poller) +
          (poller == PollerKind::loop_sleep || poller == PollerKind::opportunistic_timeout
               ? "/" + std::to_string(poller_sleep_us) + "us"
               : std::string()) +

@@ -179,6 +179,7 @@ void start_fibre_context(Fibre* f, void* lo, std::size_t size) { context_make(f-
 Processor::Processor(Cluster& cluster, unsigned index, bool adopt)
     : cluster_(&cluster), index_(index), pu_(topo::assign_pu()), own_rq_(cluster.config().queue, /*owned=*/true, cluster.config().steal_fence) {
   rq_ = cluster.shared_queue() ? cluster.shared_queue() : &own_rq_;
+  spin_max_ns_ = spin_budget_ns_ = std::int64_t(cluster.config().spin_us) * 1000;
   idle_.cluster = &cluster;
   idle_.affinity = this;
   idle_.name = "idle loop";
@@ -270,6 +271,10 @@ void Processor::switch_to(Fibre* next, PostFn post, void* arg, bool dying) {
   if (__builtin_expect(next->ctx.fctx == nullptr, 0)) give_stack(*this, *next);
   SwitchNote note{self, post, arg, this};
   LOOM_CHECK_SWITCH(next, *this);
+#if defined(LOOM_SLOW_SWITCH_NS)
+  // The deliberately slowed build (CMakeLists.txt): the gate must fail it.
+  for (std::int64_t until = now_ns() + LOOM_SLOW_SWITCH_NS; now_ns() < until;) cpu_relax();
+#endif
   current_ = next;
   counters.add(Stat::switches);
   running_id.store(next->id, std::memory_order_relaxed);
@@ -369,27 +374,44 @@ void Processor::push(Fibre* f) {
     rq_->push(f);
     cluster_->wake_one();
   } else if (this_processor() == this) {
-    push_local(f);
-    // f waits behind the fibre running here, which may not reach a
+    // f would wait behind the fibre running here, which may not reach a
     // scheduling point for long: it may busy-wait for f's work, as redis's
     // main thread waits for its I/O threads (issue 25, bug 3: a livelock
     // with the other processor asleep). The rule (DESIGN.md, "No waiting
     // behind a running fibre"): a ready fibre never waits behind a running
-    // one while a processor of its cluster sleeps. So a sleeper is woken
-    // to steal — one thief at a time (wake_thief), and only when some
-    // processor sleeps: with all busy it costs a fence and a load; with one
-    // processor, one load.
+    // one while a processor of its cluster sleeps. So:
+    //  - a sibling spinning for work (spin_for_work) is given f at once, on
+    //    its own queue, which it is polling: no steal, no wake-up (a lock
+    //    convoy's hand-over: issue 34);
+    //  - else f is queued here, and if some processor sleeps one is woken
+    //    to steal — one thief at a time (wake_thief).
+    // Then, for the spinner, what any push onto another processor's queue
+    // does (Cluster::wake): it may have stopped spinning before it saw f,
+    // and either sleeps (it is woken), looks again in its idle loop
+    // (nothing to do), or runs other work (a thief is woken for f). For a
+    // local push, the fence and the look at the idle count: a processor
+    // going idle announces itself, then looks at the queues (invariant 3).
+    // With all busy it costs a fence and a load; with one processor, one
+    // load. (Handing f over without the wake lost it: the spinner's last
+    // look could come before the push, then it slept — a hang in the
+    // lock benchmark within seconds.)
     // (09a3b57 woke a thief on every local push, without the one-thief
     // gate and the idle count, and tripled the lock benchmark's overhead.)
-    // The fence orders the push before the look at the idle count (invariant
-    // 3: a processor going idle announces itself, then looks at our queue).
     // Not from the idle loop (the poller delivering to its own fibres as
     // its sleep ends): nothing runs here that f would wait behind, and a
     // thief woken for each delivery would be a wake-up per request.
     // Nor for a pinned fibre (a color runner): no thief may take it.
     if (cluster_->size() > 1 && current_ != &idle_ && !f->pinned) {
+      if (Processor* q = spinning_sibling()) {
+        q->own_rq_.push(f);
+        cluster_->wake(*q);
+        return;
+      }
+      push_local(f);
       std::atomic_thread_fence(std::memory_order_seq_cst);
       if (cluster_->idle_processors_relaxed() > 0) cluster_->wake_thief();
+    } else {
+      push_local(f);
     }
   } else {
     own_rq_.push(f);
@@ -399,6 +421,15 @@ void Processor::push(Fibre* f) {
     else
       cluster_->wake(*this, !f->pinned);
   }
+}
+
+Processor* Processor::spinning_sibling() const {
+  if (cluster_->spinning_relaxed() == 0) return nullptr;
+  for (std::size_t i = 1, n = cluster_->size(); i < n; ++i) {
+    Processor* q = cluster_->processor(unsigned((index_ + i) % n));
+    if (q && q->spinning.load(std::memory_order_relaxed)) return q;
+  }
+  return nullptr;
 }
 
 void Processor::push_local(Fibre* f) {
@@ -441,15 +472,58 @@ namespace {
 constexpr std::int64_t kTrimAfterNs = 50'000'000;  // 50 ms idle: the burst is over
 }  // namespace
 
+// Spin before sleeping (DESIGN.md, "Spinning before sleeping"): with
+// siblings to steal from, an idle processor keeps looking for up to its
+// budget before it announces itself idle. A spinner is awake: a pusher that
+// sees one wakes no sleeper to steal (Cluster::wake_thief), so work made
+// behind a busy processor costs no futex wake and no sleep. The budget
+// adapts, per processor: a spin that finds work keeps it at the maximum
+// (SchedConfig::spin_us); one that times out halves it (under 1 µs: no
+// spin); a sleep that a sibling ended within the maximum restores it (a
+// spin would have caught that work). So a processor whose work comes from
+// its siblings (a lock convoy) spins, and one whose work comes from I/O or
+// timers, which a spinner does not poll, stops spinning after a few idle
+// periods (at most about twice the maximum spent in vain).
+Fibre* Processor::spin_for_work() {
+  if (spin_budget_ns_ < 1000 || cluster_->size() < 2 || !cluster_->stealing()) return nullptr;
+  cluster_->spin_enter();
+  spinning.store(true, std::memory_order_relaxed);
+  const std::int64_t until = now_ns() + spin_budget_ns_;
+  Fibre* f = nullptr;
+  // Most of what a spinner gets is handed to it (Processor::push): between
+  // looks at the queues and a steal (a few hundred ns, and lines of other
+  // processors read), only its own queue's hint. Not the extensions: the
+  // color layer wakes its own thieves for colors worth stealing (a spinner
+  // that took every color it saw cost time-left stealing its edge over
+  // base: 1.54 → 1.39 in the colors benchmark), and the idle poller polls
+  // when this processor sleeps; nor timers: the keeper sleeps until the
+  // next. The look after the spin, before sleeping, takes all of them in.
+  unsigned looks = 0;
+  do {
+    cpu_relax();
+    if (own_rq_.maybe_nonempty() || (++looks & 7) == 0) {
+      f = next_ready();
+      if (!f) f = cluster_->steal(*this);
+    }
+  } while (!f && now_ns() < until && !stop_.load(std::memory_order_relaxed));
+  counters.add(Stat::spins);
+  if (f) {
+    counters.add(Stat::spin_hits);
+    spin_budget_ns_ = spin_max_ns_;
+  } else {
+    spin_budget_ns_ /= 2;
+  }
+  spinning.store(false, std::memory_order_relaxed);
+  cluster_->spin_leave(f != nullptr);
+  return f;
+}
+
 void Processor::idle_loop() {
   // Runs on the idle fibre; every switch back here returns into run().
   // Re-read `this` is not needed: the idle fibre never leaves its processor.
   for (;;) {
     Fibre* f = find_work();
-    for (unsigned i = 0; !f && i < cluster_->config().spin; ++i) {
-      cpu_relax();
-      f = find_work();
-    }
+    if (!f) f = spin_for_work();
     if (!f) {
       if (stop_.load(std::memory_order_acquire)) return;
       LOOM_CHAOS_POINT(idle_announce);
@@ -475,6 +549,8 @@ void Processor::idle_loop() {
           trim_at = now_ns() + kTrimAfterNs;
           if (deadline == kNoDeadline || trim_at < deadline) deadline = trim_at;
         }
+        const std::int64_t sleep_start = spin_max_ns_ ? now_ns() : 0;
+        const std::uint64_t wakes_before = wakes.load(std::memory_order_relaxed);
         bool slept = false;
         for (unsigned i = 0; i < n_ext && !slept; ++i) slept = cluster_->extension(i)->sleep(*this, deadline);
         if (slept) {
@@ -485,6 +561,11 @@ void Processor::idle_loop() {
         } else if (deadline > now_ns()) {
           wake_flag.wait(deadline);
         }
+        // A sibling's wake within the maximum spin: spinning would have
+        // caught that work without the sleep (spin_for_work).
+        if (spin_max_ns_ && wakes.load(std::memory_order_relaxed) != wakes_before &&
+            now_ns() - sleep_start < spin_max_ns_)
+          spin_budget_ns_ = spin_max_ns_;
         if (keeper) {
           cluster_->release_keeper(*this);
           // Timers still pending: a sleeper takes over the keeping. This

@@ -111,6 +111,7 @@ class Processor {
   Processor* list_prev = nullptr;
   Processor* list_next = nullptr;
   std::atomic<bool> idle{false};  // on the idle list (read by pushers)
+  std::atomic<bool> spinning{false};  // in spin_for_work
   WakeFlag wake_flag;
   // Wakes the processor from its sleep, on the futex or in an extension.
   void wake_up() noexcept;
@@ -129,6 +130,10 @@ class Processor {
   friend void processor_idle_entry(transfer_t);
   static void* thread_main(void* self);
   void idle_loop();
+  // Looks for work for up to spin_budget_ns_ before the processor sleeps.
+  Fibre* spin_for_work();
+  // Another processor of the cluster in spin_for_work, if any (a hint).
+  Processor* spinning_sibling() const;
   Fibre* find_work(bool last_look = false);
   void run(Fibre* f);
   void enter_thread();  // per-thread set-up on the processor's kernel thread
@@ -152,6 +157,8 @@ class Processor {
   Stack idle_stack_;  // adopt only: the idle loop needs a stack of its own
   StackCache stacks_;
   unsigned tick_ = 0;
+  std::int64_t spin_max_ns_ = 0;     // SchedConfig::spin_us
+  std::int64_t spin_budget_ns_ = 0;  // this idle period's spin (spin_for_work)
   bool timers_due_ = false;      // suspend() left due timers to the fibre it switched to
   std::uint64_t last_look_ = 0;  // TSC of the extensions' last busy_pick
   std::atomic<bool> stop_{false};

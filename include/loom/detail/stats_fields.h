@@ -28,6 +28,8 @@
   X(mutex_handoffs, "mutex unlocks that handed over to a waiter")                   \
   X(stack_hits, "fibre stacks from the cache")                                      \
   X(stack_misses, "fibre stacks newly mapped")                                      \
-  X(rests, "rests on a descriptor (loom::io::rest: the stack given back)")
+  X(rests, "rests on a descriptor (loom::io::rest: the stack given back)")          \
+  X(spins, "idle spins before sleeping (LOOM_SPIN_US)")                             \
+  X(spin_hits, "... that found work")
 
 #endif
