@@ -86,6 +86,22 @@ bool pipes_nowait() {
   return ok;
 }
 
+// The character devices whose calls are made in place: offloading them
+// would only move the fibre to another kernel thread and back (dd
+// of=/dev/null). An explicit list of the kernel's memory devices
+// (drivers/char/mem.c, major 1) that never wait: mem 1, kmem 2, null 3,
+// port 4, zero 5, full 7, random 8, urandom 9 (random waits only until the
+// pool is first seeded, at boot). Not the rest of major 1: kmsg (11) waits
+// for the next kernel record (dmesg --follow), and a number the kernel adds
+// later may wait too. Not a zero-timeout poll per call either: a readable
+// kmsg still waits once its records are read, and the poll would cost as
+// much as the read. Every other device goes to the offload cluster.
+static bool never_blocks(dev_t dev) {
+  if (major(dev) != 1) return false;
+  unsigned m = minor(dev);
+  return (m >= 1 && m <= 5) || (m >= 7 && m <= 9);
+}
+
 // First use of a descriptor loom did not create: sockets, and pipes where
 // RWF_NOWAIT works, are waited on through the poller (their flags as they
 // are: the program's); named FIFOs, terminals and anonymous descriptors
@@ -119,13 +135,10 @@ std::uint8_t classify(int fd, FdEntry& e) {
     }
   }
   // Regular files: reads are tried in the page cache first (read_in_place).
-  // The kernel's memory devices (major 1: null, zero, full, random,
-  // urandom...) never block: offloading their calls would only move the
-  // fibre to another kernel thread and back (dd of=/dev/null).
   std::uint8_t kind = kFdFile;
   if (fl >= 0 && S_ISREG(st.st_mode))
     kind = kFdRegular;
-  else if (fl >= 0 && S_ISCHR(st.st_mode) && major(st.st_rdev) == 1)
+  else if (fl >= 0 && S_ISCHR(st.st_mode) && never_blocks(st.st_rdev))
     kind = kFdInPlace;
   e.describe(kind, false, false, /*shared=*/true);
   return kind;
