@@ -278,8 +278,10 @@ ssize_t fibre_sendfile(int out, int in, off_t* off, size_t n) {
   ssize_t r;
   std::uint8_t kind = e->kind.load(std::memory_order_acquire);
   // sendfile(2) has no per-call form: on a blocking socket (the program's
-  // flags, io/io.cpp's descriptor rule) it waits in the kernel.
-  if (kind != rt::kFdPollable || e->per_call()) {
+  // flags, io/io.cpp's descriptor rule; the kernel is asked, as the
+  // program may have changed them behind loom: FdEntry::program_nonblock)
+  // it waits in the kernel.
+  if (kind != rt::kFdPollable || (!e->loom_nb.load(std::memory_order_relaxed) && !e->program_nonblock(out))) {
     int err = 0;
     void* token = rt::offload_enter(rt::WaitKind::fd_out, rt::fd_object(out));
     r = k::sendfile(out, in, off, n);
@@ -291,7 +293,7 @@ ssize_t fibre_sendfile(int out, int in, off_t* off, size_t n) {
   for (;;) {
     r = k::sendfile(out, in, off, n);
     int err = r < 0 ? *errno_slot() : 0;
-    if (r >= 0 || err != EAGAIN || e->user_nonblock.load(std::memory_order_relaxed)) {
+    if (r >= 0 || err != EAGAIN || e->program_nonblock(out)) {
       keep.done(err);
       return r;
     }

@@ -1,7 +1,9 @@
 #include "io/fd_table.hpp"
 
 #include "base/spinlock.hpp"
+#include "base/sys.hpp"
 
+#include <cerrno>
 #include <sys/resource.h>
 
 
@@ -41,6 +43,7 @@ void FdEntry::describe(std::uint8_t k, bool user_nb, bool is_stream, bool is_sha
   stream.store(is_stream, std::memory_order_relaxed);
   shared.store(is_shared, std::memory_order_relaxed);
   sock.store(false, std::memory_order_relaxed);  // (set after, by who knows)
+  nowait_form.store(false, std::memory_order_relaxed);  // (likewise)
   in_drained.store(false, std::memory_order_relaxed);
   in_full.store(false, std::memory_order_relaxed);
   hup.store(false, std::memory_order_relaxed);
@@ -50,6 +53,16 @@ void FdEntry::describe(std::uint8_t k, bool user_nb, bool is_stream, bool is_sha
   in.ready.clear_token();
   out.ready.clear_token();
   kind.store(k, std::memory_order_release);
+}
+
+bool FdEntry::program_nonblock(int fd) noexcept {
+  if (loom_nb.load(std::memory_order_relaxed)) return user_nonblock.load(std::memory_order_relaxed);
+  int e = errno;
+  int fl = sys::fcntl(fd, F_GETFL);
+  errno = e;
+  bool nb = fl >= 0 && (fl & O_NONBLOCK);
+  if (nb != user_nonblock.load(std::memory_order_relaxed)) user_nonblock.store(nb, std::memory_order_relaxed);
+  return nb;
 }
 
 }  // namespace loom::rt

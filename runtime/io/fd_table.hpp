@@ -55,14 +55,26 @@ struct FdSide {
 
 struct FdEntry {
   std::atomic<std::uint8_t> kind{kFdUnknown};
-  std::atomic<bool> user_nonblock{false};  // the program asked for O_NONBLOCK
+  // Whether the program sees the descriptor non-blocking. Where loom set
+  // O_NONBLOCK underneath (loom_nb), this is the program's own flag, kept
+  // by loom's fcntl. Otherwise the kernel's flag is the program's and this
+  // is only a hint, the kernel's answer when last asked: a program changes
+  // the flag in ways loom does not see (ioctl FIONBIO, through a dup, in a
+  // child sharing the open file), so whatever must be right asks the
+  // kernel (program_nonblock).
+  std::atomic<bool> user_nonblock{false};
   // loom set O_NONBLOCK on the open file underneath (a descriptor the native
   // API made; never on the pthread routes, nor on one loom did not make).
-  // Otherwise the kernel's flag is the program's, and a pollable entry the
-  // program sees blocking is tried one call at a time without waiting
-  // (io.cpp, "The descriptor rule"). Written before describe() publishes
-  // the kind.
+  // Otherwise the kernel's flag is the program's, and a pollable entry is
+  // tried one call at a time without waiting (io.cpp, "The descriptor
+  // rule"). Written before describe() publishes the kind.
   std::atomic<bool> loom_nb{false};
+  // A socket, or a pipe where RWF_NOWAIT works: one attempt can ask the
+  // kernel not to wait whatever the file's flag (MSG_DONTWAIT, RWF_NOWAIT).
+  // A pollable entry without it (a FIFO, terminal, eventfd... the program
+  // made non-blocking) is tried in place only while the kernel says its
+  // file is non-blocking. Cleared by describe(), set after it.
+  std::atomic<bool> nowait_form{false};
   std::atomic<bool> stream{false};  // byte stream: a short read drains it
   // A read returned less than asked while registered: the receive queue was
   // empty then, and any later arrival raises an edge (epoll(7)), so the next
@@ -103,12 +115,20 @@ struct FdEntry {
   // number, no registration; the kind is published last.
   void describe(std::uint8_t kind, bool user_nonblock, bool stream, bool shared) noexcept;
   void clear_timeouts() noexcept;  // a new descriptor under the number
-  // A pollable entry whose open file is blocking: each attempt must ask
-  // the kernel itself not to wait (RWF_NOWAIT, MSG_DONTWAIT).
+  // A pollable entry whose open file's flags are the program's: each
+  // attempt asks the kernel itself not to wait (RWF_NOWAIT, MSG_DONTWAIT),
+  // whatever the flag says now — on a non-blocking file that is the call
+  // the program made, on a blocking one the only safe attempt.
   bool per_call() const noexcept {
-    return !loom_nb.load(std::memory_order_relaxed) && !user_nonblock.load(std::memory_order_relaxed) &&
+    return !loom_nb.load(std::memory_order_relaxed) && nowait_form.load(std::memory_order_relaxed) &&
            kind.load(std::memory_order_relaxed) == kFdPollable;
   }
+  // Whether the program sees fd (this entry's number) non-blocking now: the
+  // kernel's O_NONBLOCK (fcntl F_GETFL, 70 ns here), refreshing the hint,
+  // or the program's own flag where loom set the kernel's (loom_nb). A
+  // number no longer open answers false (the caller's wait then sees the
+  // close, or its retry the EBADF).
+  bool program_nonblock(int fd) noexcept;
 };
 
 class FdTable {

@@ -65,6 +65,11 @@ namespace loom::rt {
 // The native API (loom::io) keeps making its own sockets and pipes
 // non-blocking underneath (loom_nb), which saves the per-call forms and the
 // look before accept; fcntl(F_GETFL) through loom hides it.
+// Whether the program sees a descriptor blocking is the kernel's answer,
+// asked where it decides something (FdEntry::program_nonblock): before a
+// wait, after a short write, before accept's look, connect and a call with
+// no per-call form. loom's record is only a hint: ioctl(FIONBIO), a fcntl
+// through a dup or in a child change the flag where loom cannot see it.
 namespace {
 bool keep_flags = false;  // the pthread routes: loom never sets O_NONBLOCK
 }  // namespace
@@ -84,6 +89,22 @@ bool pipes_nowait() {
     return r;
   }();
   return ok;
+}
+
+// The character devices whose calls are made in place: offloading them
+// would only move the fibre to another kernel thread and back (dd
+// of=/dev/null). An explicit list of the kernel's memory devices
+// (drivers/char/mem.c, major 1) that never wait: mem 1, kmem 2, null 3,
+// port 4, zero 5, full 7, random 8, urandom 9 (random waits only until the
+// pool is first seeded, at boot). Not the rest of major 1: kmsg (11) waits
+// for the next kernel record (dmesg --follow), and a number the kernel adds
+// later may wait too. Not a zero-timeout poll per call either: a readable
+// kmsg still waits once its records are read, and the poll would cost as
+// much as the read. Every other device goes to the offload cluster.
+static bool never_blocks(dev_t dev) {
+  if (major(dev) != 1) return false;
+  unsigned m = minor(dev);
+  return (m >= 1 && m <= 5) || (m >= 7 && m <= 9);
 }
 
 // First use of a descriptor loom did not create: sockets, and pipes where
@@ -108,6 +129,7 @@ std::uint8_t classify(int fd, FdEntry& e) {
     bool stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM;
     e.describe(kFdPollable, nb, stream, /*shared=*/true);
     e.sock.store(true, std::memory_order_relaxed);
+    e.nowait_form.store(true, std::memory_order_relaxed);
     return kFdPollable;
   }
   if (fl >= 0 && (S_ISFIFO(st.st_mode) || (st.st_mode & S_IFMT) == 0)) {
@@ -115,17 +137,15 @@ std::uint8_t classify(int fd, FdEntry& e) {
     bool pipe = S_ISFIFO(st.st_mode) && fstatfs(fd, &fs) == 0 && fs.f_type == PIPEFS_MAGIC && pipes_nowait();
     if (nb || pipe) {
       e.describe(kFdPollable, nb, S_ISFIFO(st.st_mode), /*shared=*/true);
+      e.nowait_form.store(pipe, std::memory_order_relaxed);
       return kFdPollable;
     }
   }
   // Regular files: reads are tried in the page cache first (read_in_place).
-  // The kernel's memory devices (major 1: null, zero, full, random,
-  // urandom...) never block: offloading their calls would only move the
-  // fibre to another kernel thread and back (dd of=/dev/null).
   std::uint8_t kind = kFdFile;
   if (fl >= 0 && S_ISREG(st.st_mode))
     kind = kFdRegular;
-  else if (fl >= 0 && S_ISCHR(st.st_mode) && major(st.st_rdev) == 1)
+  else if (fl >= 0 && S_ISCHR(st.st_mode) && never_blocks(st.st_rdev))
     kind = kFdInPlace;
   e.describe(kind, false, false, /*shared=*/true);
   return kind;
@@ -195,6 +215,7 @@ FdEntry* adopt(int fd, bool user_nonblock, bool eager_register, bool stream, boo
   e->loom_nb.store(!keep_flags, std::memory_order_relaxed);
   e->describe(kFdPollable, user_nonblock, stream, /*shared=*/false);
   e->sock.store(sock, std::memory_order_relaxed);
+  e->nowait_form.store(sock || pipes_nowait(), std::memory_order_relaxed);
   if (eager_register)
     if (Processor* p = this_processor()) io_register(io_state(p->cluster()), fd, *e);
   return e;
@@ -244,7 +265,7 @@ long writev_op(int fd, const iovec* iov, int cnt) {
 // accept(2) has no per-call form: on a blocking listener, accept only when
 // a connection is queued (the descriptor rule says what that leaves open).
 long accept_op(int fd, sockaddr* addr, socklen_t* len, int flags) {
-  if (nowait(fd)) {
+  if (nowait(fd) && !table().get(fd)->program_nonblock(fd)) {
     pollfd q{fd, POLLIN, 0};
     int n = sys::poll(&q, 1, 0);
     if (n <= 0) {
@@ -257,12 +278,15 @@ long accept_op(int fd, sockaddr* addr, socklen_t* len, int flags) {
 
 // A blocking descriptor's write is whole (POSIX, for pipes; Linux, for
 // stream sockets): where loom tries per call on one the program sees
-// blocking, a short write goes on with the rest, as the kernel's would.
+// blocking (the kernel says so: asked after a short write only), a short
+// write goes on with the rest, as the kernel's would.
 // `next(done)` writes from byte `done`; an error after some bytes leaves
 // their count, as the kernel's does.
 template <typename Next>
 long whole(int fd, std::size_t n, long r, Next next) {
-  while (r > 0 && std::size_t(r) < n && nowait(fd) && table().get(fd)->stream.load(std::memory_order_relaxed)) {
+  FdEntry* e = r > 0 && std::size_t(r) < n ? table().get(fd) : nullptr;
+  while (e && r > 0 && std::size_t(r) < n && e->per_call() && e->stream.load(std::memory_order_relaxed) &&
+         !e->program_nonblock(fd)) {
     long more = next(std::size_t(r));
     if (more <= 0) break;
     r += more;
@@ -293,7 +317,7 @@ template <typename Op>
 long thread_call(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeout_err) {
   for (;;) {
     long r = syscall_op(op);
-    if (r != -EAGAIN || e.user_nonblock.load(std::memory_order_relaxed)) return r;
+    if (r != -EAGAIN || e.program_nonblock(fd)) return r;
     FdSide& s = side == kIn ? e.in : e.out;
     if (d == kForever)
       if (std::int64_t t = s.timeout_ns.load(std::memory_order_relaxed)) d = now_ns() + t;
@@ -309,8 +333,15 @@ long thread_call(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeout_
 }
 
 // The slow path: the fd would block. Returns the final result (or -errno).
+// `program_flag`: a call the program sees blocking only while the kernel
+// says so (the descriptor rule: loom's record may be stale). Before each
+// park with no token to end it, the kernel is asked; a file non-blocking
+// now gets one attempt, whose answer (EAGAIN, likely) is the call's. (Not
+// when a token is there: the wait ends at once, and a streaming reader's
+// drained reads would each pay the fcntl.)
 template <typename Op>
-long wait_and_retry(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeout_err, bool contended_retry) {
+long wait_and_retry(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeout_err, bool contended_retry,
+                    bool program_flag = false) {
   FdSide& s = side == kIn ? e.in : e.out;
   std::uint32_t gen = e.gen.load(std::memory_order_acquire);
   if (d == kForever) {
@@ -335,6 +366,10 @@ long wait_and_retry(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeo
     r = -errno;
   } else {
     for (;;) {
+      if (program_flag && !s.ready.has_token() && e.program_nonblock(fd)) {
+        r = e.gen.load(std::memory_order_acquire) != gen ? -EBADF : syscall_op(op);
+        break;
+      }
       this_processor()->counters.add(Stat::io_blocks);
       note_wait(side == kIn ? WaitKind::fd_in : WaitKind::fd_out, reinterpret_cast<const void*>(std::intptr_t(fd)));
       io_arm(fd, e, side == kOut);
@@ -407,7 +442,10 @@ template <typename Op>
 long ring_read(int fd, FdEntry& e, IoState& io, const ReadSpec& rs, Op& op, Deadline d, int timeout_err) {
   FdSide& s = e.in;
   std::uint32_t gen = e.gen.load(std::memory_order_acquire);
-  if (!s.turn.try_lock()) return wait_and_retry(fd, e, kIn, op, d, timeout_err, false);
+  // A ring read waits: not for a file the program has made non-blocking
+  // behind loom (the descriptor rule), which gets one attempt.
+  if (e.program_nonblock(fd)) return syscall_op(op);
+  if (!s.turn.try_lock()) return wait_and_retry(fd, e, kIn, op, d, timeout_err, false, true);
   Deadline until = d;
   if (until == kForever) {
     if (std::int64_t t = s.timeout_ns.load(std::memory_order_relaxed)) until = now_ns() + t;
@@ -443,7 +481,7 @@ long ring_read(int fd, FdEntry& e, IoState& io, const ReadSpec& rs, Op& op, Dead
     // refused: wait as the epoll back end does.
     if (r == -ECANCELED || r == -EAGAIN) {
       s.turn.unlock();
-      return wait_and_retry(fd, e, kIn, op, d, timeout_err, /*look first=*/true);
+      return wait_and_retry(fd, e, kIn, op, d, timeout_err, /*look first=*/true, true);
     }
     break;
   }
@@ -509,6 +547,13 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
     if (kind == kFdUnknown) return syscall_op(op);  // not open: the call says so
   }
   if (!p) return kind == kFdPollable ? thread_call(fd, *e, side, op, d, timeout_err) : syscall_op(op);
+  // A pollable descriptor with no per-call form (a FIFO, terminal, eventfd
+  // the program made non-blocking) is tried in place only while its file
+  // is non-blocking: one the program has made blocking since would hold
+  // the processor. Its call goes to the offload cluster instead.
+  if (kind == kFdPollable && !e->nowait_form.load(std::memory_order_relaxed) &&
+      !e->loom_nb.load(std::memory_order_relaxed) && !e->program_nonblock(fd))
+    kind = kFdFile;
   if (kind != kFdPollable) {
     if (kind == kFdInPlace) return syscall_op(op);
     if (kind == kFdRegular && rs) return read_in_place(fd, *rs, op);
@@ -516,7 +561,9 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
   }
   if (e->user_nonblock.load(std::memory_order_relaxed)) {
     // The program waits itself (poll, epoll_wait): the hints are for it.
+    // The flag is the kernel's (the hint may be stale): asked on EAGAIN.
     long r = syscall_op(op);
+    if (r == -EAGAIN && !e->program_nonblock(fd)) r = wait_and_retry(fd, *e, side, op, d, timeout_err, false);
     if (input) note_input(*e, r, want);
     return r;
   }
@@ -532,7 +579,7 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
     if (ring)
       r = ring_read(fd, *e, *io, *rs, op, d, timeout_err);
     else
-      r = wait_and_retry(fd, *e, side, op, d, timeout_err, false);
+      r = wait_and_retry(fd, *e, side, op, d, timeout_err, false, /*program's flag=*/true);
   } else {
     if (input && p->cluster().config().yield_before_read && !(want && e->in_full.load(std::memory_order_relaxed)))
       p->yield();
@@ -543,7 +590,7 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
       if (ring && e->registered.load(std::memory_order_relaxed) == io)
         r = ring_read(fd, *e, *io, *rs, op, d, timeout_err);
       else
-        r = wait_and_retry(fd, *e, side, op, d, timeout_err, false);
+        r = wait_and_retry(fd, *e, side, op, d, timeout_err, false, /*program's flag=*/true);
     }
   }
   if (input) note_input(*e, r, want);
@@ -599,6 +646,7 @@ void copy_view(int from, int to) {
   b->describe(kind, a->user_nonblock.load(std::memory_order_relaxed), a->stream.load(std::memory_order_relaxed),
            /*shared=*/true);
   b->sock.store(a->sock.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  b->nowait_form.store(a->nowait_form.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 long connect_wait(int fd, const sockaddr* addr, socklen_t len, Deadline d, int timeout_err) {
@@ -609,12 +657,11 @@ long connect_wait(int fd, const sockaddr* addr, socklen_t len, Deadline d, int t
     std::uint8_t kind = e->kind.load(std::memory_order_acquire);
     if (kind == kFdUnknown) classify(fd, *e);
     // A blocking socket (the descriptor rule): connect(2) waits in the kernel.
-    if (e->per_call()) return offloaded(op, WaitKind::fd_out, fd);
+    if (e->per_call() && !e->program_nonblock(fd)) return offloaded(op, WaitKind::fd_out, fd);
   }
   long r = syscall_op(op);
   if (r != -EINPROGRESS) return r;
-  if (!e || e->kind.load(std::memory_order_acquire) != kFdPollable || e->user_nonblock.load(std::memory_order_relaxed))
-    return r;
+  if (!e || e->kind.load(std::memory_order_acquire) != kFdPollable || e->program_nonblock(fd)) return r;
   // Done when writable; SO_ERROR then says how it ended.
   auto done = [fd]() -> long {
     pollfd pfd{fd, POLLOUT, 0};
