@@ -214,8 +214,7 @@ unsigned unpark_all(const void* key, ParkToken token) {
   return n;
 }
 
-Requeued requeue(const void* from, const void* to, unsigned nwake, unsigned nmove, bool (*validate)(void*),
-                 void* ctx) {
+Requeued requeue(const void* from, const void* to, unsigned nwake, unsigned nmove, bool (*validate)(void*), void* ctx) {
   Bucket& b1 = bucket_of(from);
   Bucket& b2 = bucket_of(to);
   Bucket* first = &b1 < &b2 ? &b1 : &b2;
@@ -227,6 +226,12 @@ Requeued requeue(const void* from, const void* to, unsigned nwake, unsigned nmov
     first->lock.unlock();
   };
   Requeued r{true, 0, 0};
+  bool any = false;
+  for (Waiter* w = WaitList::front(b1.queue); w && !any; w = w->next) any = pw(w)->key == from;
+  if (!any) {  // nothing to do here: validate is not called
+    unlock();
+    return r;
+  }
   if (validate && !validate(ctx)) {
     unlock();
     r.valid = false;

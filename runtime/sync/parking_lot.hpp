@@ -30,8 +30,9 @@
 //   requeue(from, to, wake, move, validate, ctx)
 //       futex(2)'s FUTEX_CMP_REQUEUE for loom's waiters. Takes the bucket
 //       locks of both keys (in address order; one lock if they share a
-//       bucket), calls validate(ctx) if given (false: Invalid, nothing
-//       done), then takes the oldest `wake` waiters on `from` that have not
+//       bucket); if nobody waits on `from`, returns (valid, none moved)
+//       without calling validate; else calls validate(ctx) if given (false:
+//       not valid, nothing done), then takes the oldest `wake` waiters on `from` that have not
 //       timed out and wakes them (token 0), and moves the next `move` onto
 //       `to` (behind the waiters there): they go on waiting, now for an
 //       unpark of `to`, with their deadlines. A waiter whose timeout fires

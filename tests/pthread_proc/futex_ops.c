@@ -2,7 +2,8 @@
 // operations that wake or move waiters: FUTEX_WAKE_OP (a waiter on each of
 // its two words), FUTEX_REQUEUE and FUTEX_CMP_REQUEUE (a waiter moved to a
 // second word, then woken there; CMP_REQUEUE with a wrong value: EAGAIN and
-// nobody moved), each with the private and the shared operations (a shared
+// nobody moved), a timed waiter moved and left to time out, a WAKE_OP on
+// a bad address (EFAULT), each with the private and the shared operations (a shared
 // futex on private memory parks a fibre under loom too). Issue 35, item 4:
 // loom parked the waiters in its parking lot and sent these operations to
 // the kernel, which found nobody — the waiters slept to their deadline.
@@ -114,6 +115,29 @@ static void requeue(int cmp) {
   pthread_join(b.t, NULL);
 }
 
+// A waiter with a deadline, moved to another word and then never woken,
+// times out there (under loom its timeout unqueues it from the second
+// word's bucket); and a WAKE_OP on a bad second address is EFAULT.
+static _Atomic uint32_t t1, t2;
+static void* timed_thread(void* arg) {
+  (void)arg;
+  struct timespec t = {0, 400 * 1000 * 1000};
+  long r = syscall(SYS_futex, &t1, FUTEX_WAIT | priv, 0, &t, NULL, 0);
+  printf("requeued timed waiter: %s\n", r == -1 && errno == ETIMEDOUT ? "ETIMEDOUT" : "woken (WRONG)");
+  return NULL;
+}
+
+static void edges(void) {
+  pthread_t t;
+  if (pthread_create(&t, NULL, timed_thread, NULL) != 0) abort();
+  usleep(100 * 1000);
+  printf("requeue of the timed waiter: %ld\n", futex(&t1, FUTEX_REQUEUE, 0, 1, &t2, 0));
+  pthread_join(t, NULL);
+  errno = 0;
+  long r = futex(&t1, FUTEX_WAKE_OP, 1, 1, (_Atomic uint32_t*)8, FUTEX_OP(FUTEX_OP_SET, 1, FUTEX_OP_CMP_EQ, 0));
+  printf("wake_op on a bad address: %ld (%s)\n", r, errno == EFAULT ? "EFAULT" : "not EFAULT");
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   for (int i = 0; i < 2; ++i) {
@@ -122,6 +146,7 @@ int main(void) {
     wake_op();
     requeue(0);
     requeue(1);
+    edges();
   }
   if (atomic_load(&failed)) {
     printf("futex_ops: a waiter was missed\n");
