@@ -21,6 +21,25 @@
 //       up to n fibres parked on the address, then the kernel's wake for the
 //       rest (kernel threads that are not processors wait in the kernel);
 //       the count woken, as the kernel's.
+//   SYS_futex, a REQUEUE or CMP_REQUEUE, from anyone
+//       loom's fibres parked on the address first: under the locks of both
+//       addresses' buckets, if any fibre waits there, the CMP_REQUEUE's
+//       compare (EAGAIN, nothing done, if it fails; with no fibre there, the
+//       kernel's compare is the only one, and a bad address its EFAULT), then up to val of them woken and up to val2 of
+//       the rest moved to uaddr2's queue (parking_lot::requeue); then the kernel's operation for its own waiters with
+//       what is left of val and val2 (none if nothing is). Fibres stay in the parking lot, kernel threads in the
+//       kernel: a later wake of uaddr2 looks in both. The count woken and moved, as the kernel's; if the kernel's
+//       compare fails after loom's held (the word changed between), loom's count: the kernel's waiters are left to
+//       whoever changed the word, as a CMP_REQUEUE that came just after the change would leave them.
+//   SYS_futex, a WAKE_OP, from anyone
+//       the operation on *uaddr2 made here, as one atomic instruction (a
+//       CAS loop), then a WAKE of uaddr and, if the old value compares, of
+//       uaddr2 — each fibres first, then the kernel's. A waiter of either
+//       word validates it under its bucket lock, and the word changes before
+//       the wakes look: the FUTEX_WAKE argument. The kernel checks uaddr2
+//       first (a WAKE_OP with an ADD of 0 and a first word nobody waits on),
+//       so a bad address or flag gives the kernel's error, not a fault here;
+//       an op or comparison the kernel does not know goes to it as is.
 //   anything else — every other system call, futexes in shared memory
 //   (another process may wake them), other futex operations, a bitset that
 //   is not "any", a kernel thread's wait, a signal handler's —
@@ -176,6 +195,103 @@ long wake(std::uint32_t* addr, int op, int n, long a3, long a4, long a5) {
   return more < 0 ? (woken ? woken : more) : woken + more;
 }
 
+// FUTEX_REQUEUE and FUTEX_CMP_REQUEUE (header comment).
+long requeue(std::uint32_t* addr, int op, int nwake, long a3, long a4, long a5, bool cmp) {
+  int nmove = int(std::uint32_t(a3));  // val2 travels in the timeout's place
+  if (nwake < 0 || nmove < 0 || (std::uintptr_t(addr) & 3)) return kernel(SYS_futex, long(addr), op, nwake, a3, a4, a5);
+  struct Cmp {
+    const std::uint32_t* addr;
+    std::uint32_t val;
+  } c{addr, std::uint32_t(a5)};
+  auto same = [](void* p) {
+    auto* c = static_cast<Cmp*>(p);
+    return __atomic_load_n(c->addr, __ATOMIC_SEQ_CST) == c->val;
+  };
+  rt::parking_lot::Requeued r = rt::parking_lot::requeue(addr, reinterpret_cast<const void*>(a4), unsigned(nwake),
+                                                         unsigned(nmove), cmp ? +same : nullptr, &c);
+  if (!r.valid) {
+    errno = EAGAIN;
+    return -1;
+  }
+  long done = long(r.woken) + long(r.requeued);
+  long kwake = nwake - long(r.woken), kmove = nmove - long(r.requeued);
+  if (done && kwake == 0 && kmove == 0) return done;
+  long more = kernel(SYS_futex, long(addr), op, kwake, kmove, a4, a5);
+  return more < 0 ? (done ? done : more) : done + more;
+}
+
+// FUTEX_WAKE_OP (header comment). -1 with errno as the kernel's.
+long wake_op(std::uint32_t* addr, int op, int nwake, long a3, long a4, long a5) {
+  auto* addr2 = reinterpret_cast<std::uint32_t*>(a4);
+  auto enc = std::uint32_t(a5);
+  unsigned fop = (enc >> 28) & 7, fcmp = (enc >> 24) & 15;  // (bit 31: FUTEX_OP_OPARG_SHIFT)
+  bool shift = (enc >> 28) & FUTEX_OP_OPARG_SHIFT;
+  if (fop > FUTEX_OP_XOR || fcmp > FUTEX_OP_CMP_GE) return kernel(SYS_futex, long(addr), op, nwake, a3, a4, a5);
+  // The kernel's checks of uaddr2 and the flags, with an operation that
+  // changes nothing, on a first word nobody waits on. (The kernel wakes one
+  // waiter of a word whose count is 0: if the old value is -2048, one
+  // kernel thread waiting on uaddr2 is woken here, and counted.)
+  static std::uint32_t nobody;
+  constexpr std::uint32_t kAddZero = FUTEX_OP(FUTEX_OP_ADD, 0, FUTEX_OP_CMP_EQ, 0x800);
+  long early = kernel(SYS_futex, long(&nobody), op, 0, 0, long(addr2), long(kAddZero));
+  if (early < 0) return -1;
+  auto sext12 = [](std::uint32_t v) { return std::int32_t(v << 20) >> 20; };
+  std::int32_t oparg = sext12((enc >> 12) & 0xfff), cmparg = sext12(enc & 0xfff);
+  if (shift) oparg = std::int32_t(1u << (oparg & 31));
+  std::uint32_t old = __atomic_load_n(addr2, __ATOMIC_RELAXED), next;
+  do {
+    switch (fop) {
+      case FUTEX_OP_SET:
+        next = std::uint32_t(oparg);
+        break;
+      case FUTEX_OP_ADD:
+        next = old + std::uint32_t(oparg);
+        break;
+      case FUTEX_OP_OR:
+        next = old | std::uint32_t(oparg);
+        break;
+      case FUTEX_OP_ANDN:
+        next = old & ~std::uint32_t(oparg);
+        break;
+      default:
+        next = old ^ std::uint32_t(oparg);
+        break;  // FUTEX_OP_XOR
+    }
+  } while (!__atomic_compare_exchange_n(addr2, &old, next, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
+  auto o = std::int32_t(old);
+  bool both = false;
+  switch (fcmp) {
+    case FUTEX_OP_CMP_EQ:
+      both = o == cmparg;
+      break;
+    case FUTEX_OP_CMP_NE:
+      both = o != cmparg;
+      break;
+    case FUTEX_OP_CMP_LT:
+      both = o < cmparg;
+      break;
+    case FUTEX_OP_CMP_LE:
+      both = o <= cmparg;
+      break;
+    case FUTEX_OP_CMP_GT:
+      both = o > cmparg;
+      break;
+    default:
+      both = o >= cmparg;
+      break;  // FUTEX_OP_CMP_GE
+  }
+  int wake_cmd = FUTEX_WAKE | (op & ~FUTEX_CMD_MASK);
+  long n = wake(addr, wake_cmd, nwake, 0, 0, 0);
+  if (n < 0) return n;
+  n += early;
+  int nwake2 = int(std::uint32_t(a3)) - int(early);
+  if (both && nwake2 > 0) {
+    long m = wake(addr2, wake_cmd, nwake2, 0, 0, 0);
+    if (m > 0) n += m;
+  }
+  return n;
+}
+
 }  // namespace
 }  // namespace loom::capi::pthread_futex
 
@@ -199,6 +315,9 @@ extern "C" long syscall(long number, ...) {
     // A wake reaches the fibres parked here (only ever on private memory)
     // and the kernel's waiters.
     if (any && (cmd == FUTEX_WAKE || cmd == FUTEX_WAKE_BITSET)) return wake(addr, op, int(a2), a3, a4, a5);
+    if (cmd == FUTEX_REQUEUE || cmd == FUTEX_CMP_REQUEUE)
+      return requeue(addr, op, int(a2), a3, a4, a5, cmd == FUTEX_CMP_REQUEUE);
+    if (cmd == FUTEX_WAKE_OP) return wake_op(addr, op, int(a2), a3, a4, a5);
     if (any && (cmd == FUTEX_WAIT || cmd == FUTEX_WAIT_BITSET) && on_fibre() &&
         ((op & FUTEX_PRIVATE_FLAG) || private_mapping(std::uintptr_t(a0))))
       return fibre_wait(addr, std::uint32_t(a2), reinterpret_cast<const timespec*>(a3), cmd == FUTEX_WAIT_BITSET,

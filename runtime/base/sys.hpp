@@ -40,6 +40,8 @@ inline ssize_t write(int fd, const void* b, std::size_t n) { return ::write(fd, 
 inline ssize_t readv(int fd, const iovec* v, int n) { return ::readv(fd, v, n); }
 inline ssize_t writev(int fd, const iovec* v, int n) { return ::writev(fd, v, n); }
 inline ssize_t preadv2(int fd, const iovec* v, int n, int f) { return ::preadv2(fd, v, n, -1, f); }
+inline ssize_t preadv2_at(int fd, const iovec* v, int n, off_t o, int f) { return ::preadv2(fd, v, n, o, f); }
+inline off_t lseek(int fd, off_t o, int w) { return ::lseek(fd, o, w); }
 inline ssize_t pwritev2(int fd, const iovec* v, int n, int f) { return ::pwritev2(fd, v, n, -1, f); }
 inline ssize_t pread(int fd, void* b, std::size_t n, off_t o) { return ::pread(fd, b, n, o); }
 inline ssize_t pwrite(int fd, const void* b, std::size_t n, off_t o) { return ::pwrite(fd, b, n, o); }
@@ -79,6 +81,11 @@ inline ssize_t writev(int fd, const iovec* v, int n) { return ::syscall(SYS_writ
 // At the file's position (offset -1), with RWF_ flags (RWF_NOWAIT: one
 // attempt that does not wait, whatever the open file's O_NONBLOCK).
 inline ssize_t preadv2(int fd, const iovec* v, int n, int f) { return ::syscall(SYS_preadv2, fd, v, n, -1L, 0L, f); }
+// At offset o, which the file's position does not follow.
+inline ssize_t preadv2_at(int fd, const iovec* v, int n, off_t o, int f) {
+  return ::syscall(SYS_preadv2, fd, v, n, long(o), 0L, f);
+}
+inline off_t lseek(int fd, off_t o, int w) { return ::syscall(SYS_lseek, fd, o, w); }
 inline ssize_t pwritev2(int fd, const iovec* v, int n, int f) { return ::syscall(SYS_pwritev2, fd, v, n, -1L, 0L, f); }
 inline ssize_t pread(int fd, void* b, std::size_t n, off_t o) { return ::syscall(SYS_pread64, fd, b, n, o); }
 inline ssize_t pwrite(int fd, const void* b, std::size_t n, off_t o) { return ::syscall(SYS_pwrite64, fd, b, n, o); }

@@ -49,6 +49,7 @@ void FdEntry::describe(std::uint8_t k, bool user_nb, bool is_stream, bool is_sha
   hup.store(false, std::memory_order_relaxed);
   probe_for.store(-1, std::memory_order_relaxed);
   first_read_score.store(0, std::memory_order_relaxed);
+  cached_run.store(0, std::memory_order_relaxed);
   registered.store(nullptr, std::memory_order_relaxed);
   in.ready.clear_token();
   out.ready.clear_token();

@@ -33,8 +33,8 @@ enum FdKind : std::uint8_t {
   kFdUnknown = 0,  // not seen since it was opened: looked up on first use
   kFdPollable,     // socket, pipe, ...: non-blocking underneath, epoll-able
   kFdFile,         // terminal, blocking FIFO or other: calls go through the offload cluster
-  kFdRegular,      // regular file: a read tries the page cache in place (RWF_NOWAIT) first,
-                   // the rest goes through the offload cluster
+  kFdRegular,      // regular file: a read is one call, in place if the page cache holds it
+                   // (RWF_NOWAIT tells), else through the offload cluster (io.cpp, read_in_place)
   kFdInPlace,      // never blocks (/dev/null, /dev/zero, /dev/urandom...): calls made in place
 };
 
@@ -109,6 +109,9 @@ struct FdEntry {
   std::atomic<std::int32_t> probe_for{-1};
   std::atomic<std::int8_t> first_read_score{0};
   std::atomic<std::uint8_t> accepts{0};
+  // A regular file's: how many reads in a row the page cache held whole
+  // (io.cpp, read_in_place); from kCachedRun on, reads are made in place.
+  std::atomic<std::uint8_t> cached_run{0};
 
   // Records what the number refers to now (a descriptor loom made, adopted
   // or copied): fresh per-use hints, no token from a former holder of the

@@ -400,39 +400,68 @@ struct ReadSpec {
   bool recv;  // recv(2) (flags apply), else read(2) (a recv with no flags on a socket)
 };
 
-// A plain read of a regular file: what the page cache holds is read in
-// place (preadv2 at the file's offset with RWF_NOWAIT, which fails with
-// EAGAIN rather than wait for the disk), and only what it does not hold is
-// read on the offload cluster. A short answer from the cache is completed
-// there, so the caller sees the kernel's whole read (dd counts a short one
-// as a partial record). A kernel or file system without RWF_NOWAIT for the
-// file (EOPNOTSUPP, EINVAL) takes the offload every time.
+// A plain read of a regular file. On Linux it is atomic with respect to the
+// file's offset (threads, or a parent and its child, sharing the open file
+// each get a contiguous range) and returns all it asked for unless it
+// reaches the end of the file: so it is made as one system call, in place
+// or on the offload cluster, never as a part from the cache and the rest
+// from the disk (issue 35, item 1: two calls, each moving the shared
+// offset, tore other readers' buffers).
+//
+// Which of the two is decided without moving the offset:
+//   probing (a descriptor's first reads, and after a miss): lseek(SEEK_CUR)
+//     for the offset, preadv2 there with RWF_NOWAIT (the offset stays put);
+//     if the cache holds the whole read, or all of it up to the end of the
+//     file (a second probe at the end of what came back says 0, not EAGAIN),
+//     read(2) in place commits it; otherwise read(2) on the offload
+//     cluster. The probe is a hint only: if another thread moves the offset
+//     between it and the commit, the commit is still one read, which may
+//     then wait for the disk on this processor.
+//   trusted (kCachedRun probes in a row found the cache held it all): the
+//     read itself is preadv2 at the offset with RWF_NOWAIT, one call that
+//     moves the offset by what it returns. All of it, or 0 (the end): that
+//     is the answer. EAGAIN (nothing was cached, nothing moved): read(2) on
+//     the offload cluster, and probing again. Short: bytes were consumed and
+//     the offset moved, so nothing may follow — the short count is the
+//     answer (the end of the file, or a page missing mid-read, where a
+//     kernel read would have been longer), and probing again.
+// So a dd of a cached file pays one system call per read (after 8 probed
+// ones), and the one divergence left is a short read when a trusted
+// descriptor's read meets a missing page past its first.
+// A kernel or file system without RWF_NOWAIT for the file (EOPNOTSUPP,
+// EINVAL) takes the offload every time.
+constexpr std::uint8_t kCachedRun = 8;
+
 template <typename Op>
-long read_in_place(int fd, const ReadSpec& rs, Op& op) {
+long read_in_place(int fd, FdEntry& e, const ReadSpec& rs, Op& op) {
   if (rs.n == 0) return offloaded(op, WaitKind::fd_in, fd);
-  std::size_t got = 0;
-  for (;;) {
-    // A short answer is the end of the file or of what the cache holds:
-    // asking again tells which (0: the end; EAGAIN: the disk).
-    iovec v{static_cast<char*>(rs.buf) + got, rs.n - got};
+  iovec v{rs.buf, rs.n};
+  std::uint8_t run = e.cached_run.load(std::memory_order_relaxed);
+  if (run >= kCachedRun) {
     long r = syscall_op([&] { return sys::preadv2(fd, &v, 1, RWF_NOWAIT); });
-    if (r > 0) {
-      got += std::size_t(r);
-      if (got == rs.n) return long(got);
-      continue;
-    }
-    if (r == 0) return long(got);
-    if (r != -EAGAIN) {
-      if (got) return long(got);
-      if (r == -EOPNOTSUPP || r == -EINVAL) return offloaded(op, WaitKind::fd_in, fd);
-      return r;  // the read's own error (EBADF, EISDIR, EIO...)
-    }
-    break;
+    if (r == long(rs.n) || r == 0) return r;
+    e.cached_run.store(0, std::memory_order_relaxed);
+    if (r > 0) return r;
+    if (r != -EAGAIN && r != -EOPNOTSUPP && r != -EINVAL) return r;  // the read's own error (EBADF, EISDIR, EIO...)
+    return offloaded(op, WaitKind::fd_in, fd);
   }
-  auto rest = [&] { return sys::read(fd, static_cast<char*>(rs.buf) + got, rs.n - got); };
-  long more = offloaded(rest, WaitKind::fd_in, fd);
-  if (more < 0) return got ? long(got) : more;
-  return long(got) + more;
+  off_t at = sys::lseek(fd, 0, SEEK_CUR);
+  if (at < 0) return offloaded(op, WaitKind::fd_in, fd);
+  long r = syscall_op([&] { return sys::preadv2_at(fd, &v, 1, at, RWF_NOWAIT); });
+  bool cached = r == long(rs.n) || r == 0;
+  if (r > 0 && !cached) {
+    // The end of the file, or of what the cache holds.
+    char c;
+    iovec one{&c, 1};
+    cached = syscall_op([&] { return sys::preadv2_at(fd, &one, 1, at + r, RWF_NOWAIT); }) == 0;
+  }
+  if (!cached) {
+    if (r < 0 && r != -EAGAIN && r != -EOPNOTSUPP && r != -EINVAL) return r;
+    e.cached_run.store(0, std::memory_order_relaxed);
+    return offloaded(op, WaitKind::fd_in, fd);
+  }
+  if (r == long(rs.n) && run < kCachedRun) e.cached_run.store(std::uint8_t(run + 1), std::memory_order_relaxed);
+  return syscall_op(op);
 }
 
 // A drained stream's read on the io_uring back end: the ring does the read
@@ -556,7 +585,7 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
     kind = kFdFile;
   if (kind != kFdPollable) {
     if (kind == kFdInPlace) return syscall_op(op);
-    if (kind == kFdRegular && rs) return read_in_place(fd, *rs, op);
+    if (kind == kFdRegular && rs) return read_in_place(fd, *e, *rs, op);
     return offloaded(op, side == kIn ? WaitKind::fd_in : WaitKind::fd_out, fd);
   }
   if (e->user_nonblock.load(std::memory_order_relaxed)) {

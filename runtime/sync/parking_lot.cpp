@@ -2,7 +2,10 @@
 // argument. The waiting itself is wait.hpp's protocol, step for step; what
 // differs is that one bucket's queue holds the waiters of many keys, so the
 // unparkers look for their key, and a timed-out waiter tells its primitive
-// whether it was the last one on its key.
+// whether it was the last one on its key. A requeue (futex(2)'s) may move a
+// waiter to another bucket: its `bucket` changes only with both buckets
+// locked, so whoever must lock a waiter's bucket from outside (its timeout)
+// reads it, locks, and reads again (lock_bucket).
 #include "sync/parking_lot.hpp"
 
 #include <new>
@@ -34,7 +37,7 @@ Bucket& bucket_of(const void* key) {
 struct ParkWaiter : Waiter {
   const void* key = nullptr;
   const ParkOps* ops = nullptr;
-  Bucket* bucket = nullptr;
+  Bucket* bucket = nullptr;  // changed by a requeue, under both buckets' locks (lock_bucket)
   ParkToken token = 0;
   ParkToken park_token = 0;  // ParkOps::park_token
 };
@@ -45,6 +48,17 @@ bool has_key(Bucket& b, const void* key, ParkToken park_token) {
   for (Waiter* w = WaitList::front(b.queue); w; w = w->next)
     if (pw(w)->key == key && pw(w)->park_token == park_token) return true;
   return false;
+}
+
+// Locks the bucket w is queued in now: a requeue may move w between the
+// read and the lock.
+Bucket* lock_bucket(ParkWaiter* w) {
+  for (;;) {
+    Bucket* b = __atomic_load_n(&w->bucket, __ATOMIC_ACQUIRE);
+    b->lock.lock();
+    if (__atomic_load_n(&w->bucket, __ATOMIC_RELAXED) == b) return b;
+    b->lock.unlock();
+  }
 }
 
 // With the bucket lock held, after a timeout won the CAS.
@@ -62,8 +76,7 @@ bool timer_expire(TimerNode* n) {
 void timer_complete(TimerNode* n) {
   ParkWaiter* w = pw(reinterpret_cast<Waiter*>(n));
   Fibre* f = w->fibre;
-  Bucket* b = w->bucket;
-  b->lock.lock();
+  Bucket* b = lock_bucket(w);
   unqueue_timed_out(w);
   b->lock.unlock();
   schedule(f);  // from here on w may be gone
@@ -75,7 +88,7 @@ void timer_complete(TimerNode* n) {
 void post_park(Processor&, Fibre*, void* arg) {
   ParkWaiter* w = static_cast<ParkWaiter*>(arg);
   if (w->timer.deadline != kNoDeadline) w->cluster->add_timer(&w->timer);
-  w->bucket->lock.unlock();
+  w->bucket->lock.unlock();  // (held since park(): no requeue has moved w)
 }
 
 bool is_fibre(Processor* p) {
@@ -139,9 +152,9 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
     if (!signalled && deadline != kForever && now_ns() >= deadline) {
       int expected = kWaiting;
       if (w.state.compare_exchange_strong(expected, kTimedOut, std::memory_order_acq_rel)) {
-        b.lock.lock();
+        Bucket* now = lock_bucket(&w);
         unqueue_timed_out(&w);
-        b.lock.unlock();
+        now->lock.unlock();
         return {ParkResult::TimedOut, 0};
       }
       signalled = true;  // an unpark won meanwhile: wait for its release
@@ -199,6 +212,60 @@ unsigned unpark_all(const void* key, ParkToken token) {
   b.lock.unlock();
   batch.wake_all();
   return n;
+}
+
+Requeued requeue(const void* from, const void* to, unsigned nwake, unsigned nmove, bool (*validate)(void*), void* ctx) {
+  Bucket& b1 = bucket_of(from);
+  Bucket& b2 = bucket_of(to);
+  Bucket* first = &b1 < &b2 ? &b1 : &b2;
+  Bucket* second = &b1 < &b2 ? &b2 : &b1;
+  first->lock.lock();
+  if (second != first) second->lock.lock();
+  auto unlock = [&] {
+    if (second != first) second->lock.unlock();
+    first->lock.unlock();
+  };
+  Requeued r{true, 0, 0};
+  bool any = false;
+  for (Waiter* w = WaitList::front(b1.queue); w && !any; w = w->next) any = pw(w)->key == from;
+  if (!any) {  // nothing to do here: validate is not called
+    unlock();
+    return r;
+  }
+  if (validate && !validate(ctx)) {
+    unlock();
+    r.valid = false;
+    return r;
+  }
+  WakeBatch batch;
+  for (Waiter* w = WaitList::front(b1.queue); w && (r.woken < nwake || r.requeued < nmove);) {
+    Waiter* next = w->next;
+    if (pw(w)->key == from) {
+      if (r.woken < nwake) {
+        WaitList::remove(b1.queue, w);
+        if (claim(w)) {
+          pw(w)->token = 0;
+          batch.add(w);
+          ++r.woken;
+        }
+        // else it timed out: its timer's complete finds it unqueued.
+      } else if (w->state.load(std::memory_order_acquire) == kWaiting) {
+        // (One whose timeout won is on its way out of b1: left there.)
+        if (&b2 != &b1) {
+          WaitList::remove(b1.queue, w);
+          WaitList::push_back(b2.queue, w);
+          __atomic_store_n(&pw(w)->bucket, &b2, __ATOMIC_RELEASE);
+          w->lock = &b2.lock;
+        }
+        pw(w)->key = to;
+        ++r.requeued;
+      }
+    }
+    w = next;
+  }
+  unlock();
+  batch.wake_all();
+  return r;
 }
 
 SomeResult unpark_some(const void* key, Take (*choose)(void*, ParkToken), ParkToken (*callback)(void*, SomeResult),

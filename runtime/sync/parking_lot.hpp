@@ -27,6 +27,17 @@
 //       waiter. Wakes it after releasing the lock.
 //   unpark_all(key)
 //       Every waiter on `key`, woken with token 0. Returns how many.
+//   requeue(from, to, wake, move, validate, ctx)
+//       futex(2)'s FUTEX_CMP_REQUEUE for loom's waiters. Takes the bucket
+//       locks of both keys (in address order; one lock if they share a
+//       bucket); if nobody waits on `from`, returns (valid, none moved)
+//       without calling validate; else calls validate(ctx) if given (false:
+//       not valid, nothing done), then takes the oldest `wake` waiters on `from` that have not
+//       timed out and wakes them (token 0), and moves the next `move` onto
+//       `to` (behind the waiters there): they go on waiting, now for an
+//       unpark of `to`, with their deadlines. A waiter whose timeout fires
+//       after the move unqueues itself from `to`'s bucket (the waiter's
+//       bucket is read again under its lock until it holds still).
 //   unpark_some(key, choose, callback)
 //       For primitives with two kinds of waiter on one key (a rwlock's
 //       readers and writers, told apart by the park token each parked
@@ -130,6 +141,13 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline);
 UnparkResult unpark_one(const void* key, ParkToken (*callback)(void* ctx, UnparkResult r) = nullptr,
                         void* ctx = nullptr);
 unsigned unpark_all(const void* key, ParkToken token = 0);
+struct Requeued {
+  bool valid;         // validate held (or there was none)
+  unsigned woken;     // waiters on `from` unparked
+  unsigned requeued;  // waiters moved to `to`
+};
+Requeued requeue(const void* from, const void* to, unsigned wake, unsigned move, bool (*validate)(void* ctx),
+                 void* ctx);
 // See the contract above. If every waiter chosen had timed out meanwhile,
 // it chooses again among those left.
 SomeResult unpark_some(const void* key, Take (*choose)(void* ctx, ParkToken queued),

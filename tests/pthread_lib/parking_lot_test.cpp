@@ -184,4 +184,53 @@ TEST(ParkingLot, ExactlyOnceAcrossTheDeadline) {
   for (unsigned p : {1u, 2u, 4u, 8u}) exactly_once(p, int(loom::test::scaled_at_least(50, 2000)), 16);
 }
 
+// requeue (futex(2)'s CMP_REQUEUE): waiters moved back and forth between
+// two keys (two buckets) and woken by the moves, right across their
+// deadline: each ends exactly once, a timeout that fires after a move
+// unqueues its waiter from the bucket it was moved to, and none is left.
+void requeue_exactly_once(unsigned processors, int fibres, int threads) {
+  Watchdog w;
+  Cluster c(processors);
+  int a = 0, b = 0;
+  std::atomic<int> unparked_seen{0}, timed_out_seen{0}, unparked_given{0};
+  const auto deadline = loom::deadline_after(std::chrono::milliseconds(30));
+  auto body = [&] {
+    auto r = pl::park_if(
+        &a, [] { return true; }, deadline);
+    (r.result == ParkResult::Unparked ? unparked_seen : timed_out_seen).fetch_add(1);
+  };
+  std::vector<Fibre> fs;
+  for (int i = 0; i < fibres; ++i) fs.emplace_back(on(c), body);
+  std::vector<std::thread> ts;
+  for (int i = 0; i < threads; ++i) ts.emplace_back(body);
+  auto mover = [&] {
+    for (unsigned n = 0; unparked_seen.load() + timed_out_seen.load() < fibres + threads; ++n) {
+      bool wake = loom::rt::now_ns() > deadline - 1'000'000 && n % 8 == 0;
+      auto r =
+          n % 2 ? pl::requeue(&a, &b, wake, ~0u, nullptr, nullptr) : pl::requeue(&b, &a, wake, ~0u, nullptr, nullptr);
+      EXPECT_TRUE(r.valid);
+      unparked_given.fetch_add(int(r.woken));
+      if (loom::rt::now_ns() > deadline + 50'000'000) break;
+      loom::this_fibre::yield();  // (the waiters' fibres must run to park)
+    }
+  };
+  Fibre m(on(c), mover);
+  std::thread mt(mover);
+  m.join();
+  mt.join();
+  for (auto& f : fs) f.join();
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(unparked_seen.load() + timed_out_seen.load(), fibres + threads) << processors << " processors";
+  EXPECT_EQ(unparked_seen.load(), unparked_given.load()) << processors << " processors";
+  EXPECT_EQ(pl::queued_now(), 0u) << processors << " processors";
+  int x = 7;
+  auto no = pl::requeue(
+      &a, &b, 1, 1, [](void* p) { return *static_cast<int*>(p) == 8; }, &x);
+  EXPECT_TRUE(no.valid);  // nobody waits on a: validate is not called
+}
+
+TEST(ParkingLot, RequeueExactlyOnceAcrossTheDeadline) {
+  for (unsigned p : {1u, 2u, 4u}) requeue_exactly_once(p, int(loom::test::scaled_at_least(50, 500)), 8);
+}
+
 }  // namespace
