@@ -181,9 +181,16 @@ long fibre_wait(const std::uint32_t* addr, std::uint32_t val, const timespec* t,
   return e ? -1 : 0;
 }
 
-// Wakes up to n waiters on addr: fibres first, then the kernel's.
+// Wakes up to n waiters on addr: fibres first, then the kernel's. A count
+// of 0 or less wakes one, as the kernel's loop does (it stops after the
+// first waiter it wakes once the count is reached). FUTEX_CLOCK_REALTIME on
+// a wake is the kernel's ENOSYS before anything happens.
 long wake(std::uint32_t* addr, int op, int n, long a3, long a4, long a5) {
-  if (n <= 0) return kernel(SYS_futex, long(addr), op, n, a3, a4, a5);
+  if (op & FUTEX_CLOCK_REALTIME) return kernel(SYS_futex, long(addr), op, n, a3, a4, a5);
+  if (n <= 0) {
+    if (rt::parking_lot::unpark_one(addr).unparked) return 1;
+    return kernel(SYS_futex, long(addr), op, n, a3, a4, a5);
+  }
   long woken = 0;
   if (n == INT_MAX) {
     woken = rt::parking_lot::unpark_all(addr);
@@ -199,6 +206,12 @@ long wake(std::uint32_t* addr, int op, int n, long a3, long a4, long a5) {
 long requeue(std::uint32_t* addr, int op, int nwake, long a3, long a4, long a5, bool cmp) {
   int nmove = int(std::uint32_t(a3));  // val2 travels in the timeout's place
   if (nwake < 0 || nmove < 0 || (std::uintptr_t(addr) & 3)) return kernel(SYS_futex, long(addr), op, nwake, a3, a4, a5);
+  // The kernel's checks of the flags (FUTEX_CLOCK_REALTIME: ENOSYS) and of
+  // uaddr2 (misaligned: EINVAL; for the shared operations, unmapped:
+  // EFAULT), before loom moves or wakes anyone: the same operation from a
+  // word nobody waits on, waking and moving nobody.
+  static std::uint32_t nobody;
+  if (kernel(SYS_futex, long(&nobody), op, 0, 0, a4, 0) < 0) return -1;
   struct Cmp {
     const std::uint32_t* addr;
     std::uint32_t val;
@@ -226,7 +239,8 @@ long wake_op(std::uint32_t* addr, int op, int nwake, long a3, long a4, long a5) 
   auto enc = std::uint32_t(a5);
   unsigned fop = (enc >> 28) & 7, fcmp = (enc >> 24) & 15;  // (bit 31: FUTEX_OP_OPARG_SHIFT)
   bool shift = (enc >> 28) & FUTEX_OP_OPARG_SHIFT;
-  if (fop > FUTEX_OP_XOR || fcmp > FUTEX_OP_CMP_GE) return kernel(SYS_futex, long(addr), op, nwake, a3, a4, a5);
+  if (fop > FUTEX_OP_XOR || fcmp > FUTEX_OP_CMP_GE || (std::uintptr_t(addr) & 3))
+    return kernel(SYS_futex, long(addr), op, nwake, a3, a4, a5);  // its ENOSYS or EINVAL, uaddr2 untouched
   // The kernel's checks of uaddr2 and the flags, with an operation that
   // changes nothing, on a first word nobody waits on. (The kernel wakes one
   // waiter of a word whose count is 0: if the old value is -2048, one
@@ -284,8 +298,10 @@ long wake_op(std::uint32_t* addr, int op, int nwake, long a3, long a4, long a5) 
   long n = wake(addr, wake_cmd, nwake, 0, 0, 0);
   if (n < 0) return n;
   n += early;
-  int nwake2 = int(std::uint32_t(a3)) - int(early);
-  if (both && nwake2 > 0) {
+  // (A count of 0 or less wakes one, as for uaddr: wake().)
+  int nwake2 = int(std::uint32_t(a3));
+  if (early) nwake2 = nwake2 > int(early) ? nwake2 - int(early) : -1;
+  if (both && (nwake2 > 0 || (nwake2 <= 0 && !early))) {
     long m = wake(addr2, wake_cmd, nwake2, 0, 0, 0);
     if (m > 0) n += m;
   }

@@ -138,6 +138,37 @@ static void edges(void) {
   printf("wake_op on a bad address: %ld (%s)\n", r, errno == EFAULT ? "EFAULT" : "not EFAULT");
 }
 
+// Bad arguments leave the waiters alone (an outside review of issue 35's
+// item 4): a CMP_REQUEUE to a misaligned second word is EINVAL, a wake or
+// requeue with FUTEX_CLOCK_REALTIME ENOSYS, a WAKE_OP on a misaligned first
+// word EINVAL with the second word unchanged — and a wake of 0 wakes one.
+static void bad_arguments(void) {
+  static _Atomic uint32_t w1, w2;
+  static _Atomic uint32_t pair[2];
+  atomic_store(&done, 0);
+  struct waiter a;
+  start(&a, &w1, "waiter left alone by bad arguments");
+  settle();
+  errno = 0;
+  long r = futex(&w1, FUTEX_CMP_REQUEUE, 1, 1, (_Atomic uint32_t*)((char*)&w2 + 1), 0);
+  printf("cmp_requeue to a misaligned word: %ld (%s)\n", r, errno == EINVAL ? "EINVAL" : "not EINVAL");
+  errno = 0;
+  r = futex(&w1, FUTEX_CMP_REQUEUE | FUTEX_CLOCK_REALTIME, 1, 1, &w2, 0);
+  printf("cmp_requeue with FUTEX_CLOCK_REALTIME: %ld (%s)\n", r, errno == ENOSYS ? "ENOSYS" : "not ENOSYS");
+  errno = 0;
+  r = futex(&w1, FUTEX_WAKE | FUTEX_CLOCK_REALTIME, 1, 0, NULL, 0);
+  printf("wake with FUTEX_CLOCK_REALTIME: %ld (%s)\n", r, errno == ENOSYS ? "ENOSYS" : "not ENOSYS");
+  errno = 0;
+  r = futex((_Atomic uint32_t*)((char*)&pair[0] + 1), FUTEX_WAKE_OP, 1, 1, &w2,
+            FUTEX_OP(FUTEX_OP_SET, 7, FUTEX_OP_CMP_EQ, 0));
+  printf("wake_op on a misaligned word: %ld (%s), uaddr2 now %u\n", r, errno == EINVAL ? "EINVAL" : "not EINVAL",
+         (unsigned)atomic_load(&w2));
+  atomic_store(&done, 1);
+  r = futex(&w1, FUTEX_WAKE, 0, 0, NULL, 0);
+  printf("wake of 0: woke %ld\n", r);
+  pthread_join(a.t, NULL);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   for (int i = 0; i < 2; ++i) {
@@ -147,6 +178,7 @@ int main(void) {
     requeue(0);
     requeue(1);
     edges();
+    bad_arguments();
   }
   if (atomic_load(&failed)) {
     printf("futex_ops: a waiter was missed\n");
