@@ -234,8 +234,10 @@ TEST_P(SpinHandOver, AWaiterWokenBehindABusyFibreRunsOnTheSibling) {
       // From here this fibre has no scheduling point until the waiter is done.
       rt::Processor* here = rt::this_processor();
       rt::Processor* other = c.impl().processor(here->index() == 0 ? 1 : 0);
-      // Until the sibling spins (or, without a spin, sleeps): bounded.
-      for (int i = 0; i < 50000; ++i) {
+      // Until the sibling sleeps (no spin) or spins (1 s of it): bounded.
+      // With the default 20 µs, whatever it does.
+      auto settle = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (GetParam() != 20 && std::chrono::steady_clock::now() < settle) {
         if (GetParam() ? other->spinning.load() : other->idle.load()) break;
         if (GetParam() == 0) ::usleep(100);
       }
@@ -256,15 +258,18 @@ TEST_P(SpinHandOver, AWaiterWokenBehindABusyFibreRunsOnTheSibling) {
   EXPECT_EQ(stuck, 0) << "in that round (from 1), the woken waiter stayed behind the busy fibre for 5 s";
   EXPECT_EQ(elsewhere, rounds) << "every waiter ran on the sibling, not behind its unlocker";
   auto st = c.stats();
-  if (GetParam()) {
+  if (GetParam() >= 1000000) {
+    // (With the default 20 µs the sibling may have stopped spinning, its
+    // budget spent, before the unlock: then a thief is woken, as without a
+    // spin. Only the contract above is checked there.)
     EXPECT_GT(st.spin_hits, 0u) << "spins " << st.spins;
     // A spinner surely spinning is handed the waiter: it takes it from its
     // own queue, no steal. (A waiter whose affinity is the sibling, about
     // half of them, goes there anyway; one queued here would be stolen
     // without the hand-over: about half the rounds. A stray steal of
     // something else is allowed for.)
-    if (GetParam() >= 1000000) EXPECT_LT(stolen * 4, std::uint64_t(rounds)) << "of " << rounds;
-  } else {
+    EXPECT_LT(stolen * 4, std::uint64_t(rounds)) << "of " << rounds;
+  } else if (GetParam() == 0) {
     EXPECT_EQ(st.spins, 0u);
     EXPECT_GT(stolen, 0u) << "without a spin the sleeper is woken to steal the waiters queued here";
   }
