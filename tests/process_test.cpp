@@ -57,6 +57,9 @@ TEST(Process, EveryVariableSelectsItsVariant) {
   r = run("LOOM_STEAL=off LOOM_MUTEX=baton LOOM_POLLER=opportunistic-timeout " + probe + " config");
   EXPECT_EQ(r.out, "queue=nemesis placement=push steal=off sticky=8 spin=20us stack=64KiB "
                    "poller=opportunistic-timeout/1000us lazy=on ybr=on mutex=baton\n");
+  // LOOM_SPIN (a count, before issue 34): its 0 still means no spin.
+  r = run("LOOM_SPIN=0 " + probe + " config");
+  EXPECT_NE(r.out.find(" spin=0us "), std::string::npos) << r.out;
   r = run("LOOM_WAIT_FIRST=off " + probe + " config");
   EXPECT_EQ(r.out, "queue=nemesis placement=push steal=longest-busy sticky=8 spin=20us stack=64KiB poller=idle lazy=on ybr=on "
                    "wait_first=off mutex=blocking\n");

@@ -2,6 +2,9 @@
 
 #include "base/options.hpp"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace loom {
 
 const char* to_string(QueueKind k) {
@@ -40,6 +43,15 @@ SchedConfig SchedConfig::from_env() {
   int policy = env_choice("LOOM_STEAL_POLICY", {"longest-busy", "random"}, 0);
   c.steal_policy = policy == 0 ? "longest-busy" : "random";
   c.sticky_threshold = env_size("LOOM_STICKY", c.sticky_threshold, 0, 1 << 20);
+  // LOOM_SPIN (a count of looks, default 0) became LOOM_SPIN_US (issue 34):
+  // its 0, "sleep at once", is kept; another count is not a time.
+  if (const char* old = std::getenv("LOOM_SPIN"); old && !std::getenv("LOOM_SPIN_US")) {
+    if (std::strcmp(old, "0") == 0)
+      c.spin_us = 0;
+    else
+      env_complain("LOOM_SPIN", old, "0 (it is LOOM_SPIN_US now, in microseconds)",
+                   std::to_string(c.spin_us) + " us");
+  }
   c.spin_us = unsigned(env_size("LOOM_SPIN_US", c.spin_us, 0, 1'000'000));
   c.steal_fence = static_cast<StealFence>(env_choice("LOOM_STEAL_FENCE", {"lock", "membarrier"}, int(c.steal_fence)));
   c.stack_size = env_bytes("LOOM_STACK_SIZE", c.stack_size, kStackMin, kStackMax);

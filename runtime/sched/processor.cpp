@@ -479,11 +479,12 @@ constexpr std::int64_t kTrimAfterNs = 50'000'000;  // 50 ms idle: the burst is o
 // behind a busy processor costs no futex wake and no sleep. The budget
 // adapts, per processor: a spin that finds work keeps it at the maximum
 // (SchedConfig::spin_us); one that times out halves it (under 1 µs: no
-// spin); a sleep that a sibling ended within the maximum restores it (a
-// spin would have caught that work). So a processor whose work comes from
-// its siblings (a lock convoy) spins, and one whose work comes from I/O or
-// timers, which a spinner does not poll, stops spinning after a few idle
-// periods (at most about twice the maximum spent in vain).
+// spin); a sibling's wake that ends the sleep within the maximum of the
+// idle period's start restores it (a full spin would have caught that
+// work: idle_loop). So a processor whose work comes from its siblings soon
+// enough (a lock convoy) spins, and one whose work comes later, or from
+// outside, stops spinning after a few idle periods (at most about twice the
+// maximum spent in vain, until a sibling's work comes soon again).
 Fibre* Processor::spin_for_work() {
   if (spin_budget_ns_ < 1000 || cluster_->size() < 2 || !cluster_->stealing()) return nullptr;
   cluster_->spin_enter();
@@ -492,12 +493,13 @@ Fibre* Processor::spin_for_work() {
   Fibre* f = nullptr;
   // Most of what a spinner gets is handed to it (Processor::push): between
   // looks at the queues and a steal (a few hundred ns, and lines of other
-  // processors read), only its own queue's hint. Not the extensions: the
-  // color layer wakes its own thieves for colors worth stealing (a spinner
-  // that took every color it saw cost time-left stealing its edge over
-  // base: 1.54 → 1.39 in the colors benchmark), and the idle poller polls
-  // when this processor sleeps; nor timers: the keeper sleeps until the
-  // next. The look after the spin, before sleeping, takes all of them in.
+  // processors read), only its own queue's hint. The looks are picks
+  // (next_ready: due timers every 16th, the extensions' busy_pick — the
+  // idle poller's non-blocking epoll_wait — every 128th or 0.1 ms), not
+  // find_work: no extension's find_work, since the color layer wakes its
+  // own thieves for colors worth stealing (a spinner that took every color
+  // it saw cost time-left stealing its edge over base: 1.54 → 1.39 in the
+  // colors benchmark). The look after the spin, before sleeping, is whole.
   unsigned looks = 0;
   do {
     cpu_relax();
@@ -523,6 +525,9 @@ void Processor::idle_loop() {
   // Re-read `this` is not needed: the idle fibre never leaves its processor.
   for (;;) {
     Fibre* f = find_work();
+    // When this idle period began: a sibling's wake within the maximum
+    // spin of it is work a full spin would have caught (spin_for_work).
+    const std::int64_t idle_start = !f && spin_max_ns_ ? now_ns() : 0;
     if (!f) f = spin_for_work();
     if (!f) {
       if (stop_.load(std::memory_order_acquire)) return;
@@ -549,7 +554,6 @@ void Processor::idle_loop() {
           trim_at = now_ns() + kTrimAfterNs;
           if (deadline == kNoDeadline || trim_at < deadline) deadline = trim_at;
         }
-        const std::int64_t sleep_start = spin_max_ns_ ? now_ns() : 0;
         const std::uint64_t wakes_before = wakes.load(std::memory_order_relaxed);
         bool slept = false;
         for (unsigned i = 0; i < n_ext && !slept; ++i) slept = cluster_->extension(i)->sleep(*this, deadline);
@@ -561,10 +565,14 @@ void Processor::idle_loop() {
         } else if (deadline > now_ns()) {
           wake_flag.wait(deadline);
         }
-        // A sibling's wake within the maximum spin: spinning would have
-        // caught that work without the sleep (spin_for_work).
-        if (spin_max_ns_ && wakes.load(std::memory_order_relaxed) != wakes_before &&
-            now_ns() - sleep_start < spin_max_ns_)
+        // A sibling's wake within the maximum spin of the idle period's
+        // start: a full spin would have caught that work without the sleep
+        // (spin_for_work). (Measured from the sleep's start, it restored
+        // the budget after every spin that had just failed, for work that
+        // came between one and two maxima after the period began: a full
+        // spin in vain for every wake, never decaying — an outside review.)
+        if (idle_start && wakes.load(std::memory_order_relaxed) != wakes_before &&
+            now_ns() - idle_start < spin_max_ns_)
           spin_budget_ns_ = spin_max_ns_;
         if (keeper) {
           cluster_->release_keeper(*this);
