@@ -27,6 +27,7 @@ constexpr EnvVar kVars[] = {
     {"LOOM_STEAL_POLICY", EnvKind::choice, "longest-busy|random", "longest-busy", "which victim a thief tries first"},
     {"LOOM_STICKY", EnvKind::count, "N", "8", "switches on one processor before a fibre counts as sticky"},
     {"LOOM_SPIN_US", EnvKind::count, "MICROSECONDS", "20", "an idle processor looks for work this long before it sleeps (2+ processors)"},
+    {"LOOM_SPIN", EnvKind::text, "0", "unset", "before LOOM_SPIN_US: only its 0 (no spin) is still taken"},
     {"LOOM_STEAL_FENCE", EnvKind::choice, "lock|membarrier", "lock", "how thieves exclude a queue's owner"},
     {"LOOM_STACK_SIZE", EnvKind::size, "BYTES (16K-1G)", "64K", "default fibre stack size"},
     {"LOOM_PIN", EnvKind::flag, "on|off", "off", "pin processor threads to their PUs"},
