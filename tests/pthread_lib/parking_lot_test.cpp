@@ -138,42 +138,54 @@ TEST(ParkingLot, TimedOutHookSaysWhoWasLast) {
   EXPECT_EQ(lasts.load(), 1);
 }
 
-// Every waiter is woken exactly once: by the unparker (and then counted by
-// it) or by its timeout, never both, never neither.
-void exactly_once(unsigned processors, int fibres, int threads) {
-  Watchdog w;
+// Waiters parked on `key` until `deadline`, in `fibres` fibres and
+// `threads` kernel threads, while `driver(tally)` runs in a fibre and in a
+// kernel thread at once; then every waiter ended exactly once (unparked and
+// counted by a driver, or timed out: never both, never neither) and none is
+// left queued.
+struct Tally {
+  std::atomic<int> unparked_seen{0}, timed_out_seen{0}, unparked_given{0};
+  int waiters = 0;
+  bool all_ended() const { return unparked_seen.load() + timed_out_seen.load() >= waiters; }
+};
+
+template <typename Driver>
+void crowd(unsigned processors, int* key, std::int64_t deadline, int fibres, int threads, Driver driver) {
   Cluster c(processors);
-  int key = 0;
-  std::atomic<int> unparked_seen{0}, timed_out_seen{0}, started{0};
-  std::atomic<int> unparked_given{0};
-  const auto deadline = loom::deadline_after(std::chrono::milliseconds(30));
+  Tally t;
+  t.waiters = fibres + threads;
   auto body = [&] {
-    started.fetch_add(1);
     auto r = pl::park_if(
-        &key, [] { return true; }, deadline);
-    (r.result == ParkResult::Unparked ? unparked_seen : timed_out_seen).fetch_add(1);
+        key, [] { return true; }, deadline);
+    (r.result == ParkResult::Unparked ? t.unparked_seen : t.timed_out_seen).fetch_add(1);
   };
   std::vector<Fibre> fs;
   for (int i = 0; i < fibres; ++i) fs.emplace_back(on(c), body);
   std::vector<std::thread> ts;
   for (int i = 0; i < threads; ++i) ts.emplace_back(body);
-  // Unpark from a fibre and a kernel thread, right across the deadline.
-  auto unparker = [&] {
+  Fibre d(on(c), [&] { driver(t); });
+  std::thread dt([&] { driver(t); });
+  d.join();
+  dt.join();
+  for (auto& f : fs) f.join();
+  for (auto& th : ts) th.join();
+  EXPECT_EQ(t.unparked_seen.load() + t.timed_out_seen.load(), t.waiters) << processors << " processors";
+  EXPECT_EQ(t.unparked_seen.load(), t.unparked_given.load()) << processors << " processors";
+  EXPECT_EQ(pl::queued_now(), 0u) << processors << " processors";
+}
+
+// Unparked one at a time from a fibre and a kernel thread, right across the
+// deadline.
+void exactly_once(unsigned processors, int fibres, int threads) {
+  int key = 0;
+  const auto deadline = loom::deadline_after(std::chrono::milliseconds(30));
+  crowd(processors, &key, deadline, fibres, threads, [&](Tally& t) {
     while (loom::rt::now_ns() < deadline - 200'000) std::this_thread::yield();
-    while (unparked_seen.load() + timed_out_seen.load() < fibres + threads) {
-      if (pl::unpark_one(&key).unparked) unparked_given.fetch_add(1);
+    while (!t.all_ended()) {
+      if (pl::unpark_one(&key).unparked) t.unparked_given.fetch_add(1);
       if (loom::rt::now_ns() > deadline + 50'000'000) break;
     }
-  };
-  Fibre u(on(c), unparker);
-  std::thread ut(unparker);
-  u.join();
-  ut.join();
-  for (auto& f : fs) f.join();
-  for (auto& t : ts) t.join();
-  EXPECT_EQ(unparked_seen.load() + timed_out_seen.load(), fibres + threads) << processors << " processors";
-  EXPECT_EQ(unparked_seen.load(), unparked_given.load()) << processors << " processors";
-  EXPECT_EQ(pl::queued_now(), 0u) << processors << " processors";
+  });
 }
 
 TEST(ParkingLot, ExactlyOnceAcrossTheDeadline) {
@@ -190,39 +202,19 @@ TEST(ParkingLot, ExactlyOnceAcrossTheDeadline) {
 // unqueues its waiter from the bucket it was moved to, and none is left.
 void requeue_exactly_once(unsigned processors, int fibres, int threads) {
   Watchdog w;
-  Cluster c(processors);
   int a = 0, b = 0;
-  std::atomic<int> unparked_seen{0}, timed_out_seen{0}, unparked_given{0};
   const auto deadline = loom::deadline_after(std::chrono::milliseconds(30));
-  auto body = [&] {
-    auto r = pl::park_if(
-        &a, [] { return true; }, deadline);
-    (r.result == ParkResult::Unparked ? unparked_seen : timed_out_seen).fetch_add(1);
-  };
-  std::vector<Fibre> fs;
-  for (int i = 0; i < fibres; ++i) fs.emplace_back(on(c), body);
-  std::vector<std::thread> ts;
-  for (int i = 0; i < threads; ++i) ts.emplace_back(body);
-  auto mover = [&] {
-    for (unsigned n = 0; unparked_seen.load() + timed_out_seen.load() < fibres + threads; ++n) {
+  crowd(processors, &a, deadline, fibres, threads, [&](Tally& t) {
+    for (unsigned n = 0; !t.all_ended(); ++n) {
       bool wake = loom::rt::now_ns() > deadline - 1'000'000 && n % 8 == 0;
       auto r =
           n % 2 ? pl::requeue(&a, &b, wake, ~0u, nullptr, nullptr) : pl::requeue(&b, &a, wake, ~0u, nullptr, nullptr);
       EXPECT_TRUE(r.valid);
-      unparked_given.fetch_add(int(r.woken));
+      t.unparked_given.fetch_add(int(r.woken));
       if (loom::rt::now_ns() > deadline + 50'000'000) break;
       loom::this_fibre::yield();  // (the waiters' fibres must run to park)
     }
-  };
-  Fibre m(on(c), mover);
-  std::thread mt(mover);
-  m.join();
-  mt.join();
-  for (auto& f : fs) f.join();
-  for (auto& t : ts) t.join();
-  EXPECT_EQ(unparked_seen.load() + timed_out_seen.load(), fibres + threads) << processors << " processors";
-  EXPECT_EQ(unparked_seen.load(), unparked_given.load()) << processors << " processors";
-  EXPECT_EQ(pl::queued_now(), 0u) << processors << " processors";
+  });
   int x = 7;
   auto no = pl::requeue(
       &a, &b, 1, 1, [](void* p) { return *static_cast<int*>(p) == 8; }, &x);
