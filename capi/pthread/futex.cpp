@@ -202,6 +202,10 @@ long wake(std::uint32_t* addr, int op, int n, long a3, long a4, long a5) {
   return more < 0 ? (woken ? woken : more) : woken + more;
 }
 
+// A word nobody waits on, for the kernel's checks of a requeue's and a
+// WAKE_OP's arguments made before loom acts (requeue, wake_op); always 0.
+std::uint32_t nobody;
+
 // FUTEX_REQUEUE and FUTEX_CMP_REQUEUE (header comment).
 long requeue(std::uint32_t* addr, int op, int nwake, long a3, long a4, long a5, bool cmp) {
   int nmove = int(std::uint32_t(a3));  // val2 travels in the timeout's place
@@ -210,7 +214,6 @@ long requeue(std::uint32_t* addr, int op, int nwake, long a3, long a4, long a5, 
   // uaddr2 (misaligned: EINVAL; for the shared operations, unmapped:
   // EFAULT), before loom moves or wakes anyone: the same operation from a
   // word nobody waits on, waking and moving nobody.
-  static std::uint32_t nobody;
   if (kernel(SYS_futex, long(&nobody), op, 0, 0, a4, 0) < 0) return -1;
   struct Cmp {
     const std::uint32_t* addr;
@@ -245,7 +248,6 @@ long wake_op(std::uint32_t* addr, int op, int nwake, long a3, long a4, long a5) 
   // changes nothing, on a first word nobody waits on. (The kernel wakes one
   // waiter of a word whose count is 0: if the old value is -2048, one
   // kernel thread waiting on uaddr2 is woken here, and counted.)
-  static std::uint32_t nobody;
   constexpr std::uint32_t kAddZero = FUTEX_OP(FUTEX_OP_ADD, 0, FUTEX_OP_CMP_EQ, 0x800);
   long early = kernel(SYS_futex, long(&nobody), op, 0, 0, long(addr2), long(kAddZero));
   if (early < 0) return -1;
@@ -298,10 +300,10 @@ long wake_op(std::uint32_t* addr, int op, int nwake, long a3, long a4, long a5) 
   long n = wake(addr, wake_cmd, nwake, 0, 0, 0);
   if (n < 0) return n;
   n += early;
-  // (A count of 0 or less wakes one, as for uaddr: wake().)
-  int nwake2 = int(std::uint32_t(a3));
-  if (early) nwake2 = nwake2 > int(early) ? nwake2 - int(early) : -1;
-  if (both && (nwake2 > 0 || (nwake2 <= 0 && !early))) {
+  // What the pre-check woke on uaddr2 counts against val2; with nothing
+  // woken there, a count of 0 or less wakes one, as for uaddr (wake()).
+  int nwake2 = int(std::uint32_t(a3)) - int(early);
+  if (both && (nwake2 > 0 || !early)) {
     long m = wake(addr2, wake_cmd, nwake2, 0, 0, 0);
     if (m > 0) n += m;
   }

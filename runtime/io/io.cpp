@@ -432,6 +432,11 @@ struct ReadSpec {
 // EINVAL) takes the offload every time.
 constexpr std::uint8_t kCachedRun = 8;
 
+// An RWF_NOWAIT answer that leaves the read to the offload cluster: not
+// cached (EAGAIN), or no RWF_NOWAIT for this file (EOPNOTSUPP, EINVAL). Any
+// other error is the read's own (EBADF, EISDIR, EIO...).
+bool offload_answer(long r) { return r == -EAGAIN || r == -EOPNOTSUPP || r == -EINVAL; }
+
 template <typename Op>
 long read_in_place(int fd, FdEntry& e, const ReadSpec& rs, Op& op) {
   if (rs.n == 0) return offloaded(op, WaitKind::fd_in, fd);
@@ -442,8 +447,7 @@ long read_in_place(int fd, FdEntry& e, const ReadSpec& rs, Op& op) {
     if (r == long(rs.n) || r == 0) return r;
     e.cached_run.store(0, std::memory_order_relaxed);
     if (r > 0) return r;
-    if (r != -EAGAIN && r != -EOPNOTSUPP && r != -EINVAL) return r;  // the read's own error (EBADF, EISDIR, EIO...)
-    return offloaded(op, WaitKind::fd_in, fd);
+    return offload_answer(r) ? offloaded(op, WaitKind::fd_in, fd) : r;
   }
   off_t at = sys::lseek(fd, 0, SEEK_CUR);
   if (at < 0) return offloaded(op, WaitKind::fd_in, fd);
@@ -456,7 +460,7 @@ long read_in_place(int fd, FdEntry& e, const ReadSpec& rs, Op& op) {
     cached = syscall_op([&] { return sys::preadv2_at(fd, &one, 1, at + r, RWF_NOWAIT); }) == 0;
   }
   if (!cached) {
-    if (r < 0 && r != -EAGAIN && r != -EOPNOTSUPP && r != -EINVAL) return r;
+    if (r < 0 && !offload_answer(r)) return r;
     e.cached_run.store(0, std::memory_order_relaxed);
     return offloaded(op, WaitKind::fd_in, fd);
   }

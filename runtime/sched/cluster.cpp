@@ -276,9 +276,8 @@ void Cluster::wake_thief() {
 }
 
 void Cluster::spin_leave(bool found) {
-  if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1 && found &&
-      idle_count_.load(std::memory_order_relaxed) > 0)
-    wake_thief();
+  // (wake_thief looks at the idle count itself.)
+  if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1 && found) wake_thief();
 }
 
 bool Cluster::wake_one() {
