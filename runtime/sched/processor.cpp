@@ -414,12 +414,16 @@ void Processor::push(Fibre* f) {
       push_local(f);
     }
   } else {
+    // Read before the push: once queued, f may run here, finish and its
+    // memory be reused before the wake (TSan, mutex_test: a new fibre's
+    // constructor against this read, on a stack just given back).
+    const bool stealable = !f->pinned;
     own_rq_.push(f);
     LOOM_CHAOS_POINT(push_wake);
     if (WakeDefer* d = tls_wake_defer)
       d->add(this);
     else
-      cluster_->wake(*this, !f->pinned);
+      cluster_->wake(*this, stealable);
   }
 }
 
