@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "loom/loom.hpp"
@@ -278,6 +279,52 @@ TEST_P(SpinHandOver, AWaiterWokenBehindABusyFibreRunsOnTheSibling) {
 // 0: no spin; 1,000,000 (1 s): the sibling is surely spinning when the
 // waiter is woken; 20: the default.
 INSTANTIATE_TEST_SUITE_P(SpinUs, SpinHandOver, testing::Values(0u, 20u, 1000000u));
+
+// A fibre woken from outside the cluster (a kernel thread's post: how an
+// offloaded read comes back) while its processor sits in its idle loop
+// runs there, not on a sibling that spins: the processor is about to look
+// at its own queue, and a fibre alone on it stays on its kernel thread (a
+// program that never creates a thread, under the preload: perl's
+// thread-locals in tls_real_programs). Both spin for up to 1 s, so the
+// sibling is looking at the queues whenever the post comes.
+TEST(StealSpin, AFibreWokenOntoItsIdleProcessorIsNotStolen) {
+  SchedConfig cfg = with_stealing(true, 0);
+  cfg.spin_us = 1000000;
+  Cluster c(2, cfg);
+  loom::FibreAttr attr;
+  attr.cluster = &c;
+  const int rounds = int(loom::test::scaled(2000));
+  loom::Semaphore go;
+  std::atomic<int> answered{0};
+  std::atomic<bool> quit{false};
+  int moved = 0;
+  rt::Processor* home = nullptr;
+  loom::Fibre f(attr, [&] {
+    home = rt::this_processor();
+    for (int i = 0; i < rounds; ++i) {
+      go.acquire();  // the only fibre: its processor goes idle (and spins)
+      if (rt::this_processor() != home) ++moved;
+      answered.store(i + 1, std::memory_order_release);
+    }
+  });
+  std::thread poster([&] {  // a kernel thread, not a processor
+    for (int i = 0; i < rounds && !quit.load(); ++i) {
+      spin_for(std::chrono::microseconds(i % 50));
+      go.release();
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (answered.load(std::memory_order_acquire) <= i && std::chrono::steady_clock::now() < until) {
+      }
+    }
+  });
+  poster.join();
+  if (answered.load() < rounds) {
+    quit = true;
+    for (int i = answered.load(); i < rounds; ++i) go.release();
+  }
+  f.join();
+  EXPECT_EQ(answered.load(), rounds);
+  EXPECT_EQ(moved, 0) << "of " << rounds << " wake-ups, run on the spinning sibling";
+}
 
 TEST(StealPolicy, UnknownNameFallsBackToTheDefault) {
   Cluster c(1, with_stealing(true, 0, "no-such-policy"));
