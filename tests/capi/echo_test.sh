@@ -5,6 +5,10 @@
 set -euo pipefail
 server=$1 client=$2
 tmp=$(mktemp -d)
+# Made before the server starts: the background job opens it only when it
+# runs, and sed's first look could come first (set -e: a fresh clone's make
+# check failed so once).
+: > "$tmp/out"
 "$server" 0 > "$tmp/out" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true; rm -rf "$tmp"' EXIT

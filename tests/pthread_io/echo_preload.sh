@@ -8,6 +8,7 @@
 set -euo pipefail
 server=$1 client=$2 lib=$3 conns=$4 bytes=$5
 tmp=$(mktemp -d)
+: > "$tmp/out"  # before the server: sed's first look may come before its redirection (echo_test.sh)
 LD_PRELOAD=$lib "$server" 0 > "$tmp/out" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true; rm -rf "$tmp"' EXIT
