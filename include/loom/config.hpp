@@ -133,6 +133,15 @@ struct SchedConfig {
   // longer than this many milliseconds without a scheduling point, with its
   // backtrace, or that sits in a plain blocking system call. 0 = off.
   unsigned stall_ms = 0;
+  // The monitor (LOOM_HANDOFF_US; DESIGN.md, "Lost processors"): a
+  // processor whose kernel thread has not passed through the scheduler for
+  // this many microseconds, blocked in a system call loom did not see,
+  // while fibres wait for it, gets a thief or a spare kernel thread to run
+  // them. 0 = off.
+  unsigned handoff_us = 1000;
+  // ... and one that runs a fibre this long without a scheduling point (a
+  // busy wait for a flag; LOOM_SLICE_US). Not below handoff_us.
+  unsigned slice_us = 10000;
 
   // The defaults above, overridden by LOOM_* variables that are set.
   static SchedConfig from_env();

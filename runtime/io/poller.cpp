@@ -376,6 +376,14 @@ void IoState::before_sleep(Processor&) {
 }
 bool IoState::sleep(Processor& p, std::int64_t deadline) { return io_idle_sleep(*this, p, deadline); }
 void IoState::interrupt(Processor&) { io_interrupt(*this); }
+bool IoState::outside_ready() {
+  // The idle poller's: readiness waits in the kernel until a processor
+  // looks (the other kinds have a thread or fibre of their own that takes
+  // it). The epoll set, or the ring, is readable then; poll takes nothing.
+  if (kind != PollerKind::idle) return false;
+  pollfd pfd{wait_fd(*this), POLLIN, 0};
+  return sys::poll(&pfd, 1, 0) > 0;
+}
 void IoState::shutdown() { io_shutdown(*cluster); }
 
 void io_shutdown(Cluster& c) {

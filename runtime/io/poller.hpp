@@ -74,6 +74,7 @@ struct IoState final : Extension {
   void before_sleep(Processor& p) override;
   bool sleep(Processor& p, std::int64_t deadline) override;
   void interrupt(Processor& p) override;
+  bool outside_ready() override;
   void shutdown() override;
 
   Cluster* cluster = nullptr;

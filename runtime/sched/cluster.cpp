@@ -1,4 +1,5 @@
 #include "sched/cluster.hpp"
+#include "sched/monitor.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +29,7 @@ Cluster::Cluster(const SchedConfig& config, unsigned id)
     policy_ = make_steal_policy(config_.steal_policy);
   }
   if (config_.stall_ms) stall_watch();
+  if (config_.handoff_us) monitor_start();
   own_prefix_ = id == 0 ? "loom/P" : "loom/c" + std::to_string(id) + "/P";
   thread_prefix_.store(own_prefix_.c_str(), std::memory_order_seq_cst);
 }
@@ -51,9 +53,48 @@ void Cluster::shutdown() {
   do next_retired_ = head;
   while (!retired.compare_exchange_weak(head, this, std::memory_order_release, std::memory_order_relaxed));
   std::size_t n = size();
+  std::size_t k = spare_count();
   for (std::size_t i = 0; i < n; ++i) processor(i)->request_stop();
+  for (std::size_t i = 0; i < k; ++i) spare(i)->request_stop();
   for (std::size_t i = 0; i < n; ++i) processor(i)->join_thread();
+  for (std::size_t i = 0; i < k; ++i) spare(i)->join_thread();
   for (std::size_t i = 0; i < n; ++i) processor(i)->retire();
+  for (std::size_t i = 0; i < k; ++i) spare(i)->retire();
+}
+
+bool Cluster::activate_spare() {
+  SpinGuard g(grow_lock_);
+  std::size_t k = nspares_.load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < k; ++i) {
+    Processor* s = spare(i);
+    // Parked, or on its way there (not wanted): wanted again. One that
+    // has not parked yet sees it and stays; a parked one is woken.
+    if (!s->wanted.exchange(true, std::memory_order_acq_rel)) {
+      s->wake_up();
+      return true;
+    }
+  }
+  if (k == kMaxSpares) return false;
+  active_spares_.fetch_add(1, std::memory_order_relaxed);
+  auto* s = new Processor(*this, unsigned(kMaxProcessors + k), /*adopt=*/false, /*spare=*/true);
+  spares_[k].store(s, std::memory_order_release);
+  nspares_.store(k + 1, std::memory_order_release);
+  shared_counters.add_shared(Stat::spares_started, 1);
+  return true;
+}
+
+void Cluster::retire_spares() {
+  for (std::size_t i = 0, k = spare_count(); i < k; ++i) {
+    Processor* s = spare(i);
+    // Woken: asleep on the idle list it would stay an idle processor.
+    if (s->wanted.exchange(false, std::memory_order_acq_rel)) s->wake_up();
+  }
+}
+
+bool Cluster::outside_ready() {
+  for (unsigned i = 0, n = extension_count(); i < n; ++i)
+    if (extension(i)->outside_ready()) return true;
+  return false;
 }
 
 std::size_t Cluster::add_processors(std::size_t n, bool adopt) {
@@ -129,8 +170,12 @@ Fibre* Cluster::steal(Processor& thief, bool wait) {
     // (Cluster::wake's rule). A spinning sibling took main() from an
     // awake idle processor so, and a program that never creates a thread
     // moved between kernel threads (tls_real_programs, 1 run in 6).
+    // With stealing off, a thief takes only from a processor the monitor
+    // found lost (sched/monitor.cpp).
+    const bool any = stealing();
     for (Processor* p = busy_head_; p && n < 64; p = p->list_next)
-      if (p != &thief && p->running_id.load(std::memory_order_relaxed) != 0 && p->ready_queue().maybe_nonempty())
+      if (p != &thief && p->running_id.load(std::memory_order_relaxed) != 0 &&
+          (any || p->lost.load(std::memory_order_relaxed)) && p->ready_queue().maybe_nonempty())
         victims[n++] = p;
   }
   if (n == 0) return nullptr;
@@ -238,6 +283,7 @@ void Cluster::go_busy(Processor& p) {
     p.idle.store(false, std::memory_order_relaxed);
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  monitor_busy();  // the monitor sleeps while every processor does
 }
 
 void Cluster::leave(Processor& p) {
@@ -250,6 +296,8 @@ void Cluster::wake(Processor& p, bool stealable) {
   // Publish the work before reading the idle mark (invariant 3).
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (!p.idle.load(std::memory_order_relaxed)) {
+    // A parked spare (Processor::park): it hands what reached it on.
+    if (__builtin_expect(p.parked.load(std::memory_order_relaxed), 0)) return p.wake_up();
     // Not asleep. In its idle loop (running_id 0) it is about to look at
     // its queue (it announces itself idle before its last look: invariant
     // 3), so the fibre runs where it blocked (an offloaded read comes back
@@ -357,6 +405,11 @@ ClusterStats Cluster::stats() const {
   add_up(s, shared_counters);
   if (id_ == 0) add_up(s, off_processors);  // the default cluster's
   for (std::size_t i = 0, n = size(); i < n; ++i) add_processor(s, *processor(i));
+  for (std::size_t i = 0, n = spare_count(); i < n; ++i) {
+    add_processor(s, *spare(i));
+    // (A parked spare's time is counted; an active one's so far.)
+    if (std::int64_t since = spare(i)->active_since()) s.spare_us += std::uint64_t(now_ns() - since) / 1000;
+  }
   s.stack_bytes = stack_bytes_mapped();
   return s;
 }

@@ -52,6 +52,33 @@ class Cluster {
   std::size_t size() const { return nprocs_.load(std::memory_order_acquire); }
   Processor* processor(std::size_t i) const { return procs_[i].load(std::memory_order_acquire); }
 
+  // Spare processors (sched/monitor.cpp; DESIGN.md, "Lost processors"):
+  // kernel threads beside the cluster's processors, started by the monitor
+  // when a processor is lost to a call or a fibre loom cannot see while
+  // fibres wait for it, and parked when none has been lost for a while.
+  // Not counted in size(), never placed on: they take work by stealing
+  // (from a lost processor also with stealing off) and from the shared
+  // queues. Index kMaxProcessors + k; at most kMaxSpares.
+  static constexpr std::size_t kMaxSpares = 64;
+  std::size_t spare_count() const { return nspares_.load(std::memory_order_acquire); }
+  Processor* spare(std::size_t i) const { return spares_[i].load(std::memory_order_acquire); }
+  // Wakes a parked spare or starts a new one; false at the cap.
+  bool activate_spare();
+  // Every active spare parks at its next idle moment.
+  void retire_spares();
+  void spare_parks() { active_spares_.fetch_sub(1, std::memory_order_relaxed); }
+  void spare_unparks() { active_spares_.fetch_add(1, std::memory_order_relaxed); }
+  unsigned active_spares() const { return active_spares_.load(std::memory_order_relaxed); }
+  // More than one processor may run its fibres (a spare counts): the rules
+  // that wake a thief for work queued behind a running fibre apply.
+  bool several() const { return size() > 1 || active_spares_.load(std::memory_order_relaxed) > 0; }
+  // Processors the monitor found lost (a hint, set at each of its looks).
+  void set_lost(int n) { lost_.store(n, std::memory_order_relaxed); }
+  int lost_relaxed() const { return lost_.load(std::memory_order_relaxed); }
+  // Work outside the queues that only a processor's look would collect
+  // (readiness on the epoll set), looked at without taking it: any thread.
+  bool outside_ready();
+
   // Placement of a new fibre (work pushing or sharing, per the config).
   void place_new(Fibre* f);
   // Where work pushing sends a new fibre: round-robin per creating
@@ -63,6 +90,7 @@ class Cluster {
   void push_background(Fibre* f);
   Fibre* pop_staging(Processor& p);
   bool staging_nonempty() const { return staging_.maybe_nonempty(); }
+  bool background_nonempty() const { return background_.maybe_nonempty(); }
   Fibre* pop_background(Processor& p);
   ReadyQueue* shared_queue() { return config_.queue == QueueKind::shared ? &shared_ : nullptr; }
   bool stealing() const { return config_.stealing && config_.queue != QueueKind::shared; }
@@ -168,6 +196,11 @@ class Cluster {
   std::atomic<int> spinning_{0};
   std::atomic<Processor*> keeper_{nullptr};
   Cluster* next_retired_ = nullptr;
+
+  alignas(64) std::atomic<Processor*> spares_[kMaxSpares] = {};
+  std::atomic<std::size_t> nspares_{0};
+  std::atomic<unsigned> active_spares_{0};
+  std::atomic<int> lost_{0};
 };
 
 }  // namespace loom::rt

@@ -64,6 +64,8 @@ SchedConfig SchedConfig::from_env() {
   c.wait_first = env_bool("LOOM_WAIT_FIRST", c.wait_first);
   c.pin = env_bool("LOOM_PIN", c.pin);
   c.stall_ms = unsigned(env_size("LOOM_STALL_MS", c.stall_ms, 0, 3'600'000));
+  c.handoff_us = unsigned(env_size("LOOM_HANDOFF_US", c.handoff_us, 0, 10'000'000));
+  c.slice_us = unsigned(env_size("LOOM_SLICE_US", c.slice_us, 1, 10'000'000));
   return c;
 }
 
@@ -76,7 +78,9 @@ std::string SchedConfig::describe() const {
               : std::string()) +
          (io == IoBackend::uring ? " io=uring" : "") + " lazy=" + (lazy_register ? "on" : "off") + " ybr=" + (yield_before_read ? "on" : "off") +
          // Only when on: the default summary stays what scripts and process_test compare against.
-         (pin ? " pin=on" : "") + (wait_first ? "" : " wait_first=off") + (steal_fence == StealFence::membarrier ? " fence=membarrier" : "") + (stall_ms ? " stall=" + std::to_string(stall_ms) + "ms" : std::string());
+         (pin ? " pin=on" : "") + (wait_first ? "" : " wait_first=off") + (steal_fence == StealFence::membarrier ? " fence=membarrier" : "") + (stall_ms ? " stall=" + std::to_string(stall_ms) + "ms" : std::string()) +
+         (handoff_us == 1000 ? std::string() : handoff_us ? " handoff=" + std::to_string(handoff_us) + "us" : std::string(" handoff=off")) +
+         (slice_us == 10000 ? std::string() : " slice=" + std::to_string(slice_us) + "us");
 }
 
 }  // namespace loom

@@ -28,6 +28,9 @@
 //                       interrupt(p) is called. deadline: ns on now_ns()'s
 //                       clock, kNoDeadline to sleep until woken.
 //   interrupt(p)        breaks p's sleep inside this extension; any thread.
+//   outside_ready()     work of the extension's waits ready for a look
+//                       (events on the epoll set), without taking it; any
+//                       thread (the monitor, when every processor is lost).
 //   shutdown()          the cluster is being destroyed (its fibres must
 //                       still be able to run: called before the check that
 //                       none is left).
@@ -52,6 +55,7 @@ class Extension {
   virtual void before_sleep(Processor&) {}
   virtual bool sleep(Processor&, std::int64_t /*deadline*/) { return false; }
   virtual void interrupt(Processor&) {}
+  virtual bool outside_ready() { return false; }
   virtual void shutdown() {}
 };
 

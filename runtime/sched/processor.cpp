@@ -176,8 +176,8 @@ void start_fibre_context(Fibre* f, void* lo, std::size_t size) { context_make(f-
 
 // ---- Processor ----------------------------------------------------------------
 
-Processor::Processor(Cluster& cluster, unsigned index, bool adopt)
-    : cluster_(&cluster), index_(index), pu_(topo::assign_pu()), own_rq_(cluster.config().queue, /*owned=*/true, cluster.config().steal_fence) {
+Processor::Processor(Cluster& cluster, unsigned index, bool adopt, bool spare)
+    : cluster_(&cluster), index_(index), spare_(spare), pu_(spare ? 0 : topo::assign_pu()), own_rq_(cluster.config().queue, /*owned=*/true, cluster.config().steal_fence) {
   rq_ = cluster.shared_queue() ? cluster.shared_queue() : &own_rq_;
   spin_max_ns_ = spin_budget_ns_ = std::int64_t(cluster.config().spin_us) * 1000;
   idle_.cluster = &cluster;
@@ -202,6 +202,10 @@ Processor::Processor(Cluster& cluster, unsigned index, bool adopt)
     // Busy from birth: work may be pushed to it before its thread runs, and
     // a thief only looks at processors on the busy list.
     cluster.go_busy(*this);
+    if (spare) {
+      wanted.store(true, std::memory_order_relaxed);
+      active_since_.store(now_ns(), std::memory_order_relaxed);
+    }
     if (int e = sys::pthread().create(&thread_, nullptr, &Processor::thread_main, this)) {
       std::fprintf(stderr, "loom: cannot start a processor thread for cluster %u: error %d\n", cluster.id(), e);
       std::abort();
@@ -220,7 +224,7 @@ void Processor::retire() {
 void Processor::enter_thread() {
   tls_processor = this;
   home_tcb_ = installed_tcb_ = kernel_tcb_ = tls::current();
-  tid = pid_t(::syscall(SYS_gettid));
+  tid.store(pid_t(::syscall(SYS_gettid)), std::memory_order_relaxed);
   altstack_ = enter_signal_stack();
   if (cluster_->config().pin) topo::pin_current_thread(pu_);
 }
@@ -230,7 +234,11 @@ void Processor::name_thread(bool own) {
   for (;;) {
     const char* prefix = cluster_->thread_prefix();
     char name[16];  // the kernel's limit, with the NUL
-    std::snprintf(name, sizeof name, "%s%u", prefix, index_);
+    // A spare: the prefix, '+' and its number among the spares ("loom/P+0").
+    if (spare_)
+      std::snprintf(name, sizeof name, "%s+%u", prefix, index_ - unsigned(Cluster::kMaxProcessors));
+    else
+      std::snprintf(name, sizeof name, "%s%u", prefix, index_);
     sys::pthread().setname_np(own ? sys::pthread().self() : thread_, name);
     if (!own || cluster_->thread_prefix() == prefix) return;
   }
@@ -401,7 +409,7 @@ void Processor::push(Fibre* f) {
     // its sleep ends): nothing runs here that f would wait behind, and a
     // thief woken for each delivery would be a wake-up per request.
     // Nor for a pinned fibre (a color runner): no thief may take it.
-    if (cluster_->size() > 1 && current_ != &idle_ && !f->pinned) {
+    if (cluster_->several() && current_ != &idle_ && !f->pinned) {
       if (Processor* q = spinning_sibling()) {
         q->own_rq_.push(f);
         cluster_->wake(*q);
@@ -458,7 +466,8 @@ Fibre* Processor::find_work(bool last_look) {
   // wake): a steal that gave up on a busy consumer lock would leave that
   // work to its owner alone (CI under TSan, where the owner takes the same
   // lock, caught it).
-  if (cluster_->stealing())
+  // (With stealing off, only from a processor the monitor found lost.)
+  if (cluster_->stealing() || cluster_->lost_relaxed() > 0)
     if (Fibre* f = cluster_->steal(*this, last_look)) return f;
   for (unsigned i = 0, n = cluster_->extension_count(); i < n; ++i)
     if (Fibre* f = cluster_->extension(i)->find_work(*this, last_look)) return f;
@@ -529,6 +538,10 @@ void Processor::idle_loop() {
   // Re-read `this` is not needed: the idle fibre never leaves its processor.
   for (;;) {
     Fibre* f = find_work();
+    if (!f && spare_ && !wanted.load(std::memory_order_acquire) && !stop_.load(std::memory_order_acquire)) {
+      park();
+      continue;
+    }
     // When this idle period began: a sibling's wake within the maximum
     // spin of it is work a full spin would have caught (spin_for_work).
     const std::int64_t idle_start = !f && spin_max_ns_ ? now_ns() : 0;
@@ -608,13 +621,43 @@ void Processor::idle_loop() {
     // idle loop, running_id 0, to find its own work). The store of f's id,
     // a fence, then the look at the queue; a pusher pushes, fences, then
     // reads running_id: one of the two sees the other.
-    if (cluster_->size() > 1) {
+    if (cluster_->several()) {
       running_id.store(f->id, std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_seq_cst);
       if (rq_->maybe_nonempty() && cluster_->idle_processors_relaxed() > 0) cluster_->wake_thief();
     }
     run(f);
   }
+}
+
+void Processor::park() {
+  // Off both lists: no thief is woken here, no steal looks here, and
+  // wake_one never picks it. Then parked, fenced, before the look at the
+  // queue: a pusher that pushed before reading `parked` false had its
+  // fibre seen by the look; one that reads it true wakes this thread
+  // (Cluster::wake), which looks again.
+  cluster_->leave(*this);
+  cluster_->spare_parks();
+  counters.add(Stat::spare_us, std::uint64_t(now_ns() - active_since_.load(std::memory_order_relaxed)) / 1000);
+  parked.store(true, std::memory_order_seq_cst);
+  for (;;) {
+    // What still waits here (fibres whose affinity is this spare: ones it
+    // stole stickily, a joiner it was handed, an offloaded call coming
+    // back) goes to the cluster's processors, for good.
+    if (rq_ == &own_rq_)
+      while (Fibre* f = own_rq_.pop(kPriorities - 1)) {
+        Processor* home = cluster_->next_home();
+        __atomic_store_n(&f->affinity, home, __ATOMIC_RELAXED);
+        home->push(f);
+      }
+    if (stop_.load(std::memory_order_acquire) || wanted.load(std::memory_order_acquire)) break;
+    wake_flag.wait();
+  }
+  active_since_.store(now_ns(), std::memory_order_relaxed);
+  parked.store(false, std::memory_order_relaxed);
+  cluster_->spare_unparks();
+  counters.add(Stat::spare_activations);
+  cluster_->go_busy(*this);
 }
 
 void Processor::wake_up() noexcept {

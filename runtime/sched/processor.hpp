@@ -54,7 +54,9 @@ class Processor {
  public:
   // adopt: the calling thread becomes this processor and keeps running its
   // current code as a fibre; otherwise a new kernel thread is started.
-  Processor(Cluster& cluster, unsigned index, bool adopt);
+  // spare: one of the cluster's spare processors (Cluster::activate_spare),
+  // started wanted.
+  Processor(Cluster& cluster, unsigned index, bool adopt, bool spare = false);
 
   Cluster& cluster() const { return *cluster_; }
   unsigned index() const { return index_; }
@@ -99,7 +101,7 @@ class Processor {
   // (0 for the idle loop) and name, stored at every switch by the owner.
   std::atomic<std::uint64_t> running_id{0};
   std::atomic<const char*> running_name{nullptr};
-  pid_t tid = 0;  // the kernel thread's id
+  std::atomic<pid_t> tid{0};  // the kernel thread's id (read by the monitor)
   std::atomic<StallProbe*> stall_probe{nullptr};  // made by the detector
   LiveFibres live;  // fibres this processor started (sched/stats.hpp)
   unsigned placed = 0;  // new fibres it placed round-robin in its cluster (Cluster::place_new)
@@ -116,6 +118,20 @@ class Processor {
   // Wakes the processor from its sleep, on the futex or in an extension.
   void wake_up() noexcept;
   std::atomic<Extension*> sleeping_in{nullptr};  // the extension p sleeps in (sched/extension.hpp)
+  // The monitor's (sched/monitor.cpp; DESIGN.md, "Lost processors"):
+  // lost: its kernel thread has not passed through the scheduler for the
+  // bound, blocked in the kernel or held by a fibre, while fibres wait
+  // (thieves may take them even with stealing off). A spare's wanted: the
+  // monitor wants it to take work; parked: off the lists, asleep, its queue
+  // handed to the processors (pushes that reach it wake it: Cluster::wake).
+  std::atomic<bool> lost{false};
+  std::atomic<bool> wanted{false};
+  std::atomic<bool> parked{false};
+  bool spare() const { return spare_; }
+  // A spare at work now: since when (now_ns()); 0 when parked.
+  std::int64_t active_since() const {
+    return parked.load(std::memory_order_relaxed) ? 0 : active_since_.load(std::memory_order_relaxed);
+  }
 
   // Per-fibre TLS (sched/tls.hpp), on the adopted processor: from now on its
   // kernel thread's block `main_tcb` is main()'s, and `home` is the block of
@@ -130,6 +146,9 @@ class Processor {
   friend void processor_idle_entry(transfer_t);
   static void* thread_main(void* self);
   void idle_loop();
+  // A spare the monitor no longer wants: off the lists until it is wanted
+  // again, its queue handed to the cluster's processors.
+  void park();
   // Looks for work for up to spin_budget_ns_ before the processor sleeps.
   Fibre* spin_for_work();
   // Another processor of the cluster in spin_for_work, if any (a hint).
@@ -148,6 +167,8 @@ class Processor {
 
   alignas(64) Cluster* cluster_;
   unsigned index_;
+  bool spare_;
+  std::atomic<std::int64_t> active_since_{0};  // a spare: when it last took up work (read by the stats)
   unsigned pu_;
   ReadyQueue own_rq_;
   ReadyQueue* rq_;

@@ -1,9 +1,9 @@
 // sched/stall.cpp — the stall detector (SchedConfig::stall_ms, LOOM_STALL_MS).
 //
 // A fibre that runs on without a scheduling point holds its processor: the
-// other fibres queued there wait, silently. A watchdog kernel thread of the
-// runtime's looks at every processor of the clusters that ask for it, four
-// times per threshold: a processor whose switch and yield counters have not
+// other fibres queued there wait, silently. The monitor's kernel thread
+// (sched/monitor.cpp) looks at every processor of the clusters that ask for
+// it, four times per threshold: a processor whose switch and yield counters have not
 // moved for the threshold while a fibre (not the idle loop) runs is stalled. Once per
 // stall, it reports on stderr the fibre's id and name, the processor, how
 // long, and either
@@ -32,6 +32,7 @@
 #include "base/options.hpp"
 #include "base/sys.hpp"
 #include "sched/cluster.hpp"
+#include "sched/monitor.hpp"
 #include "sched/processor.hpp"
 
 namespace loom::rt {
@@ -67,8 +68,8 @@ struct Watch {
   bool reported = false;
 };
 
-// The thread's scheduler state ('R' on a CPU, 'S'/'D' in the kernel) and,
-// when in a system call, its number (-1 when not, or unknown).
+}  // namespace
+
 char thread_state(pid_t tid, long* syscall_nr) {
   char path[64], buf[512];
   *syscall_nr = -1;
@@ -92,9 +93,6 @@ char thread_state(pid_t tid, long* syscall_nr) {
 #include "sched/syscall_names_x86_64.inc"
 #endif
 
-// The call's name, with a word on what it waits for where the name alone
-// does not say; every number the kernel header knows has its name (a number
-// loom's table lacks: a kernel newer than the table).
 const char* syscall_name(long nr, char* buf, std::size_t size) {
 #if defined(__x86_64__)
   switch (nr) {
@@ -113,6 +111,8 @@ const char* syscall_name(long nr, char* buf, std::size_t size) {
   return buf;
 }
 
+namespace {
+
 // Calls that wait for another process or a signal (a shell or `timeout`
 // waiting for its child): a processor's thread in one holds up only the
 // fibres queued behind it, so it is a stall only when some are.
@@ -127,22 +127,18 @@ bool waits_for_others(long nr) {
 
 class Watchdog {
  public:
-  void run() {
-    void* warm[2];
-    backtrace(warm, 2);  // loads the unwinder now, not in the handler
-    for (;;) {
-      unsigned period_ms = 0;
-      std::int64_t now = now_ns();
-      for (Cluster* c = Cluster::first(); c; c = c->next_made()) {
-        unsigned ms = c->facade ? c->config().stall_ms : 0;
-        if (!ms) continue;
-        if (!period_ms || ms / 4 < period_ms) period_ms = ms / 4 ? ms / 4 : 1;
-        for (std::size_t i = 0, n = c->size(); i < n; ++i) look(*c, *c->processor(i), ms, now);
-      }
-      if (!period_ms) period_ms = 100;  // every asking cluster is gone: idle
-      timespec ts{time_t(period_ms / 1000), long(period_ms % 1000) * 1000000L};
-      sys::nanosleep(&ts, nullptr);
+  // One look at the clusters that ask for it; the period it wants (ns), or
+  // 0 when none asks.
+  std::int64_t tick(std::int64_t now) {
+    unsigned period_ms = 0;
+    for (Cluster* c = Cluster::first(); c; c = c->next_made()) {
+      unsigned ms = c->facade ? c->config().stall_ms : 0;
+      if (!ms) continue;
+      if (!period_ms || ms / 4 < period_ms) period_ms = ms / 4 ? ms / 4 : 1;
+      for (std::size_t i = 0, n = c->size(); i < n; ++i) look(*c, *c->processor(i), ms, now);
+      for (std::size_t i = 0, n = c->spare_count(); i < n; ++i) look(*c, *c->spare(i), ms, now);
     }
+    return std::int64_t(period_ms) * 1000000;
   }
 
  private:
@@ -176,7 +172,7 @@ class Watchdog {
   // started (a shell, `timeout`), not a stall.
   bool waiting_alone(Processor& p) {
     long nr;
-    char state = thread_state(p.tid, &nr);
+    char state = thread_state(p.tid.load(std::memory_order_relaxed), &nr);
     return state != 'R' && waits_for_others(nr) && !p.ready_queue().maybe_nonempty();
   }
 
@@ -198,7 +194,7 @@ class Watchdog {
     const char* name = p.running_name.load(std::memory_order_relaxed);
     if (name && !*name) name = nullptr;  // a C thread not (yet) named
     long nr;
-    char state = thread_state(p.tid, &nr);
+    char state = thread_state(p.tid.load(std::memory_order_relaxed), &nr);
     bool others = p.ready_queue().maybe_nonempty();
     char who[160];
     std::snprintf(who, sizeof who, "fibre %llu%s%s%s", (unsigned long long)id, name ? " \"" : "", name ? name : "",
@@ -220,7 +216,7 @@ class Watchdog {
     StallProbe* s = probe(p);
     s->state.store(1, std::memory_order_release);
     bool answered = false;
-    if (::syscall(SYS_tgkill, getpid(), p.tid, stall_signal) == 0) {
+    if (::syscall(SYS_tgkill, getpid(), p.tid.load(std::memory_order_relaxed), stall_signal) == 0) {
       for (int i = 0; i < 500 && !answered; ++i) {
         answered = s->state.load(std::memory_order_acquire) == 2;
         if (!answered) {
@@ -254,12 +250,14 @@ class Watchdog {
   std::uint64_t suppressed_ = 0;
 };
 
-void* watchdog_main(void*) {
-  Watchdog().run();
-  return nullptr;
-}
+std::atomic<Watchdog*> watchdog{nullptr};  // made once, by stall_watch
 
 }  // namespace
+
+std::int64_t stall_tick(std::int64_t now) {
+  Watchdog* w = watchdog.load(std::memory_order_acquire);
+  return w ? w->tick(now) : 0;
+}
 
 void stall_watch() {
   static std::atomic<bool> started{false};
@@ -271,8 +269,10 @@ void stall_watch() {
   sa.sa_flags = SA_RESTART | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
   sigaction(stall_signal, &sa, nullptr);
-  if (!start_runtime_thread("loom-stall", &watchdog_main))
-    std::fprintf(stderr, "loom: stall detector: cannot start its thread; off\n");
+  void* warm[2];
+  backtrace(warm, 2);  // loads the unwinder now, not in the handler
+  watchdog.store(new Watchdog, std::memory_order_release);
+  monitor_start();
 }
 
 }  // namespace loom::rt

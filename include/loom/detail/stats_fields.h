@@ -30,6 +30,12 @@
   X(stack_misses, "fibre stacks newly mapped")                                      \
   X(rests, "rests on a descriptor (loom::io::rest: the stack given back)")          \
   X(spins, "idle spins before sleeping (LOOM_SPIN_US)")                             \
-  X(spin_hits, "... that found work")
+  X(spin_hits, "... that found work")                                              \
+  X(lost_blocked, "processors found lost in a system call loom did not see")       \
+  X(lost_running, "processors found held past a slice by a fibre (a spinner)")    \
+  X(handoffs, "... whose waiting fibres the monitor sent a thief or a spare")     \
+  X(spares_started, "spare kernel threads started (LOOM_HANDOFF_US)")             \
+  X(spare_activations, "times a spare took up work beside the processors")        \
+  X(spare_us, "microseconds spares were active")
 
 #endif

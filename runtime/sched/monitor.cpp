@@ -1,0 +1,227 @@
+// sched/monitor.cpp — the monitor (SchedConfig::handoff_us, slice_us;
+// LOOM_HANDOFF_US, LOOM_SLICE_US): processors lost to what loom cannot see.
+//
+// A processor is one kernel thread. Under the preload a program reaches the
+// kernel around the calls loom intercepts by name (liburing's own
+// io_uring_enter, libgomp's inline futex) or busy-waits for a flag another
+// thread sets (OpenBLAS): the kernel thread is then lost to loom for as long
+// as that lasts, and every fibre queued on its processor waits — for good
+// when the one it waits for is among them. Go's sysmon does this job there.
+//
+// One kernel thread of the runtime's looks at every processor of the
+// clusters that ask for it (and runs the stall detector's looks,
+// sched/stall.cpp). A processor is lost when its switch and yield counters
+// have not moved since an earlier look while a fibre runs there, for
+//   - handoff_us, with its kernel thread in the kernel (/proc's state, read
+//     only for a processor that fibres wait for): a call loom did not see;
+//   - slice_us, whatever the state: a fibre running without a scheduling
+//     point (on a CPU, or preempted by the kernel).
+// For each lost processor with fibres queued, and for a cluster whose
+// processors are all lost while work waits outside their queues (a due
+// timer, the staging or background queue, readiness on the epoll set), the
+// monitor sends one helper: a sleeping processor, woken to steal, or else a
+// spare processor (Cluster::activate_spare): a kernel thread beside the
+// cluster's processors that steals (from a lost processor even with
+// stealing off), polls and fires timers like any idle processor. Nothing is
+// taken from the lost processor but what a thief may take: its kernel thread
+// keeps it and goes on when the call returns, so no two kernel threads ever
+// run one processor. Spares park once no processor has been lost for
+// kLingerNs (Processor::park).
+//
+// Cost: nothing on a switch. The monitor reads each processor's counters
+// and queue hint at each look: every handoff_us / 2 while some processor
+// may be lost, backing off to 2 × handoff_us otherwise; it sleeps on a
+// futex while every processor sleeps (a processor leaving its sleep wakes
+// it: monitor_busy), so an idle process costs no wake-up.
+#include "sched/monitor.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <unordered_map>
+
+#include "base/futex.hpp"
+#include "base/sys.hpp"
+#include "sched/cluster.hpp"
+#include "sched/processor.hpp"
+#include "sched/stats.hpp"
+
+namespace loom::rt {
+
+std::atomic<int> monitor_sleeping{0};
+
+void monitor_wake() noexcept {
+  if (monitor_sleeping.exchange(0, std::memory_order_seq_cst)) futex_wake(&monitor_sleeping, 1);
+}
+
+namespace {
+
+// Spares stay active this long after the monitor last found work waiting on
+// a lost processor: a program that blocks again soon (an I/O thread's next
+// call) finds its spare at work, without a wake-up.
+constexpr std::int64_t kLingerNs = 100'000'000;
+
+struct Watch {
+  std::uint64_t switches = ~0ull;
+  std::uint64_t id = 0;
+  std::int64_t since = 0;  // the first look that saw these counters
+  bool lost = false;       // counted and marked for this hold
+};
+
+class Monitor {
+ public:
+  [[noreturn]] void run() {
+    std::int64_t period = 0;
+    for (;;) {
+      const std::int64_t now = now_ns();
+      bool busy = false, urgent = false;
+      std::int64_t base = 0;  // the shortest period a cluster asks for
+      for (Cluster* c = Cluster::first(); c; c = c->next_made()) {
+        if (!c->facade) continue;
+        const SchedConfig& cfg = c->config();
+        if (!cfg.handoff_us && !cfg.stall_ms) continue;
+        if (!all_asleep(*c)) busy = true;
+        if (!cfg.handoff_us) continue;
+        std::int64_t b = std::int64_t(cfg.handoff_us) * 500;
+        base = base ? std::min(base, b) : b;
+        look(*c, now, urgent);
+      }
+      std::int64_t stall = stall_tick(now);
+      if (!busy) {
+        sleep_until_busy();
+        period = 0;
+        continue;
+      }
+      if (!base) base = stall;
+      period = urgent || !period ? base : std::min(period * 2, base * 4);
+      if (stall) period = std::min(period, stall);
+      timespec ts{time_t(period / 1000000000), long(period % 1000000000)};
+      sys::nanosleep(&ts, nullptr);
+    }
+  }
+
+ private:
+  static bool all_asleep(Cluster& c) {
+    return c.idle_processors() >= int(c.size() + c.active_spares());
+  }
+
+  static bool every_cluster_asleep() {
+    for (Cluster* c = Cluster::first(); c; c = c->next_made())
+      if (c->facade && (c->config().handoff_us || c->config().stall_ms) && !all_asleep(*c)) return false;
+    return true;
+  }
+
+  // Until a processor leaves its sleep. Announced, then looked again (a
+  // processor that left its sleep before the announcement is seen here; one
+  // after it sees the word: monitor_busy).
+  static void sleep_until_busy() {
+    monitor_sleeping.store(1, std::memory_order_seq_cst);
+    if (!every_cluster_asleep()) {
+      monitor_sleeping.store(0, std::memory_order_relaxed);
+      return;
+    }
+    while (monitor_sleeping.load(std::memory_order_acquire) == 1) futex_wait(&monitor_sleeping, 1);
+  }
+
+  static char state_of(Processor& p, long* nr) {
+    pid_t tid = p.tid.load(std::memory_order_relaxed);
+    return tid ? thread_state(tid, nr) : '?';  // (a spare whose thread has not run yet)
+  }
+
+  // Work the cluster's processors would find outside their own queues.
+  static bool outside_work(Cluster& c, std::int64_t now) {
+    return (c.timers.pending() && c.timers.next() <= now) || c.staging_nonempty() || c.background_nonempty() ||
+           c.outside_ready();
+  }
+
+  void look(Cluster& c, std::int64_t now, bool& urgent) {
+    // A color cluster's runners are pinned to their processors: no helper
+    // could take them (DESIGN.md, "Lost processors": a limit).
+    if (c.color.load(std::memory_order_relaxed)) return;
+    const std::int64_t bound = std::int64_t(c.config().handoff_us) * 1000;
+    const std::int64_t slice = std::max(bound, std::int64_t(c.config().slice_us) * 1000);
+    int lost = 0, needy = 0, members = 0;
+    bool all_lost = true;
+    int outside = -1;  // outside_work(), looked at once if needed
+    auto pending = [&] {
+      if (outside < 0) outside = outside_work(c, now);
+      return outside == 1;
+    };
+    auto one = [&](Processor& p) {
+      ++members;
+      Watch& w = watch_[&p];
+      std::uint64_t sw = p.counters.get(Stat::switches) + p.counters.get(Stat::yields);
+      std::uint64_t id = p.running_id.load(std::memory_order_relaxed);
+      if (id == 0 || sw != w.switches || id != w.id) {
+        if (w.lost) p.lost.store(false, std::memory_order_relaxed);
+        w = Watch{sw, id, now, false};
+        all_lost = false;
+        return;
+      }
+      const bool waiting = p.ready_queue().maybe_nonempty();
+      const std::int64_t held = now - w.since;
+      if (held < bound) {
+        all_lost = false;
+        if (waiting) urgent = true;  // look again soon: it may be lost
+        return;
+      }
+      char state = 0;
+      bool lost_now = held >= slice;
+      if (!lost_now && (waiting || pending())) {
+        long nr;
+        state = state_of(p, &nr);
+        lost_now = state != 'R';
+        urgent = true;
+      }
+      if (!lost_now) {
+        all_lost = false;
+        return;
+      }
+      ++lost;
+      if (!w.lost) {
+        w.lost = true;
+        p.lost.store(true, std::memory_order_relaxed);
+        long nr;
+        if (!state) state = state_of(p, &nr);
+        c.shared_counters.add_shared(state == 'R' ? Stat::lost_running : Stat::lost_blocked, 1);
+      }
+      if (waiting) ++needy;
+    };
+    for (std::size_t i = 0, n = c.size(); i < n; ++i) one(*c.processor(i));
+    for (std::size_t i = 0, n = c.spare_count(); i < n; ++i)
+      if (Processor* s = c.spare(i); !s->parked.load(std::memory_order_relaxed)) one(*s);
+    c.set_lost(lost);
+    if (members && all_lost && pending()) ++needy;
+    ClusterWatch& cw = clusters_[&c];
+    if (needy) {
+      cw.last_need = now;
+      urgent = true;
+      // One helper for each: a sleeper woken to steal, else a spare.
+      for (int i = 0; i < needy; ++i) {
+        if (c.idle_processors() > 0 ? c.wake_one() : c.activate_spare())
+          c.shared_counters.add_shared(Stat::handoffs, 1);
+      }
+    } else if (c.active_spares() && !lost && now - cw.last_need > kLingerNs) {
+      c.retire_spares();
+    }
+  }
+
+  struct ClusterWatch {
+    std::int64_t last_need = 0;
+  };
+  std::unordered_map<Processor*, Watch> watch_;
+  std::unordered_map<Cluster*, ClusterWatch> clusters_;
+};
+
+void* monitor_main(void*) { Monitor().run(); }
+
+}  // namespace
+
+void monitor_start() {
+  static std::atomic<bool> started{false};
+  if (started.exchange(true)) return;
+  if (!start_runtime_thread("loom-monitor", &monitor_main))
+    std::fprintf(stderr, "loom: monitor: cannot start its thread; lost processors are not taken back\n");
+}
+
+}  // namespace loom::rt

@@ -1,0 +1,39 @@
+// sched/monitor.hpp — the monitor: one kernel thread of the runtime's that
+// finds processors lost to what loom cannot see (sched/monitor.cpp) and runs
+// the stall detector's looks (sched/stall.cpp).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace loom::rt {
+
+// Starts the monitor's thread, once (a cluster that asks for hand-offs or
+// stall reports).
+void monitor_start();
+
+// The monitor sleeps on this word while every processor of the clusters it
+// watches sleeps; a processor that leaves its sleep wakes it
+// (Cluster::go_busy). A load on that path, nothing on a busy one.
+extern std::atomic<int> monitor_sleeping;
+void monitor_wake() noexcept;
+inline void monitor_busy() noexcept {
+  if (__builtin_expect(monitor_sleeping.load(std::memory_order_relaxed) != 0, 0)) monitor_wake();
+}
+
+// The stall detector's look (sched/stall.cpp): the period it wants, in ns,
+// or 0 when no cluster asks for it.
+std::int64_t stall_tick(std::int64_t now);
+
+// A kernel thread's scheduler state from /proc ('R' on a CPU, 'S' or 'D'
+// in the kernel, '?' unknown) and, when in a system call, its number (-1
+// when not, or unknown).
+char thread_state(pid_t tid, long* syscall_nr);
+// A system call's name, with a word on what it waits for where the name
+// alone does not say; buf holds a number the table lacks.
+const char* syscall_name(long nr, char* buf, std::size_t size);
+
+}  // namespace loom::rt
