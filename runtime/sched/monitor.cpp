@@ -30,7 +30,7 @@
 //
 // Cost: nothing on a switch. The monitor reads each processor's counters
 // and queue hint at each look: every handoff_us / 2 while some processor
-// may be lost, backing off to 2 × handoff_us otherwise; it sleeps on a
+// may be lost, backing off to 4 × handoff_us otherwise; it sleeps on a
 // futex while every processor sleeps (a processor leaving its sleep wakes
 // it: monitor_busy), so an idle process costs no wake-up.
 #include "sched/monitor.hpp"
@@ -93,7 +93,7 @@ class Monitor {
         continue;
       }
       if (!base) base = stall;
-      period = urgent || !period ? base : std::min(period * 2, base * 4);
+      period = urgent || !period ? base : std::min(period * 2, base * 8);
       if (stall) period = std::min(period, stall);
       timespec ts{time_t(period / 1000000000), long(period % 1000000000)};
       sys::nanosleep(&ts, nullptr);
