@@ -72,6 +72,7 @@ class Monitor {
  public:
   [[noreturn]] void run() {
     std::int64_t period = 0;
+    int quiet = 0;  // looks in a row that found every processor asleep
     for (;;) {
       const std::int64_t now = now_ns();
       bool busy = false, urgent = false;
@@ -87,12 +88,16 @@ class Monitor {
         look(*c, now, urgent);
       }
       std::int64_t stall = stall_tick(now);
-      if (!busy) {
+      // Asleep at two looks in a row: the monitor sleeps too. (At the
+      // first, a server between two bursts of requests: waking the monitor
+      // at every burst cost more than its looks.)
+      quiet = busy ? 0 : quiet + 1;
+      if (quiet >= 2) {
         sleep_until_busy();
-        period = 0;
+        period = quiet = 0;
         continue;
       }
-      if (!base) base = stall;
+      if (!base) base = stall ? stall : 100'000'000;
       period = urgent || !period ? base : std::min(period * 2, base * 8);
       if (stall) period = std::min(period, stall);
       timespec ts{time_t(period / 1000000000), long(period % 1000000000)};
