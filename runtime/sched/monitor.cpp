@@ -171,9 +171,9 @@ class Monitor {
         return;
       }
       char state = 0;
+      long nr = -1;
       bool lost_now = held >= slice;
       if (!lost_now && (waiting || pending())) {
-        long nr;
         state = state_of(p, &nr);
         lost_now = state != 'R';
         urgent = true;
@@ -185,9 +185,9 @@ class Monitor {
       ++lost;
       if (!w.lost) {
         w.lost = true;
-        p.lost.store(true, std::memory_order_relaxed);
-        long nr;
         if (!state) state = state_of(p, &nr);
+        p.lost_call.store(state == 'R' ? -1 : nr, std::memory_order_relaxed);
+        p.lost.store(true, std::memory_order_relaxed);
         c.shared_counters.add_shared(state == 'R' ? Stat::lost_running : Stat::lost_blocked, 1);
       }
       if (waiting) ++needy;

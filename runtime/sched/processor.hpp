@@ -125,6 +125,9 @@ class Processor {
   // monitor wants it to take work; parked: off the lists, asleep, its queue
   // handed to the processors (pushes that reach it wake it: Cluster::wake).
   std::atomic<bool> lost{false};
+  // ... the system call its kernel thread was in when the monitor found it
+  // lost, from the kernel's record; -1 when on a CPU (for the listing).
+  std::atomic<long> lost_call{-1};
   std::atomic<bool> wanted{false};
   std::atomic<bool> parked{false};
   bool spare() const { return spare_; }

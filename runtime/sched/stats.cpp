@@ -21,6 +21,7 @@
 #include "base/sys.hpp"
 #include "loom/cluster.hpp"
 #include "sched/cluster.hpp"
+#include "sched/monitor.hpp"
 #include "sched/stats.hpp"
 
 namespace loom {
@@ -118,12 +119,31 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
     rt::Cluster* home = f->offload_home.load(std::memory_order_relaxed);
     // Running: some processor of its cluster runs it now.
     int running_on = -1;
-    if (!home)
-      for (std::size_t i = 0, n = c->size(); i < n && running_on < 0; ++i)
-        if (c->processor(i)->running_id.load(std::memory_order_relaxed) == f->id) running_on = int(i);
+    rt::Processor* runner = nullptr;
+    if (!home) {
+      for (std::size_t i = 0, n = c->size(); i < n && !runner; ++i)
+        if (c->processor(i)->running_id.load(std::memory_order_relaxed) == f->id) runner = c->processor(i);
+      for (std::size_t i = 0, n = c->spare_count(); i < n && !runner; ++i)
+        if (c->spare(i)->running_id.load(std::memory_order_relaxed) == f->id) runner = c->spare(i);
+      if (runner && !runner->spare()) running_on = int(runner->index());
+    }
     const char* tail = home ? ", offloaded" : "";
-    if (running_on >= 0) {
-      std::snprintf(r.state, sizeof r.state, "running");
+    if (runner) {
+      // A processor the monitor found lost (sched/monitor.cpp): in which
+      // call, from the kernel's record, or held without a scheduling point.
+      // (What the monitor read when it found it lost: the listing may run
+      // in a handler on that very thread, which is on a CPU then.)
+      const char* where = runner->spare() ? " on a spare" : "";
+      const bool lost = runner->lost.load(std::memory_order_relaxed);
+      const long nr = runner->lost_call.load(std::memory_order_relaxed);
+      char number[64];
+      if (lost && nr >= 0)
+        std::snprintf(r.state, sizeof r.state, "running%s, blocked in the kernel: %s", where,
+                      rt::syscall_name(nr, number, sizeof number));
+      else if (lost)
+        std::snprintf(r.state, sizeof r.state, "running%s, no scheduling point for long", where);
+      else
+        std::snprintf(r.state, sizeof r.state, "running%s", where);
     } else if (k == rt::WaitKind::none) {
       std::snprintf(r.state, sizeof r.state, home ? "blocked: a call, offloaded" : "ready");
     } else if (k == rt::WaitKind::fd_in || k == rt::WaitKind::fd_out) {
@@ -158,7 +178,7 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
     if (rt::Stack s = f->stack.loaded()) {
       std::snprintf(r.size, sizeof r.size, "%zuK", s.size / 1024);
       auto sp = reinterpret_cast<const char*>(__atomic_load_n(&f->ctx.fctx, __ATOMIC_RELAXED));
-      if (running_on < 0 && !home && sp > s.lo() && sp <= s.hi())
+      if (!runner && !home && sp > s.lo() && sp <= s.hi())
         std::snprintf(r.used, sizeof r.used, "%.1fK", double(s.hi() - sp) / 1024);
       if (std::size_t h = rt::stack_high_water(*f)) std::snprintf(r.high, sizeof r.high, "%.1fK", double(h) / 1024);
     }
