@@ -82,12 +82,14 @@ __attribute__((constructor(101))) void start_runtime_before_main() { ensure_runt
 
 // ---- Cluster -------------------------------------------------------------------
 
-Cluster::Cluster(Adopt, rt::Cluster* adopted) : impl_(adopted), owned_(false) { impl_->facade = this; }
+Cluster::Cluster(Adopt, rt::Cluster* adopted) : impl_(adopted), owned_(false) {
+  __atomic_store_n(&impl_->facade, this, __ATOMIC_RELEASE);  // (rt::Cluster::alive)
+}
 
 Cluster::Cluster(std::size_t processors, const SchedConfig& config)
     : impl_((checked_processors(processors), new rt::Cluster(checked(config), (ensure_runtime(), cluster_ids.fetch_add(1))))),
       owned_(true) {
-  impl_->facade = this;
+  __atomic_store_n(&impl_->facade, this, __ATOMIC_RELEASE);
   impl_->add_processors(processors);
 }
 
@@ -108,7 +110,7 @@ Cluster::~Cluster() {
     std::fprintf(stderr, "loom: cluster %u destroyed while it still holds %ld fibre(s)\n", impl_->id(), n);
     std::abort();
   }
-  impl_->facade = nullptr;
+  __atomic_store_n(&impl_->facade, static_cast<Cluster*>(nullptr), __ATOMIC_RELEASE);
   impl_->shutdown();  // the rt::Cluster is kept: see rt::Cluster::shutdown
 }
 

@@ -149,6 +149,9 @@ class Cluster {
   std::atomic<ColorLayer*> color{nullptr};              // color queues and runners
   alignas(64) std::atomic<long> fibres{0};  // live fibres that belong to this cluster
   loom::Cluster* facade = nullptr;  // the public object for this cluster
+  // Has a public object (not destroyed), for threads outside the cluster
+  // (the monitor): facade is stored with __atomic_store_n.
+  bool alive() const { return __atomic_load_n(&facade, __ATOMIC_ACQUIRE) != nullptr; }
   // Counted off the cluster's processors (sched/stats.hpp).
   alignas(64) Counters shared_counters;
   LiveFibres live_foreign;  // fibres started off its processors

@@ -78,7 +78,7 @@ class Monitor {
       bool busy = false, urgent = false;
       std::int64_t base = 0;  // the shortest period a cluster asks for
       for (Cluster* c = Cluster::first(); c; c = c->next_made()) {
-        if (!c->facade) continue;
+        if (!c->alive()) continue;
         const SchedConfig& cfg = c->config();
         if (!cfg.handoff_us && !cfg.stall_ms) continue;
         if (!all_asleep(*c)) busy = true;
@@ -112,7 +112,7 @@ class Monitor {
 
   static bool every_cluster_asleep() {
     for (Cluster* c = Cluster::first(); c; c = c->next_made())
-      if (c->facade && (c->config().handoff_us || c->config().stall_ms) && !all_asleep(*c)) return false;
+      if (c->alive() && (c->config().handoff_us || c->config().stall_ms) && !all_asleep(*c)) return false;
     return true;
   }
 

@@ -132,7 +132,7 @@ class Watchdog {
   std::int64_t tick(std::int64_t now) {
     unsigned period_ms = 0;
     for (Cluster* c = Cluster::first(); c; c = c->next_made()) {
-      unsigned ms = c->facade ? c->config().stall_ms : 0;
+      unsigned ms = c->alive() ? c->config().stall_ms : 0;
       if (!ms) continue;
       if (!period_ms || ms / 4 < period_ms) period_ms = ms / 4 ? ms / 4 : 1;
       for (std::size_t i = 0, n = c->size(); i < n; ++i) look(*c, *c->processor(i), ms, now);
