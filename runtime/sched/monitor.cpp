@@ -14,13 +14,17 @@
 // have not moved since an earlier look while a fibre runs there, for
 //   - handoff_us, with its kernel thread in the kernel (/proc's state, read
 //     only for a processor that fibres wait for): a call loom did not see;
-//   - slice_us, whatever the state: a fibre running without a scheduling
-//     point (on a CPU, or preempted by the kernel).
-// For each lost processor with fibres queued, and for a cluster whose
-// processors are all lost while work waits outside their queues (a due
-// timer, the staging or background queue, readiness on the epoll set), the
-// monitor sends one helper: a sleeping processor, woken to steal, or else a
-// spare processor (Cluster::activate_spare): a kernel thread beside the
+//   - slice_us on a CPU: a fibre running without a scheduling point, its
+//     thread's CPU time (its CPUCLOCK_SCHED clock) grown by at least a
+//     quarter of the time since an earlier look (a thread the kernel keeps off the CPU
+//     on a machine busier than its CPUs is not helped by another thread).
+// Both only while fibres wait for that processor (below).
+// While a lost processor has fibres queued, or a cluster's processors are
+// all lost while work waits outside their queues (a due timer, the staging
+// or background queue, readiness on the epoll set), the monitor sends one
+// helper at each look: a sleeping processor, woken to steal, or else — as
+// long as fewer processors than the cluster's count are free (not held past
+// the bound) — a spare processor (Cluster::activate_spare): a kernel thread beside the
 // cluster's processors that steals (from a lost processor even with
 // stealing off), polls and fires timers like any idle processor. Nothing is
 // taken from the lost processor but what a thief may take: its kernel thread
@@ -66,7 +70,20 @@ struct Watch {
   std::uint64_t id = 0;
   std::int64_t since = 0;  // the first look that saw these counters
   bool lost = false;       // counted and marked for this hold
+  // The thread's CPU time at a look past the bound, and when: a fibre held
+  // past the slice counts as a spinner only if its thread ran for most of
+  // the time since (not one the kernel kept off a CPU).
+  std::int64_t cpu_mark = -1, cpu_mark_at = 0;
 };
+
+// A kernel thread's CPU time in ns (its CPUCLOCK_SCHED clock, as glibc's
+// pthread_getcpuclockid makes it for a thread id), or -1.
+std::int64_t thread_cpu_ns(pid_t tid) {
+  timespec ts;
+  clockid_t clock = clockid_t((~unsigned(tid) << 3) | 6);
+  if (!tid || clock_gettime(clock, &ts) != 0) return -1;
+  return std::int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
 
 class Monitor {
  public:
@@ -145,7 +162,7 @@ class Monitor {
     if (c.color.load(std::memory_order_relaxed)) return;
     const std::int64_t bound = std::int64_t(c.config().handoff_us) * 1000;
     const std::int64_t slice = std::max(bound, std::int64_t(c.config().slice_us) * 1000);
-    int lost = 0, needy = 0, members = 0;
+    int lost = 0, needy = 0, members = 0, held_n = 0;
     bool all_lost = true;
     int outside = -1;  // outside_work(), looked at once if needed
     auto pending = [&] {
@@ -170,13 +187,33 @@ class Monitor {
         if (waiting) urgent = true;  // look again soon: it may be lost
         return;
       }
+      ++held_n;  // no help to anyone now, lost or not
       char state = 0;
       long nr = -1;
-      bool lost_now = held >= slice;
-      if (!lost_now && (waiting || pending())) {
-        state = state_of(p, &nr);
-        lost_now = state != 'R';
+      bool lost_now = false;
+      if (waiting || pending()) {
         urgent = true;
+        state = state_of(p, &nr);
+        if (state != 'R' || w.lost) {
+          lost_now = true;  // in the kernel past the bound (or found lost before, this hold)
+        } else {
+          // On a CPU, or runnable: past the slice, and only if it had the
+          // CPU for at least a quarter of the time since the mark (four
+          // spinners on two CPUs get half each). A thread the
+          // kernel kept off the CPU (a machine busier than its CPUs) is not
+          // helped by another thread: an echo test of 10,000 connections
+          // whose client shares the CPUs started spares so.
+          pid_t tid = p.tid.load(std::memory_order_relaxed);
+          std::int64_t cpu = thread_cpu_ns(tid);
+          if (w.cpu_mark < 0 || cpu < 0) {
+            w.cpu_mark = cpu;
+            w.cpu_mark_at = now;
+          } else if (held >= slice && now - w.cpu_mark_at >= bound) {
+            lost_now = (cpu - w.cpu_mark) * 4 >= now - w.cpu_mark_at;
+            w.cpu_mark = cpu;
+            w.cpu_mark_at = now;
+          }
+        }
       }
       if (!lost_now) {
         all_lost = false;
@@ -185,7 +222,6 @@ class Monitor {
       ++lost;
       if (!w.lost) {
         w.lost = true;
-        if (!state) state = state_of(p, &nr);
         p.lost_call.store(state == 'R' ? -1 : nr, std::memory_order_relaxed);
         p.lost.store(true, std::memory_order_relaxed);
         c.shared_counters.add_shared(state == 'R' ? Stat::lost_running : Stat::lost_blocked, 1);
@@ -201,11 +237,16 @@ class Monitor {
     if (needy) {
       cw.last_need = now;
       urgent = true;
-      // One helper for each: a sleeper woken to steal, else a spare.
-      for (int i = 0; i < needy; ++i) {
-        if (c.idle_processors() > 0 ? c.wake_one() : c.activate_spare())
-          c.shared_counters.add_shared(Stat::handoffs, 1);
-      }
+      // One helper per look: a sleeper woken to steal; else a spare, while
+      // fewer processors than the cluster's count are free — not held past
+      // the bound by one fibre, lost or not (one blocked with nothing queued
+      // behind it counts too) — a spare stands in for a lost processor, as
+      // Go's thread for a P whose thread blocks. (A spare per look for as long as work waited on a
+      // lost processor started all 64 under an echo test whose main fibre
+      // waited in waitpid while its processor's connections streamed: the
+      // spares were busy, not asleep, and the queue never stayed empty.)
+      if (c.idle_processors() > 0 ? c.wake_one() : members - held_n < int(c.size()) && c.activate_spare())
+        c.shared_counters.add_shared(Stat::handoffs, 1);
     } else if (c.active_spares() && !lost && now - cw.last_need > kLingerNs) {
       c.retire_spares();
     }
