@@ -13,10 +13,7 @@
 static inline long raw_syscall4(long n, long a0, long a1, long a2, long a3) {
   register long r10 __asm__("r10") = a3;
   long ret;
-  __asm__ volatile("syscall"
-                   : "=a"(ret)
-                   : "a"(n), "D"(a0), "S"(a1), "d"(a2), "r"(r10)
-                   : "rcx", "r11", "memory");
+  __asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a0), "S"(a1), "d"(a2), "r"(r10) : "rcx", "r11", "memory");
   return ret;
 }
 #elif defined(__aarch64__)

@@ -44,33 +44,32 @@ static const char* const mode_names[] = {"futex", "pipe", "spin"};
 #define MAX_WAITERS 64
 struct waiter {
   pthread_t thread;
-  atomic_long tid;  /* its kernel thread, 0 until it is about to wait */
-  long result;      /* what its wait returned last */
+  atomic_long tid; /* its kernel thread, 0 until it is about to wait */
+  long result;     /* what its wait returned last */
 };
 
 static enum mode mode;
 static int waiters;
 static struct waiter w[MAX_WAITERS];
-static atomic_int word;  /* futex: 0 until the waker stores 1 */
-static atomic_int flag;  /* spin: likewise */
-static int fds[2];       /* pipe */
+static atomic_int word; /* futex: 0 until the waker stores 1 */
+static atomic_int flag; /* spin: likewise */
+static int fds[2];      /* pipe */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static int woken;       /* under lock */
-static int in_wait;     /* how many the waker found waiting */
+static int woken;   /* under lock */
+static int in_wait; /* how many the waker found waiting */
 
 static void* wait_unseen(void* arg) {
   struct waiter* me = arg;
   atomic_store(&me->tid, raw_syscall4(SYS_gettid, 0, 0, 0, 0));
   switch (mode) {
     case FUTEX:
-      while (atomic_load(&word) == 0)
-        me->result = raw_syscall4(SYS_futex, (long)&word, FUTEX_WAIT_PRIVATE, 0, 0);
+      while (atomic_load(&word) == 0) me->result = raw_syscall4(SYS_futex, (long)&word, FUTEX_WAIT_PRIVATE, 0, 0);
       break;
     case PIPE: {
       char c;
       do me->result = raw_syscall4(SYS_read, fds[0], (long)&c, 1, 0);
       while (me->result == -EINTR);
-      if (me->result != 1) return NULL;  /* not counted: the output says so */
+      if (me->result != 1) return NULL; /* not counted: the output says so */
       break;
     }
     case SPIN:
@@ -166,7 +165,6 @@ int main(int argc, char** argv) {
   printf("%s: in their wait when the waker (created after them) woke them: %d of %d\n", name, in_wait, waiters);
   printf("%s: woken: %d of %d\n", name, woken, waiters);
   for (int i = 0; i < waiters; i++)
-    if (mode == PIPE && w[i].result != 1)
-      printf("%s: waiter %d's read returned %ld\n", name, i, w[i].result);
+    if (mode == PIPE && w[i].result != 1) printf("%s: waiter %d's read returned %ld\n", name, i, w[i].result);
   return in_wait == waiters && woken == waiters ? 0 : 1;
 }
