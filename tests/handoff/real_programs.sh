@@ -22,9 +22,10 @@
 #              back, a row they all update), then a clean shutdown; the
 #              clients' results and the server's exit status
 #
-# Before issue 31, on one processor all three hang (convert asleep at 0 %
-# CPU, numpy spinning at 100 %, mariadbd never answers); on two, convert and
-# numpy too (four threads). A hang is killed after REAL_TIMEOUT seconds and
+# Without the monitor (before issue 31, or with LOOM_HANDOFF_US=0), on one
+# processor all three hang (convert asleep at 0 % CPU, numpy spinning at
+# 100 %, mariadbd never answers); on two, convert and numpy too (four
+# threads). A hang is killed after REAL_TIMEOUT seconds and
 # described by its kernel threads (bounded.sh). A program that is not
 # installed is reported and skipped; scripts/deps.sh test installs them all.
 set -uo pipefail
