@@ -6,7 +6,9 @@
 #   scripts/deps.sh test    build + GoogleTest, valgrind, gdb, curl, python3, wrk, zstd, xz, pbzip2 and
 #                           lbzip2 (real threaded programs run on libloom-pthread), perl, procps and
 #                           ripgrep (programs whose state is in thread-locals: tests/tls), git and
-#                           redis (tests/pthread_proc); memcached's
+#                           redis (tests/pthread_proc); ImageMagick (OpenMP), numpy on the pthread
+#                           OpenBLAS and mariadb server and client (programs that block or spin where
+#                           loom cannot see: tests/handoff); memcached's
 #                           t/*.t modules, Debian's memcached, libmemcached and pymemcache
 #                           (tests/memcached); Go (the lock benchmark's peer in the
 #                           performance gate, `make perf-gate`, the end of `make check`)
@@ -21,7 +23,8 @@ build=(g++ make cmake pkg-config libboost-context-dev libhwloc-dev liburing-dev
 test=("${build[@]}" libgtest-dev googletest valgrind gdb curl python3 libboost-fiber-dev wrk zstd xz-utils pbzip2 lbzip2
       perl procps ripgrep
       libio-socket-ssl-perl sasl2-bin memcached libmemcached-tools libmemcached-dev python3-pymemcache
-      git redis-server redis-tools golang-go)
+      git redis-server redis-tools golang-go
+      imagemagick python3-numpy libopenblas0-pthread mariadb-server mariadb-client)
 bench=("${test[@]}" wrk nginx-light golang-go memcached libmemcached-tools gnuplot-nox clang libclang-rt-14-dev)
 
 case "$group" in
