@@ -59,6 +59,9 @@ void check_stack_size(std::size_t size, const char* what) {
 
 const SchedConfig& checked(const SchedConfig& config) {
   check_stack_size(config.stack_size, "SchedConfig::stack_size");
+  if (config.handoff_us && config.handoff_us < 100)
+    throw std::invalid_argument("loom: SchedConfig::handoff_us is 0 (off) or at least 100, not " +
+                                std::to_string(config.handoff_us));
   return config;
 }
 
@@ -221,6 +224,7 @@ void migrate(Cluster& to) {
 
 int processor_index() {
   rt::Processor* p = rt::this_processor();
+  if (p && p->spare()) return int(p->cluster().size() + (p->index() - rt::Cluster::kMaxProcessors));
   return p ? int(p->index()) : -1;
 }
 

@@ -132,7 +132,9 @@ void set_priority(Priority p);
 // Moves the calling fibre to a processor of `to`; returns once it runs there.
 void migrate(Cluster& to);
 // Index of the processor running the caller within its cluster, or -1 on a
-// kernel thread that is not a loom processor.
+// kernel thread that is not a loom processor. On a spare kernel thread the
+// monitor started beside the processors (DESIGN.md, "Lost processors"):
+// processors() + its number among the spares.
 int processor_index();
 }  // namespace this_fibre
 

@@ -46,7 +46,7 @@ constexpr EnvVar kVars[] = {
     {"LOOM_COLOR_STEAL", EnvKind::text, "none|libasync-smp|mely[:...]", "mely", "how idle processors steal colors"},
     {"LOOM_COLOR_BATCH", EnvKind::count, "N", "10", "events of one color before the next"},
     {"LOOM_COLOR_PLACEMENT", EnvKind::choice, "hash|local", "hash", "where a new color's events go"},
-    {"LOOM_HANDOFF_US", EnvKind::count, "MICROSECONDS (0-10000000)", "1000",
+    {"LOOM_HANDOFF_US", EnvKind::count, "0, 100-10000000 (MICROSECONDS)", "1000",
      "a processor blocked this long in a call loom did not see, with fibres waiting, gets a thief or a spare kernel thread; 0: off"},
     {"LOOM_SLICE_US", EnvKind::count, "MICROSECONDS (1-10000000)", "10000",
      "... and one a fibre runs this long without a scheduling point (not below LOOM_HANDOFF_US)"},

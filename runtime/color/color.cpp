@@ -301,7 +301,7 @@ ColorCore* ColorLayer::place(Color c) {
   std::size_t n = cluster_->size();
   unsigned index = unsigned((c * 0x9E3779B1u) % n);
   if (local_placement_.load(std::memory_order_relaxed))
-    if (Processor* p = this_processor(); p && &p->cluster() == cluster_) index = p->index();
+    if (Processor* p = this_processor(); p && &p->cluster() == cluster_ && !p->spare()) index = p->index();
   ColorCore* core_here = core(index);
   if (!core_here) {
     std::fprintf(stderr, "loom: color %u posted to cluster %u while it is being destroyed\n", c, cluster_->id());
@@ -820,6 +820,8 @@ void ColorLayer::pause_timer_fired() {
 }
 
 Fibre* ColorLayer::find_work(Processor& p, bool last_look) {
+  // A spare (sched/monitor.cpp) has no color core: it takes no colors.
+  if (p.spare()) return nullptr;
   if (thief_waking_.load(std::memory_order_relaxed)) thief_waking_.store(false, std::memory_order_relaxed);
   ColorCore* me = core_if_made(p.index());
   bool have = false;

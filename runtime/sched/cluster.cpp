@@ -1,5 +1,6 @@
 #include "sched/cluster.hpp"
 #include "sched/monitor.hpp"
+#include "base/sys.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +42,7 @@ void Cluster::set_thread_prefix(const char* prefix) {
   thread_prefix_.store(prefix, std::memory_order_seq_cst);
   for (std::size_t i = 0; i < size(); ++i)
     if (Processor* p = processor(i)) p->name_thread(false);
+  for (std::size_t i = 0; i < spare_count(); ++i) spare(i)->name_thread(false);
 }
 
 namespace {
@@ -74,7 +76,15 @@ bool Cluster::activate_spare() {
       return true;
     }
   }
-  if (k == kMaxSpares) return false;
+  if (k == kMaxSpares) {
+    static std::atomic<bool> told{false};
+    if (!told.exchange(true))
+      std::fprintf(stderr,
+                   "loom: cluster %u: all %zu spare kernel threads are lost too (blocked where loom cannot see); "
+                   "threads that wait behind them wait until one returns\n",
+                   id_, kMaxSpares);
+    return false;
+  }
   active_spares_.fetch_add(1, std::memory_order_relaxed);
   auto* s = new Processor(*this, unsigned(kMaxProcessors + k), /*adopt=*/false, /*spare=*/true);
   spares_[k].store(s, std::memory_order_release);
@@ -100,6 +110,7 @@ bool Cluster::outside_ready() {
 std::size_t Cluster::add_processors(std::size_t n, bool adopt) {
   SpinGuard g(grow_lock_);
   std::size_t have = nprocs_.load(std::memory_order_relaxed);
+  if (have == 0) (sys::pthread().sigmask)(SIG_SETMASK, nullptr, &processor_mask_);
   if (have + n > kMaxProcessors) {
     std::fprintf(stderr, "loom: cluster %u: at most %zu processors\n", id_, kMaxProcessors);
     n = kMaxProcessors - have;
@@ -110,6 +121,11 @@ std::size_t Cluster::add_processors(std::size_t n, bool adopt) {
     procs_[have + i].store(p, std::memory_order_release);
     nprocs_.store(have + i + 1, std::memory_order_release);
   }
+  // The processor went busy in its constructor, before it was counted: a
+  // monitor that looked in between saw no processor awake and may sleep
+  // (an outside review: a one-processor program hung so in 7-14 % of runs).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  monitor_busy();
   return nprocs_.load(std::memory_order_relaxed);
 }
 
@@ -132,7 +148,13 @@ Processor* Cluster::next_home() {
   Processor* here = this_processor();
   std::size_t i = here && &here->cluster() == this ? here->index() + here->placed++
                                                   : rr_.fetch_add(1, std::memory_order_relaxed);
-  return processor(unsigned(i % size()));
+  Processor* p = processor(unsigned(i % size()));
+  // Not onto a processor the monitor found lost, while another is not (a
+  // hint: a load of the monitor's count, and of the flag only then).
+  if (__builtin_expect(lost_relaxed() > 0, 0))
+    for (std::size_t k = 1, n = size(); k < n && p->lost.load(std::memory_order_relaxed); ++k)
+      p = processor(unsigned((i + k) % n));
+  return p;
 }
 
 void Cluster::push_staging(Fibre* f) {

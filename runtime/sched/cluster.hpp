@@ -6,6 +6,8 @@
 // peer's stealing kept statics and allowed one pool per process).
 #pragma once
 
+#include <signal.h>
+
 #include <atomic>
 #include <cstddef>
 #include <memory>
@@ -58,8 +60,8 @@ class Cluster {
   // fibres wait for it, and parked when none has been lost for a while.
   // Not counted in size(), never placed on: they take work by stealing
   // (from a lost processor also with stealing off) and from the shared
-  // queues. Index kMaxProcessors + k; at most kMaxSpares.
-  static constexpr std::size_t kMaxSpares = 64;
+  // queues. Index kMaxProcessors + k; at most kMaxSpares (then a notice).
+  static constexpr std::size_t kMaxSpares = 256;
   std::size_t spare_count() const { return nspares_.load(std::memory_order_acquire); }
   Processor* spare(std::size_t i) const { return spares_[i].load(std::memory_order_acquire); }
   // Wakes a parked spare or starts a new one; false at the cap.
@@ -152,6 +154,9 @@ class Cluster {
   // Has a public object (not destroyed), for threads outside the cluster
   // (the monitor): facade is stored with __atomic_store_n.
   bool alive() const { return __atomic_load_n(&facade, __ATOMIC_ACQUIRE) != nullptr; }
+  // The signal mask of the thread that added the first processors: a spare
+  // (started by the monitor, which blocks every signal) takes it.
+  sigset_t processor_mask() const { return processor_mask_; }
   // Counted off the cluster's processors (sched/stats.hpp).
   alignas(64) Counters shared_counters;
   LiveFibres live_foreign;  // fibres started off its processors
@@ -204,6 +209,7 @@ class Cluster {
   std::atomic<std::size_t> nspares_{0};
   std::atomic<unsigned> active_spares_{0};
   std::atomic<int> lost_{0};
+  sigset_t processor_mask_;  // set by add_processors, before any spare exists
 };
 
 }  // namespace loom::rt

@@ -226,7 +226,7 @@ void Processor::enter_thread() {
   home_tcb_ = installed_tcb_ = kernel_tcb_ = tls::current();
   tid.store(pid_t(::syscall(SYS_gettid)), std::memory_order_relaxed);
   altstack_ = enter_signal_stack();
-  if (cluster_->config().pin) topo::pin_current_thread(pu_);
+  if (cluster_->config().pin && !spare_) topo::pin_current_thread(pu_);  // (a spare shares the CPUs)
 }
 
 void Processor::name_thread(bool own) {
@@ -246,6 +246,13 @@ void Processor::name_thread(bool own) {
 
 void* Processor::thread_main(void* self) {
   auto* p = static_cast<Processor*>(self);
+  // A spare is started by the monitor, whose thread blocks every signal:
+  // it takes the mask the cluster's processors started with (an outside
+  // review: a program's SIGSEGV handler never ran for a fault on a spare).
+  if (p->spare_) {
+    sigset_t mask = p->cluster_->processor_mask();
+    (sys::pthread().sigmask)(SIG_SETMASK, &mask, nullptr);
+  }
   p->name_thread(true);
   p->enter_thread();
   context_adopt_thread(p->idle_.ctx);
@@ -638,6 +645,11 @@ void Processor::park() {
   // (Cluster::wake), which looks again.
   cluster_->leave(*this);
   cluster_->spare_parks();
+  // It may have been handed the keeping of the timers (a keeper's wake_one
+  // as its sleep ended) and park without sleeping as keeper: with timers
+  // pending, a sleeper is woken to keep them (an outside review: a sleep
+  // that never ended once the spares parked).
+  if (cluster_->timers.pending()) cluster_->wake_one();
   counters.add(Stat::spare_us, std::uint64_t(now_ns() - active_since_.load(std::memory_order_relaxed)) / 1000);
   parked.store(true, std::memory_order_seq_cst);
   for (;;) {

@@ -200,6 +200,7 @@ void dump_fibres(std::FILE* out) {
   for (rt::Cluster* c = rt::Cluster::first(); c; c = c->next_made()) {
     describe_fibres(rows, c->live_foreign);
     for (std::size_t i = 0, n = c->size(); i < n; ++i) describe_fibres(rows, c->processor(i)->live);
+    for (std::size_t i = 0, n = c->spare_count(); i < n; ++i) describe_fibres(rows, c->spare(i)->live);
   }
   std::fprintf(out, "loom: live fibres\n  %-8s %-20s %-60s %7s %4s %7s %7s %7s\n", "id", "name", "state", "cluster",
                "proc", "stack", "used", "deepest");

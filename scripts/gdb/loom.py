@@ -70,10 +70,19 @@ def processors(cluster):
             yield i, p.dereference()
 
 
+def spares(cluster):
+    """The cluster's spare processors (sched/monitor.cpp), as (index, processor)."""
+    n = int(_atomic(cluster["nspares_"]))
+    for i in range(n):
+        p = _atomic(cluster["spares_"][i])
+        if int(p):
+            yield i, p.dereference()
+
+
 def live_fibres():
     """(fibre, cluster) for every live fibre."""
     for c in clusters():
-        lists = [c["live_foreign"]] + [p["live"] for _, p in processors(c)]
+        lists = [c["live_foreign"]] + [p["live"] for _, p in processors(c)] + [p["live"] for _, p in spares(c)]
         for lst in lists:
             f = lst["head"]
             while int(f):
