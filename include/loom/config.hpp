@@ -137,7 +137,9 @@ struct SchedConfig {
   // processor whose kernel thread has not passed through the scheduler for
   // this many microseconds, blocked in a system call loom did not see,
   // while fibres wait for it, gets a thief or a spare kernel thread to run
-  // them. 0 = off; else at least 100.
+  // them. 0 = off; else at least 100. While a spare works, the cluster runs
+  // more fibres at once than it has processors: code that counts on a
+  // one-processor cluster to run one fibre at a time sets 0.
   unsigned handoff_us = 1000;
   // ... and one that runs a fibre this long without a scheduling point (a
   // busy wait for a flag; LOOM_SLICE_US). Not below handoff_us.
