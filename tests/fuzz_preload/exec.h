@@ -1,4 +1,4 @@
-/* exec.h — the executor's shared parts (exec_io.c, exec_episodes.c, main.c). */
+/* exec.h — the executor's shared parts (exec_*.c, scenario_main.c). */
 #ifndef FUZZ_PRELOAD_EXEC_H
 #define FUZZ_PRELOAD_EXEC_H
 
@@ -35,8 +35,14 @@ void settle_peer(const Model* after, int ofd);
 long now_ms(void);
 extern volatile int sigpipes;
 
-void exec_io(const Model* m, const Step* st);
-void exec_episode(const Model* m, const Step* st);
+int exec_make(const Model* m, const Step* st);     /* exec_make.c: 1 if it was a step that makes descriptors */
+void exec_io(const Model* m, const Step* st);      /* exec_io.c: the other descriptor steps */
+void exec_futex(const Step* st);                   /* exec_futex.c */
+void exec_signal(const Step* st);                  /* exec_signal.c */
+void exec_episode(const Model* m, const Step* st); /* exec_episodes.c: shared reads, children, threads, sleeps */
+void evict(int file, int patchy, long size); /* a file's pages out of the cache (patchy: all but the first of 8 KiB) */
+void install_handlers(void);
+void map_shared_words(void);
 /* --child: what an exec'd child does with a descriptor it inherited (OP_FORK). */
 void child_op(int op, int fd, long n, uint32_t r, int kind, int file, long off, char* res_buf, int len);
 

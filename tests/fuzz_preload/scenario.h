@@ -180,15 +180,17 @@ unsigned step_features(const Model* m, const Step* st);
 void model_init(Model* m, unsigned exclude);
 int step_valid(const Model* m, const Step* st);
 void step_apply(Model* m, const Step* st);
+const char* kind_name(int kind);
+/* gen.c */
 void generate(Scenario* sc, uint64_t seed, unsigned exclude);
 void describe(const Step* st, char* buf, int len);
-const char* kind_name(int kind);
 /* What a read of n bytes on an open file description does now. */
 enum ReadOutcome { R_NOW, R_BLOCKS, R_RACY };
 int read_outcome(const Model* m, int ofd, long n);
 long read_count(const Model* m, int ofd, long n);
 
 long step_len(const Step* st);
+long file_size(const Step* st); /* OP_FILE's */
 int shared_through_slot(const Model* m, const Step* st);
 long blocked_wake_len(const Step* st, int kind, long n);
 const char* op_name(int op);

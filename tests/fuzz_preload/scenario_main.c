@@ -36,9 +36,6 @@ const char* self_exe;
 int step_index;
 volatile int sigpipes;
 
-void install_handlers(void);
-void map_shared_words(void);
-
 void out(const char* fmt, ...) {
   char line[1024];
   int len = snprintf(line, sizeof line, "#%d ", step_index);
@@ -294,10 +291,24 @@ int main(int argc, char** argv) {
     const Step* st = &sc.step[k];
     if (!keep[k] || !step_valid(&m, st)) continue;
     step_index = k;
-    if (st->op >= OP_SHARED && st->op != OP_SENDFILE && st->op != OP_EVICT)
-      exec_episode(&m, st);
-    else
-      exec_io(&m, st);
+    switch (st->op) {
+      case OP_FUTEX:
+      case OP_FUTEX1:
+        exec_futex(st);
+        break;
+      case OP_SIGNAL:
+        exec_signal(st);
+        break;
+      case OP_SHARED:
+      case OP_FORK:
+      case OP_PIPES:
+      case OP_SYNC:
+      case OP_SLEEP:
+        exec_episode(&m, st);
+        break;
+      default:
+        if (!exec_make(&m, st)) exec_io(&m, st);
+    }
     step_apply(&m, st);
     settle(&m);
   }
