@@ -64,8 +64,10 @@ struct Run {
 // The run in progress, killed with its group if the driver is (ctest's
 // timeout, ^C): a preloaded run that hangs must not outlive it.
 volatile pid_t running = 0;
+char scratch[4096];  // the scratch directory, removed on the way out too
 void on_stop(int sig) {
   if (running > 0) kill(-running, SIGKILL);
+  rmdir(scratch);  // (empty unless the run was killed between a file's creation and its unlink)
   signal(sig, SIG_DFL);
   raise(sig);
 }
@@ -458,6 +460,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.dir = tmpl;
+  std::snprintf(scratch, sizeof scratch, "%s", tmpl.c_str());
   setvbuf(stdout, nullptr, _IOLBF, 0);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, on_stop);
 
