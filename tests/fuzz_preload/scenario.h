@@ -81,7 +81,7 @@ enum Op {
   OP_POLL,     /* s0..s2 (-1: none); a: poll, ppoll, select, epoll; b: adds a bad number */
   OP_BPOLL,    /* s0 waited for by a thread (a: which call) until s1's write */
   OP_LSEEK,    /* s0; a: offset; b: whence */
-  OP_EVICT,    /* s0 file: its pages dropped (a: all, patchy), documented mode only */
+  OP_EVICT,    /* s0 file: its pages dropped (a: all, patchy); feature evict */
   OP_SHARED,   /* s0 file read by a threads, b chunk, from c; d: cache, fork */
   OP_FORK,     /* s0 used by a child: a op; b: fork, fork+exec, posix_spawn */
   OP_FUTEX,    /* a: kind; b: waiters; c: private, shared, shared memory; d: variant */
