@@ -142,8 +142,10 @@ struct SchedConfig {
   // one-processor cluster to run one fibre at a time sets 0.
   unsigned handoff_us = 1000;
   // ... and one that runs a fibre this long without a scheduling point (a
-  // busy wait for a flag; LOOM_SLICE_US). Not below handoff_us.
-  unsigned slice_us = 10000;
+  // busy wait for a flag; LOOM_SLICE_US). Not below handoff_us. (10 ms
+  // started spares for loom's own long runs under a burst of 10,000
+  // connections, whose accepting thread then lost the CPUs to them.)
+  unsigned slice_us = 100000;
 
   // The defaults above, overridden by LOOM_* variables that are set.
   static SchedConfig from_env();

@@ -48,7 +48,7 @@ constexpr EnvVar kVars[] = {
     {"LOOM_COLOR_PLACEMENT", EnvKind::choice, "hash|local", "hash", "where a new color's events go"},
     {"LOOM_HANDOFF_US", EnvKind::count, "0, 100-10000000 (MICROSECONDS)", "1000",
      "a processor blocked this long in a call loom did not see, with fibres waiting, gets a thief or a spare kernel thread; 0: off"},
-    {"LOOM_SLICE_US", EnvKind::count, "MICROSECONDS (1-10000000)", "10000",
+    {"LOOM_SLICE_US", EnvKind::count, "MICROSECONDS (1-10000000)", "100000",
      "... and one a fibre runs this long without a scheduling point (not below LOOM_HANDOFF_US)"},
     {"LOOM_STALL_MS", EnvKind::count, "MILLISECONDS", "0 (off)", "report a fibre holding a processor this long"},
     {"LOOM_STALL_SIGNAL", EnvKind::signal, "SIGNAL", "SIGRTMIN+6", "signal that takes a stalled processor's stack"},

@@ -186,18 +186,11 @@ Fibre* Cluster::steal(Processor& thief, bool wait) {
   std::size_t n = 0;
   {
     SpinGuard g(list_lock_);
-    // Not a processor in its idle loop (running_id 0): it is about to look
-    // at its own queue (invariant 3), and what waits there is what came
-    // back to it — an offloaded read returning to its own kernel thread
-    // (Cluster::wake's rule). A spinning sibling took main() from an
-    // awake idle processor so, and a program that never creates a thread
-    // moved between kernel threads (tls_real_programs, 1 run in 6).
     // With stealing off, a thief takes only from a processor the monitor
     // found lost (sched/monitor.cpp).
     const bool any = stealing();
     for (Processor* p = busy_head_; p && n < 64; p = p->list_next)
-      if (p != &thief && p->running_id.load(std::memory_order_relaxed) != 0 &&
-          (any || p->lost.load(std::memory_order_relaxed)) && p->ready_queue().maybe_nonempty())
+      if (p != &thief && (any || p->lost.load(std::memory_order_relaxed)) && p->ready_queue().maybe_nonempty())
         victims[n++] = p;
   }
   if (n == 0) return nullptr;

@@ -86,7 +86,7 @@ std::string SchedConfig::describe() const {
          // Only when on: the default summary stays what scripts and process_test compare against.
          (pin ? " pin=on" : "") + (wait_first ? "" : " wait_first=off") + (steal_fence == StealFence::membarrier ? " fence=membarrier" : "") + (stall_ms ? " stall=" + std::to_string(stall_ms) + "ms" : std::string()) +
          (handoff_us == 1000 ? std::string() : handoff_us ? " handoff=" + std::to_string(handoff_us) + "us" : std::string(" handoff=off")) +
-         (slice_us == 10000 ? std::string() : " slice=" + std::to_string(slice_us) + "us");
+         (slice_us == 100000 ? std::string() : " slice=" + std::to_string(slice_us) + "us");
 }
 
 }  // namespace loom

@@ -75,6 +75,7 @@ struct Watch {
   std::uint64_t id = 0;
   std::int64_t since = 0;  // the first look that saw these counters
   bool lost = false;       // counted and marked for this hold
+  bool waits = false;      // ... found waiting in the kernel ('S'), not on a CPU
   // The thread's CPU time at a look past the bound, and when: a fibre held
   // past the slice counts as a spinner only if its thread ran for most of
   // the time since (not one the kernel kept off a CPU).
@@ -190,7 +191,7 @@ class Monitor {
     if (c.color.load(std::memory_order_relaxed)) return;
     const std::int64_t bound = std::int64_t(c.config().handoff_us) * 1000;
     const std::int64_t slice = std::max(bound, std::int64_t(c.config().slice_us) * 1000);
-    int lost = 0, needy = 0, members = 0, held_n = 0;
+    int lost = 0, needy = 0, members = 0, held_n = 0, waits_n = 0;
     bool all_lost = true;
     int outside = -1;  // outside_work(), looked at once if needed
     auto pending = [&] {
@@ -224,8 +225,16 @@ class Monitor {
       if (waiting || pending()) {
         urgent = true;
         state = state_of(p, &nr);
-        if (state != 'R' || w.lost) {
-          lost_now = true;  // in the kernel past the bound (or found lost before, this hold)
+        if (w.lost || state == 'S' || state == 't' || state == 'T') {
+          lost_now = true;  // waiting in the kernel past the bound (or found lost before, this hold)
+          if (state == 'S' || state == 't' || state == 'T') w.waits = true;
+        } else if (state == 'D') {
+          // Uninterruptible: the kernel's own work (the address-space lock
+          // of mmap and mprotect, a page fault, a disk) ends by itself; a
+          // spare would mostly queue for the same lock. Lost past the slice.
+          // (10,000 connections' stacks and thread blocks, mapped at once,
+          // held processors so for milliseconds and started spares.)
+          lost_now = held >= slice;
         } else {
           // On a CPU, or runnable: past the slice, and only if it had the
           // CPU for at least a quarter of the time since the mark (four
@@ -243,6 +252,7 @@ class Monitor {
             // thread that just had its turn on a CPU looks like a spinner —
             // 40 computing threads on 2 processors started 39 spares.)
             lost_now = (cpu - w.cpu_mark) * 4 >= now - w.cpu_mark_at;
+            w.waits = lost_now;  // a spinner: it waits, on a CPU, for what waits behind it
           }
         }
       }
@@ -251,6 +261,7 @@ class Monitor {
         return;
       }
       ++lost;
+      if (w.waits) ++waits_n;
       if (!w.lost) {
         w.lost = true;
         p.lost_call.store(state == 'R' ? -1 : nr, std::memory_order_relaxed);
@@ -272,11 +283,19 @@ class Monitor {
       // fewer processors than the cluster's count are free — not held past
       // the bound by one fibre, lost or not (one blocked with nothing queued
       // behind it counts too) — a spare stands in for a lost processor, as
-      // Go's thread for a P whose thread blocks. (A spare per look for as long as work waited on a
+      // Go's thread for a P whose thread blocks. Beyond as many spares as
+      // processors, only for processors waiting in the kernel: ones held on
+      // a CPU (or in the kernel's own work) compete with a spare for the
+      // CPUs — 10,000 connections at once on 2 processors, held by turns in
+      // loom's own mapping and ring calls, started 18 spares, and the
+      // accepting thread's share of the CPUs fell until the listen queue
+      // overflowed. (A spare per look for as long as work waited on a
       // lost processor started all 64 under an echo test whose main fibre
       // waited in waitpid while its processor's connections streamed: the
       // spares were busy, not asleep, and the queue never stayed empty.)
-      if (c.idle_processors() > 0 ? c.wake_one() : members - held_n < int(c.size()) && c.activate_spare())
+      if (c.idle_processors() > 0 ? c.wake_one()
+                                  : members - held_n < int(c.size()) &&
+                                        int(c.active_spares()) < int(c.size()) + waits_n && c.activate_spare())
         c.shared_counters.add_shared(Stat::handoffs, 1);
     } else if (c.active_spares() && !lost && now - cw.last_need > kLingerNs) {
       c.retire_spares();

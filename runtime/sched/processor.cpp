@@ -507,6 +507,13 @@ constexpr std::int64_t kTrimAfterNs = 50'000'000;  // 50 ms idle: the burst is o
 // maximum spent in vain, until a sibling's work comes soon again).
 Fibre* Processor::spin_for_work() {
   if (spin_budget_ns_ < 1000 || cluster_->size() < 2 || !cluster_->stealing()) return nullptr;
+  // Nothing to spin for in a cluster of one fibre: a spinner would only
+  // steal it from its processor as that processor wakes for it — main() of
+  // a program that never creates a thread, back from an offloaded read,
+  // moved to another kernel thread so (tls_real_programs, 1 run in 6 on
+  // CI). (A thief that passed over processors in their idle loop instead
+  // hung the echo test on io_uring.)
+  if (cluster_->fibres.load(std::memory_order_relaxed) < 2) return nullptr;
   cluster_->spin_enter();
   spinning.store(true, std::memory_order_relaxed);
   const std::int64_t until = now_ns() + spin_budget_ns_;
@@ -645,11 +652,13 @@ void Processor::park() {
   // (Cluster::wake), which looks again.
   cluster_->leave(*this);
   cluster_->spare_parks();
-  // It may have been handed the keeping of the timers (a keeper's wake_one
-  // as its sleep ended) and park without sleeping as keeper: with timers
-  // pending, a sleeper is woken to keep them (an outside review: a sleep
-  // that never ended once the spares parked).
-  if (cluster_->timers.pending()) cluster_->wake_one();
+  // Its last sleep may have held a role one sleeper holds for the cluster
+  // — the keeping of the timers, the idle poller's place in epoll_wait or
+  // the ring — which a processor already asleep did not take: a sleeper is
+  // woken to sleep again and take them. (An outside review: a sleep that
+  // never ended once the spares parked; the echo test on io_uring hung with
+  // nobody in the ring.)
+  cluster_->wake_one();
   counters.add(Stat::spare_us, std::uint64_t(now_ns() - active_since_.load(std::memory_order_relaxed)) / 1000);
   parked.store(true, std::memory_order_seq_cst);
   for (;;) {
