@@ -62,21 +62,21 @@ def clusters():
         c = c.dereference()["next_made_"]
 
 
-def processors(cluster):
-    n = int(_atomic(cluster["nprocs_"]))
-    for i in range(n):
-        p = _atomic(cluster["procs_"][i])
+def _published(cluster, count, array):
+    """(index, processor) of a cluster's array of processors, as far as its count."""
+    for i in range(int(_atomic(cluster[count]))):
+        p = _atomic(cluster[array][i])
         if int(p):
             yield i, p.dereference()
+
+
+def processors(cluster):
+    return _published(cluster, "nprocs_", "procs_")
 
 
 def spares(cluster):
-    """The cluster's spare processors (sched/monitor.cpp), as (index, processor)."""
-    n = int(_atomic(cluster["nspares_"]))
-    for i in range(n):
-        p = _atomic(cluster["spares_"][i])
-        if int(p):
-            yield i, p.dereference()
+    """The cluster's spare processors (sched/monitor.cpp)."""
+    return _published(cluster, "nspares_", "spares_")
 
 
 def live_fibres():

@@ -94,16 +94,15 @@ int read_outcome(const Model* m, int i, long n) {
 }
 
 /* Bytes a read of n takes (once read_outcome says it returns). */
+/* The kinds a read takes bytes from as a stream (o->avail). */
+static int byte_stream_read(int kind) {
+  return kind == K_PIPE_R || kind == K_FIFO_R || kind == K_UNIX || kind == K_TCP || kind == K_PTY_M || kind == K_PTY_S;
+}
+
 long read_count(const Model* m, int i, long n) {
   const Ofd* o = &m->o[i];
+  if (byte_stream_read(o->kind)) return lmin(n, o->avail);
   switch (o->kind) {
-    case K_PIPE_R:
-    case K_FIFO_R:
-    case K_UNIX:
-    case K_TCP:
-    case K_PTY_M:
-    case K_PTY_S:
-      return lmin(n, o->avail);
     case K_UDGRAM:
       return o->ndg ? lmin(n, o->dg[0]) : 0;
     case K_FILE:
@@ -240,16 +239,12 @@ static void consume(Model* m, int i, long n, int peek) {
   Ofd* o = &m->o[i];
   long c = read_count(m, i, n);
   if (peek) return;
+  if (byte_stream_read(o->kind)) {
+    o->avail -= c;
+    if (o->avail == 0) o->writes = 0;
+    return;
+  }
   switch (o->kind) {
-    case K_PIPE_R:
-    case K_FIFO_R:
-    case K_UNIX:
-    case K_TCP:
-    case K_PTY_M:
-    case K_PTY_S:
-      o->avail -= c;
-      if (o->avail == 0) o->writes = 0;
-      break;
     case K_UDGRAM:
       if (o->ndg) {
         memmove(o->dg, o->dg + 1, sizeof o->dg[0] * (size_t)(o->ndg - 1));
