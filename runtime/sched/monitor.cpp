@@ -44,6 +44,7 @@
 #include <cstdio>
 #include <ctime>
 #include <unordered_map>
+#include <vector>
 
 #include "base/futex.hpp"
 #include "base/sys.hpp"
@@ -75,7 +76,6 @@ struct Watch {
   std::uint64_t id = 0;
   std::int64_t since = 0;  // the first look that saw these counters
   bool lost = false;       // counted and marked for this hold
-  bool waits = false;      // ... found waiting in the kernel ('S'), not on a CPU
   // The thread's CPU time at a look past the bound, and when: a fibre held
   // past the slice counts as a spinner only if its thread ran for most of
   // the time since (not one the kernel kept off a CPU).
@@ -192,6 +192,7 @@ class Monitor {
     const std::int64_t bound = std::int64_t(c.config().handoff_us) * 1000;
     const std::int64_t slice = std::max(bound, std::int64_t(c.config().slice_us) * 1000);
     int lost = 0, needy = 0, members = 0, held_n = 0, waits_n = 0;
+    held_.clear();
     bool all_lost = true;
     int outside = -1;  // outside_work(), looked at once if needed
     auto pending = [&] {
@@ -219,6 +220,7 @@ class Monitor {
         return;
       }
       ++held_n;  // no help to anyone now, lost or not
+      held_.push_back({&p, held});
       char state = 0;
       long nr = -1;
       bool lost_now = false;
@@ -227,7 +229,6 @@ class Monitor {
         state = state_of(p, &nr);
         if (w.lost || state == 'S' || state == 't' || state == 'T') {
           lost_now = true;  // waiting in the kernel past the bound (or found lost before, this hold)
-          if (state == 'S' || state == 't' || state == 'T') w.waits = true;
         } else if (state == 'D') {
           // Uninterruptible: the kernel's own work (the address-space lock
           // of mmap and mprotect, a page fault, a disk) ends by itself; a
@@ -252,7 +253,6 @@ class Monitor {
             // thread that just had its turn on a CPU looks like a spinner —
             // 40 computing threads on 2 processors started 39 spares.)
             lost_now = (cpu - w.cpu_mark) * 4 >= now - w.cpu_mark_at;
-            w.waits = lost_now;  // a spinner: it waits, on a CPU, for what waits behind it
           }
         }
       }
@@ -261,7 +261,6 @@ class Monitor {
         return;
       }
       ++lost;
-      if (w.waits) ++waits_n;
       if (!w.lost) {
         w.lost = true;
         p.lost_call.store(state == 'R' ? -1 : nr, std::memory_order_relaxed);
@@ -279,6 +278,16 @@ class Monitor {
     if (needy) {
       cw.last_need = now;
       urgent = true;
+      // Held processors that wait — in the kernel ('S'), or spinning on a
+      // CPU past the slice — whether or not fibres are queued behind them
+      // (OpenBLAS's three spinning workers on spares, the fourth queued
+      // behind the first: it needs a third spare). Read only now.
+      if (members - held_n < int(c.size()) && int(c.active_spares()) >= int(c.size()))
+        for (const Held& h : held_) {
+          long nr;
+          char st = state_of(*h.p, &nr);
+          if (st == 'S' || st == 't' || st == 'T' || (st == 'R' && h.held >= slice)) ++waits_n;
+        }
       // One helper per look: a sleeper woken to steal; else a spare, while
       // fewer processors than the cluster's count are free — not held past
       // the bound by one fibre, lost or not (one blocked with nothing queued
@@ -305,6 +314,11 @@ class Monitor {
   struct ClusterWatch {
     std::int64_t last_need = 0;
   };
+  struct Held {
+    Processor* p;
+    std::int64_t held;
+  };
+  std::vector<Held> held_;  // this look's processors held past the bound
   std::unordered_map<Processor*, Watch> watch_;
   std::unordered_map<Cluster*, ClusterWatch> clusters_;
 };
