@@ -171,6 +171,10 @@ class Monitor {
     while (monitor_sleeping.load(std::memory_order_acquire) == 1) futex_wait(&monitor_sleeping, 1);
   }
 
+  // Asleep in the kernel until something happens ('S'), or stopped: what
+  // a spare can stand in for without competing for a CPU.
+  static bool waits_in_kernel(char state) { return state == 'S' || state == 't' || state == 'T'; }
+
   static char state_of(Processor& p, long* nr) {
     pid_t tid = p.tid.load(std::memory_order_relaxed);
     return tid ? thread_state(tid, nr) : '?';  // (a spare whose thread has not run yet)
@@ -204,7 +208,8 @@ class Monitor {
       Watch& w = watch_[&p];
       std::uint64_t sw = p.counters.get(Stat::switches) + p.counters.get(Stat::yields);
       std::uint64_t id = p.running_id.load(std::memory_order_relaxed);
-      if (id != 0 && p.ready_queue().maybe_nonempty()) waiting_any = true;
+      const bool waiting = p.ready_queue().maybe_nonempty();
+      if (id != 0 && waiting) waiting_any = true;
       if (id == 0 || sw != w.switches || id != w.id) {
         if (id != 0) active = true;
         if (w.lost) p.lost.store(false, std::memory_order_relaxed);
@@ -212,7 +217,6 @@ class Monitor {
         all_lost = false;
         return;
       }
-      const bool waiting = p.ready_queue().maybe_nonempty();
       const std::int64_t held = now - w.since;
       if (held < bound) {
         all_lost = false;
@@ -227,7 +231,7 @@ class Monitor {
       if (waiting || pending()) {
         urgent = true;
         state = state_of(p, &nr);
-        if (w.lost || state == 'S' || state == 't' || state == 'T') {
+        if (w.lost || waits_in_kernel(state)) {
           lost_now = true;  // waiting in the kernel past the bound (or found lost before, this hold)
         } else if (state == 'D') {
           // Uninterruptible: the kernel's own work (the address-space lock
@@ -286,7 +290,7 @@ class Monitor {
         for (const Held& h : held_) {
           long nr;
           char st = state_of(*h.p, &nr);
-          if (st == 'S' || st == 't' || st == 'T' || (st == 'R' && h.held >= slice)) ++waits_n;
+          if (waits_in_kernel(st) || (st == 'R' && h.held >= slice)) ++waits_n;
         }
       // One helper per look: a sleeper woken to steal; else a spare, while
       // fewer processors than the cluster's count are free — not held past
