@@ -298,12 +298,17 @@ TEST(StealSpin, AFibreWokenOntoItsIdleProcessorIsNotStolen) {
   std::atomic<int> answered{0};
   std::atomic<bool> quit{false};
   int moved = 0;
-  rt::Processor* home = nullptr;
+  // Both processors asleep first: a processor's first look as it starts
+  // steals from any busy sibling, idle loop or not.
+  for (std::size_t i = 0; i < c.processors(); ++i)
+    while (c.processor_stats(i).sleeps == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   loom::Fibre f(attr, [&] {
-    home = rt::this_processor();
     for (int i = 0; i < rounds; ++i) {
+      // (Compared with where it waited, not where it first ran: made from
+      // outside, it may first run on a processor other than its home.)
+      rt::Processor* left = rt::this_processor();
       go.acquire();  // the only fibre: its processor goes idle (and spins)
-      if (rt::this_processor() != home) ++moved;
+      if (rt::this_processor() != left) ++moved;
       answered.store(i + 1, std::memory_order_release);
     }
   });
