@@ -209,7 +209,7 @@ void post_migrate(rt::Processor&, rt::Fibre* prev, void* arg) {
   prev->cluster->fibres.fetch_sub(1, std::memory_order_relaxed);
   to->fibres.fetch_add(1, std::memory_order_relaxed);
   prev->cluster = to;
-  __atomic_store_n(&prev->affinity, nullptr, __ATOMIC_RELAXED);
+  __atomic_store_n(&prev->affinity, nullptr, __ATOMIC_RELEASE);
   to->place_new(prev);
 }
 }  // namespace

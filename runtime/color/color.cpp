@@ -288,7 +288,7 @@ ColorCore* ColorLayer::core(unsigned index) {
   Fibre* f = create_fibre(attr, 0, 1, nullptr);
   f->fn = &runner_main;
   f->arg = c;
-  __atomic_store_n(&f->affinity, c->proc, __ATOMIC_RELAXED);
+  __atomic_store_n(&f->affinity, c->proc, __ATOMIC_RELEASE);
   f->pinned = true;
   f->held = &c->hold;
   cluster_->fibres.fetch_add(1, std::memory_order_relaxed);

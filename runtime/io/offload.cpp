@@ -69,7 +69,7 @@ void post_return(Processor&, Fibre* prev, void* arg) {
   prev->cluster->fibres.fetch_sub(1, std::memory_order_relaxed);
   to->cluster().fibres.fetch_add(1, std::memory_order_relaxed);
   prev->cluster = &to->cluster();
-  __atomic_store_n(&prev->affinity, to, __ATOMIC_RELAXED);
+  __atomic_store_n(&prev->affinity, to, __ATOMIC_RELEASE);
   to->push(prev);
 }
 }  // namespace

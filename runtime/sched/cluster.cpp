@@ -139,7 +139,7 @@ void Cluster::place_new(Fibre* f) {
     push_staging(f);
   } else {
     Processor* p = next_home();
-    __atomic_store_n(&f->affinity, p, __ATOMIC_RELAXED);  // (the listing reads it)
+    __atomic_store_n(&f->affinity, p, __ATOMIC_RELEASE);  // (the listing reads it)
     p->push(f);
   }
 }
@@ -171,13 +171,13 @@ void Cluster::push_background(Fibre* f) {
 // reads it from another thread.)
 Fibre* Cluster::pop_staging(Processor& p) {
   Fibre* f = staging_.pop();
-  if (f) __atomic_store_n(&f->affinity, &p, __ATOMIC_RELAXED);
+  if (f) __atomic_store_n(&f->affinity, &p, __ATOMIC_RELEASE);
   return f;
 }
 
 Fibre* Cluster::pop_background(Processor& p) {
   Fibre* f = background_.pop();
-  if (f) __atomic_store_n(&f->affinity, &p, __ATOMIC_RELAXED);
+  if (f) __atomic_store_n(&f->affinity, &p, __ATOMIC_RELEASE);
   return f;
 }
 
@@ -227,7 +227,7 @@ Fibre* Cluster::steal(Processor& thief, bool wait) {
     // Transient by default: the fibres keep their affinity and go home when
     // they next block. Past the threshold the victim is overloaded: stay.
     if (config_.sticky_threshold && length >= config_.sticky_threshold) {
-      for (std::size_t j = 0; j < k; ++j) __atomic_store_n(&got[j]->affinity, &thief, __ATOMIC_RELAXED);
+      for (std::size_t j = 0; j < k; ++j) __atomic_store_n(&got[j]->affinity, &thief, __ATOMIC_RELEASE);
       thief.counters.add(Stat::sticky_steals, k);
     }
     for (std::size_t j = 1; j < k; ++j) thief.push_local(got[j]);

@@ -152,7 +152,7 @@ void fibre_entry(transfer_t t) {
       (!joiner->pinned || joiner->affinity == p)) {
     // The joiner is parked (it registered after its context was saved):
     // hand the processor straight to it.
-    __atomic_store_n(&joiner->affinity, p, __ATOMIC_RELAXED);
+    __atomic_store_n(&joiner->affinity, p, __ATOMIC_RELEASE);
     p->switch_to(joiner, &post_exit_to_joiner, nullptr, true);
   } else {
     Fibre* next = p->next_ready();
@@ -668,7 +668,7 @@ void Processor::park() {
     if (rq_ == &own_rq_)
       while (Fibre* f = own_rq_.pop(kPriorities - 1)) {
         Processor* home = cluster_->next_home();
-        __atomic_store_n(&f->affinity, home, __ATOMIC_RELAXED);
+        __atomic_store_n(&f->affinity, home, __ATOMIC_RELEASE);
         home->push(f);
       }
     if (stop_.load(std::memory_order_acquire) || wanted.load(std::memory_order_acquire)) break;

@@ -162,7 +162,10 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
     } else {
       std::snprintf(r.state, sizeof r.state, "blocked: %s%s", rt::to_string(k), tail);
     }
-    rt::Processor* aff = __atomic_load_n(&f->affinity, __ATOMIC_RELAXED);  // (a steal or pop may move it)
+    // (A steal or pop may move it. Acquire, as every store of it is a
+    // release: it may name a spare the monitor made since, whose cluster
+    // and index are read below — TSan, io_rest_review_test.)
+    rt::Processor* aff = __atomic_load_n(&f->affinity, __ATOMIC_ACQUIRE);
     if (home) {
       r.cluster = home->id();
       r.proc = f->offload_proc.load(std::memory_order_relaxed);
