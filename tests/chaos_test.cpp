@@ -5,6 +5,7 @@
 // every pass, so that it fails within a few seeds when the fix is missing,
 // where a plain run found it about once in four TSan runs.
 #include "base/chaos.hpp"
+#include "sched/checks.hpp"
 
 #include <gtest/gtest.h>
 

@@ -21,26 +21,16 @@
 // single line at its place, so that edits around it merge trivially. A new
 // point is one entry in LOOM_CHAOS_POINTS and one line where it applies.
 //
-// LOOM_CHECKS (on with LOOM_CHAOS, or alone with -DLOOM_CHECKS=ON):
-// invariants of docs/DESIGN.md checked where they can break, reported with
-// the fibre and processor named, then abort():
-//   LOOM_CHECK_SWITCH(next, proc)  a pinned fibre runs only on its affinity;
-//   LOOM_CHECK_OWNER(proc, what)   owner-only operations of a processor's
-//                                  queue run on that processor's thread;
-//   LOOM_CHECK(cond, fmt, ...)     any other (base/check.hpp; the color layer:
-//                                  a queue is linked by its owner only);
-// and a watchdog thread (started on first use) that reports a ready fibre
-// waiting behind a processor that has not switched for LOOM_CHECK_WAIT_MS
-// (default 2000; 0 turns it off) while another processor of the cluster,
-// which steals, slept all that time.
+// The invariant checks that name fibres and processors (LOOM_CHECKS) are
+// the scheduler's: sched/checks.hpp. This file knows no fibres (the base
+// layer's rule): a processor names its kernel thread for the decisions
+// (LOOM_CHAOS_NAME_THREAD, as it starts); any other thread is named by the
+// order in which it first passes a point.
 #pragma once
 
-#include "base/check.hpp"  // LOOM_CHECK itself
+#include <cstdint>
 
 namespace loom::rt {
-
-class Fibre;
-class Processor;
 
 // name, and what happens there (the window the point widens)
 #define LOOM_CHAOS_POINTS(X)                                                                    \
@@ -70,24 +60,13 @@ enum class Point : unsigned { LOOM_CHAOS_POINTS(LOOM_CHAOS_ENUM) count };
 #undef LOOM_CHAOS_ENUM
 void point(Point p) noexcept;
 unsigned long long seed() noexcept;
+void name_thread(std::uint64_t key) noexcept;
 }  // namespace chaos
 #define LOOM_CHAOS_POINT(name) ::loom::rt::chaos::point(::loom::rt::chaos::Point::name)
+#define LOOM_CHAOS_NAME_THREAD(key) ::loom::rt::chaos::name_thread(key)
 #else
 #define LOOM_CHAOS_POINT(name) ((void)0)
-#endif
-
-#if defined(LOOM_CHECKS)
-#define LOOM_CHECKS_ON 1
-namespace check {
-[[noreturn]] void fail(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
-void on_switch(const Fibre* next, const Processor& p) noexcept;
-void on_owner(const Processor& p, const char* what) noexcept;
-}  // namespace check
-#define LOOM_CHECK_SWITCH(next, proc) ::loom::rt::check::on_switch((next), (proc))
-#define LOOM_CHECK_OWNER(proc, what) ::loom::rt::check::on_owner((proc), (what))
-#else
-#define LOOM_CHECK_SWITCH(next, proc) ((void)0)
-#define LOOM_CHECK_OWNER(proc, what) ((void)0)
+#define LOOM_CHAOS_NAME_THREAD(key) ((void)0)
 #endif
 
 }  // namespace loom::rt

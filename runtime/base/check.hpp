@@ -20,6 +20,10 @@ namespace loom::rt {
 inline constexpr unsigned char kDeadByte = 0xDD;
 
 #if defined(LOOM_CHECKS)
+namespace check {
+// A broken rule, reported (with the chaos seed in a chaos build), then abort().
+[[noreturn]] void fail(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2), cold));
+}  // namespace check
 inline constexpr bool kChecks = true;
 #define LOOM_CHECK(cond, ...)                                                                           \
   do {                                                                                                  \

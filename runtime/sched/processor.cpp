@@ -1,6 +1,7 @@
 #include "sched/processor.hpp"
 #include "base/check.hpp"
 #include "base/chaos.hpp"
+#include "sched/checks.hpp"
 #include "base/sys.hpp"
 
 #include <sys/syscall.h>
@@ -223,6 +224,7 @@ void Processor::retire() {
 
 void Processor::enter_thread() {
   tls_processor = this;
+  LOOM_CHAOS_NAME_THREAD((std::uint64_t(cluster_->id()) << 16) | index_);
   home_tcb_ = installed_tcb_ = kernel_tcb_ = tls::current();
   tid.store(pid_t(::syscall(SYS_gettid)), std::memory_order_relaxed);
   altstack_ = enter_signal_stack();

@@ -153,6 +153,21 @@ void dead_object(void* object, unsigned long size) noexcept {
   std::memset(object, kDeadByte, size);
   asm volatile("" : : "r"(object) : "memory");  // not a dead store, though the object's lifetime ends here
 }
+
+void check::touched_dead(const void* object, const char* kind) noexcept {
+  Processor* here = this_processor();
+  Fibre* f = here ? here->current() : nullptr;
+  if (here)
+    fail(
+        "%s %p touched after its destructor ran, by fibre %llu \"%s\" on processor %u of cluster %u (an operation "
+        "that let another thread through and then went on using the object?)",
+        kind, object, f ? (unsigned long long)f->id : 0ull, f && f->name ? f->name : "", here->index(),
+        here->cluster().id());
+  fail(
+      "%s %p touched after its destructor ran, by a thread that is no processor (an operation that let another "
+      "thread through and then went on using the object?)",
+      kind, object);
+}
 #endif
 
 }  // namespace loom::rt
