@@ -274,7 +274,10 @@ TEST_P(Rest, RestUntilTimesOutOnce) {
   auto end = std::chrono::steady_clock::now() + 10s;
   while (after < 3 && std::chrono::steady_clock::now() < end) {
     ASSERT_EQ(::send(busy, "y", 1, MSG_NOSIGNAL), 1);
-    ASSERT_EQ(::recv(busy, b, sizeof b, 0), 1) << "message " << sent;
+    ssize_t got = ::recv(busy, b, sizeof b, 0);
+    ASSERT_EQ(got, 1) << "message " << sent << (got < 0 ? ": " : "") << (got < 0 ? std::strerror(errno) : "")
+                      << "; timeouts " << s.timeouts.load() << ", restarts " << s.restarts.load() << ", ended "
+                      << s.ended.load() << ", rest errors " << s.rest_errors.load();
     ++sent;
     if (s.timeouts.load() >= 1) ++after;
     std::this_thread::sleep_for(30ms);
