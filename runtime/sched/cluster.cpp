@@ -320,7 +320,9 @@ void Cluster::wake(Processor& p, bool stealable) {
     // away. (If the loop finds another fibre first, it wakes a thief for
     // what it leaves queued: Processor::idle_loop.) Running a fibre, it may
     // not look for long: a thief.
-    if (!stealable || p.running_id.load(std::memory_order_relaxed) == 0) return;
+    if (p.running_id.load(std::memory_order_relaxed) == 0) return;
+    monitor_queued();  // behind a running fibre (Processor::push)
+    if (!stealable) return;
     return wake_thief();
   }
   {

@@ -34,10 +34,11 @@
 //
 // Cost: nothing on a switch. The monitor reads each processor's counters
 // and queue hint at each look: every handoff_us / 2 while some processor
-// may be lost, backing off to 4 × handoff_us while fibres wait and to 10 ×
-// while none does; it sleeps on a futex once every processor has slept
-// for a second (a processor leaving its sleep wakes
-// it: monitor_busy), so an idle process costs no wake-up.
+// may be lost, backing off to 4 × handoff_us while fibres wait; while none
+// does it naps, up to 32 × handoff_us, until a fibre is queued behind a
+// running one (monitor_queued: a load on that path); it sleeps on a futex
+// once every processor has slept for a second (a processor leaving its
+// sleep wakes it: monitor_busy), so an idle process costs no wake-up.
 #include "sched/monitor.hpp"
 
 #include <algorithm>
@@ -66,6 +67,10 @@ namespace {
 // a lost processor: a program that blocks again soon (an I/O thread's next
 // call) finds its spare at work, without a wake-up.
 constexpr std::int64_t kLingerNs = 100'000'000;
+
+// A fibre held on a CPU this many slices with work waiting is a spinner
+// whatever share of a CPU the kernel gave it (look: state 'R').
+constexpr std::int64_t kStarvedSlices = 10;
 
 // How long every processor sleeps before the monitor sleeps until one
 // wakes (Cluster::go_busy).
@@ -129,23 +134,49 @@ class Monitor {
       }
       if (!base) base = stall ? stall : 100'000'000;
       // Backing off: to 8 × base (4 ms by default) while fibres wait on a
-      // switching processor; to 20 × (10 ms, Go's sysmon's longest) while
-      // processors switch with nothing queued (each look costs about 10 µs
-      // of CPU on this VM: a server answering a request every 2 ms paid
-      // 30 % more CPU per request with looks every 4 ms); to 64 × (32 ms)
-      // while every busy one is held by a fibre with nothing waiting (a
-      // program in one long call: a shell in waitpid).
-      const std::int64_t cap = base * (waiting ? 8 : active || !busy ? 20 : 64);
+      // switching processor; else to 64 × (32 ms), a nap that a fibre
+      // queued behind a running one ends (monitor_queued): the way a
+      // processor gets lost with work behind it (a thread blocks in a call
+      // loom does not see with another queued behind it, or is queued
+      // behind one that blocked). Each look costs about 10 µs of CPU on
+      // this VM: a server answering a request every 2 ms paid 30 % more CPU
+      // per request with looks every 4 ms, and about 20 % with looks every
+      // 10 ms, before the naps; a processor lost so waited up to 10 ms for
+      // its first look. What no push announces — a due timer or readiness
+      // while every processor is held — waits for the nap's end, the
+      // earliest timer's deadline at most.
+      const bool nap = !waiting && !urgent;
+      const std::int64_t cap = base * (waiting ? 8 : 64);
       period = urgent || !period ? base : std::min(period * 2, cap);
       if (stall) period = std::min(period, stall);
-      timespec ts{time_t(period / 1000000000), long(period % 1000000000)};
-      sys::nanosleep(&ts, nullptr);
+      if (nap) {
+        const std::int64_t timer = earliest_timer();
+        if (timer > now) period = std::max(base, std::min(period, timer - now));
+        monitor_sleeping.store(kMonitorNapping, std::memory_order_seq_cst);
+        futex_wait(&monitor_sleeping, kMonitorNapping, now_ns() + period);
+        // 0: a push ended the nap (monitor_wake took the word): look soon.
+        if (monitor_sleeping.exchange(0, std::memory_order_relaxed) == 0) period = 0;
+      } else {
+        timespec ts{time_t(period / 1000000000), long(period % 1000000000)};
+        sys::nanosleep(&ts, nullptr);
+      }
     }
   }
 
  private:
   static bool all_asleep(Cluster& c) {
     return c.idle_processors() >= int(c.size() + c.active_spares());
+  }
+
+  // The earliest deadline of the watched clusters' timers (0: none).
+  static std::int64_t earliest_timer() {
+    std::int64_t t = 0;
+    for (Cluster* c = Cluster::first(); c; c = c->next_made())
+      if (c->alive() && c->config().handoff_us && c->timers.pending()) {
+        std::int64_t d = c->timers.next();
+        if (!t || d < t) t = d;
+      }
+    return t;
   }
 
   static void retire_all_spares() {
@@ -163,12 +194,13 @@ class Monitor {
   // processor that left its sleep before the announcement is seen here; one
   // after it sees the word: monitor_busy).
   static void sleep_until_busy() {
-    monitor_sleeping.store(1, std::memory_order_seq_cst);
+    monitor_sleeping.store(kMonitorAsleep, std::memory_order_seq_cst);
     if (!every_cluster_asleep()) {
       monitor_sleeping.store(0, std::memory_order_relaxed);
       return;
     }
-    while (monitor_sleeping.load(std::memory_order_acquire) == 1) futex_wait(&monitor_sleeping, 1);
+    while (monitor_sleeping.load(std::memory_order_acquire) == kMonitorAsleep)
+      futex_wait(&monitor_sleeping, kMonitorAsleep);
   }
 
   // Asleep in the kernel until something happens ('S'), or stopped: what
@@ -256,7 +288,11 @@ class Monitor {
             // (Since the first mark of this hold: over a shorter window a
             // thread that just had its turn on a CPU looks like a spinner —
             // 40 computing threads on 2 processors started 39 spares.)
-            lost_now = (cpu - w.cpu_mark) * 4 >= now - w.cpu_mark_at;
+            // Past kStarvedSlices slices it is lost whatever its share: on
+            // a machine loaded past its CPUs (a load average of 14 on 2) four
+            // spinners waiting for a fifth thread queued behind them had
+            // under a quarter each, and waited for good.
+            lost_now = (cpu - w.cpu_mark) * 4 >= now - w.cpu_mark_at || held >= kStarvedSlices * slice;
           }
         }
       }

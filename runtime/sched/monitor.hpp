@@ -15,12 +15,21 @@ namespace loom::rt {
 // stall reports).
 void monitor_start();
 
-// The monitor sleeps on this word while every processor of the clusters it
-// watches sleeps; a processor that leaves its sleep wakes it
-// (Cluster::go_busy). A load on that path, nothing on a busy one.
+// The monitor sleeps on this word: kMonitorAsleep while every processor of
+// the clusters it watches sleeps, until a processor leaves its sleep
+// (Cluster::go_busy: monitor_busy); kMonitorNapping between looks that found
+// no fibre waiting, until the nap's end or a fibre queued behind a running
+// one (Processor::push, Cluster::wake: monitor_queued) — the one event that
+// may need a look soon. A load on each path, a wake-up only at the first
+// such event of a sleep or nap.
+inline constexpr int kMonitorAsleep = 1;
+inline constexpr int kMonitorNapping = 2;
 extern std::atomic<int> monitor_sleeping;
 void monitor_wake() noexcept;
 inline void monitor_busy() noexcept {
+  if (__builtin_expect(monitor_sleeping.load(std::memory_order_relaxed) == kMonitorAsleep, 0)) monitor_wake();
+}
+inline void monitor_queued() noexcept {
   if (__builtin_expect(monitor_sleeping.load(std::memory_order_relaxed) != 0, 0)) monitor_wake();
 }
 
