@@ -288,12 +288,13 @@ int do_close_range(unsigned first, unsigned last, int flags) {
 }
 
 // A call that failed as a call on another kind of file fails — ENOTSOCK (a
-// socket's call), EOPNOTSUPP (RWF_NOWAIT, which a pipe takes), EPERM (epoll
-// refused to wait on it) — may have been routed by a stale record: the
-// number's file changed by a route no wrapper sees (rt::io_stale). If so,
-// the call once more, which looks at the file afresh. A call that moved
-// bytes or failed otherwise pays nothing; these errors, one fstat.
-bool wrong_kind(int err) { return err == ENOTSOCK || err == EOPNOTSUPP || err == EPERM; }
+// socket's call), EOPNOTSUPP (RWF_NOWAIT, which a pipe takes), ESPIPE (a
+// regular file's read at its offset), EPERM (epoll refused to wait on it)
+// — may have been routed by a stale record: the number's file changed by a
+// route no wrapper sees (rt::io_stale). If so, the call once more, which
+// looks at the file afresh. A call that moved bytes or failed otherwise
+// pays nothing; these errors, one fstat.
+bool wrong_kind(int err) { return err == ENOTSOCK || err == EOPNOTSUPP || err == ESPIPE || err == EPERM; }
 template <class F>
 auto checked(int fd, F f) -> decltype(f()) {
   auto r = f();

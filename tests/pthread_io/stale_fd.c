@@ -16,7 +16,8 @@
  *  - a route no wrapper sees: fclose of an fdopen'd socket (stdio closes it
  *    inside libc), then the number reused: /dev/null read gives 0 (the
  *    record's wrong route fails with ENOTSOCK, which loom checks and then
- *    calls again; rt::io_stale);
+ *    calls again; rt::io_stale); a regular file's, an eventfd under its
+ *    number: 8 bytes (ESPIPE);
  *  - CLOSE_RANGE_CLOEXEC closes nothing: the pipe is still written.
  * Same output as is and preloaded (tests/pthread_proc/same.sh), on one
  * processor; alarm() bounds a hang. */
@@ -27,7 +28,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -169,6 +172,25 @@ int main(void) {
   printf("fclose(fdopen(socket)), /dev/null under its number: read %s\n", res(rd, errno));
   close(null);
   close(sv[1]);
+
+  /* The same for a regular file, whose reads loom probes at the offset
+   * (read_in_place), and an eventfd under its number: the probe's preadv2
+   * fails with ESPIPE. */
+  char path[] = "/tmp/stale_fd.XXXXXX";
+  int file = mkstemp(path);
+  static char page[4096];
+  if (file < 0 || write(file, page, sizeof page) != (ssize_t)sizeof page) perror("mkstemp");
+  unlink(path);
+  if (lseek(file, 0, SEEK_SET) != 0 || read(file, page, 100) != 100) perror("read");
+  fclose(fdopen(file, "r"));
+  int ev = eventfd(5, 0);
+  if (ev != file) printf("WRONG: the eventfd is %d, not %d\n", ev, file);
+  uint64_t v = 0;
+  errno = 0;
+  rd = read(ev, &v, sizeof v);
+  printf("fclose(fdopen(regular file)), an eventfd under its number: read %s, value %llu\n", res(rd, errno),
+         (unsigned long long)v);
+  close(ev);
 
   /* CLOSE_RANGE_CLOEXEC closes nothing. */
   int p[2];
