@@ -40,6 +40,10 @@
 //       first (a WAKE_OP with an ADD of 0 and a first word nobody waits on),
 //       so a bad address or flag gives the kernel's error, not a fault here;
 //       an op or comparison the kernel does not know goes to it as is.
+//   SYS_close, SYS_dup, SYS_dup2, SYS_dup3, SYS_close_range, SYS_fcntl
+//       the library's close, dup... (io.cpp, io_syscall.hpp): they change
+//       what a number refers to, and loom's record of the number must
+//       follow (issue 35: the next file under it was called as the last).
 //   anything else — every other system call, futexes in shared memory
 //   (another process may wake them), other futex operations, a bitset that
 //   is not "any", a kernel thread's wait, a signal handler's —
@@ -49,7 +53,8 @@
 // The runtime's own system calls reach this function too (base/sys.hpp
 // calls syscall by name); they are not futex waits on a fibre (processors
 // sleep on their futex from the scheduler, not from a fibre), so they pass
-// through, at the cost of one comparison.
+// through, at the cost of two comparisons. (Its descriptor calls, close,
+// the dups and fcntl, do not come here: sys::table_call.)
 #include "base/futex.hpp"
 
 #include <fcntl.h>
@@ -67,6 +72,7 @@
 #include "base/spinlock.hpp"
 #include "base/sys.hpp"
 #include "capi.hpp"
+#include "io_syscall.hpp"
 #include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
 #include "sync/parking_lot.hpp"
@@ -340,6 +346,8 @@ extern "C" long syscall(long number, ...) {
         ((op & FUTEX_PRIVATE_FLAG) || private_mapping(std::uintptr_t(a0))))
       return fibre_wait(addr, std::uint32_t(a2), reinterpret_cast<const timespec*>(a3), cmd == FUTEX_WAIT_BITSET,
                         (op & FUTEX_CLOCK_REALTIME) != 0);
+  } else if (__builtin_expect(loom::capi::pthread_io::descriptor_call(number), 0)) {
+    return loom::capi::pthread_io::descriptor_syscall(number, a0, a1, a2);
   }
   return kernel(number, a0, a1, a2, a3, a4, a5);
 }

@@ -1,11 +1,13 @@
 // capi/pthread/io.cpp — libloom-pthread's blocking I/O and sleeps by
 // glibc's names: read, write, readv, writev, recv, recvfrom, recvmsg,
 // recvmmsg, send, sendto, sendmsg, sendmmsg, accept, accept4, connect,
-// close, dup, dup2, dup3, fcntl, socket, socketpair, pipe, pipe2, poll,
-// ppoll, select, pselect, epoll_wait, epoll_pwait, sendfile, nanosleep,
-// usleep, sleep, clock_nanosleep (and the aliases a glibc program may call
-// instead: fcntl64, sendfile64, and _FORTIFY_SOURCE's __read_chk,
-// __recv_chk, __recvfrom_chk, __poll_chk, __ppoll_chk).
+// close, dup, dup2, dup3, close_range, closefrom, fcntl, socket,
+// socketpair, pipe, pipe2, poll, ppoll, select, pselect, epoll_wait,
+// epoll_pwait, sendfile, nanosleep, usleep, sleep, clock_nanosleep (and the
+// aliases a glibc program may call instead: fcntl64, sendfile64, and
+// _FORTIFY_SOURCE's __read_chk, __recv_chk, __recvfrom_chk, __poll_chk,
+// __ppoll_chk); and, from the library's syscall(2), the raw system calls of
+// close, the dups, close_range and fcntl (io_syscall.hpp).
 //
 // Who gets what:
 //   LOOM_HOOK_IO=0 in the environment   every call is the kernel's, as is
@@ -62,9 +64,11 @@
 #include <cstring>
 
 #include "base/options.hpp"
+#include "base/sys.hpp"
 #include "capi.hpp"
 #include "io/fd_table.hpp"
 #include "io/poller.hpp"
+#include "io_syscall.hpp"
 #include "loom/loom.h"
 #include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
@@ -100,14 +104,19 @@ int recvmmsg(int fd, mmsghdr* v, unsigned n, int f, timespec* t) {
 int sendmmsg(int fd, mmsghdr* v, unsigned n, int f) { return int(::syscall(SYS_sendmmsg, fd, v, n, f)); }
 int accept4(int fd, sockaddr* a, socklen_t* l, int f) { return int(::syscall(SYS_accept4, fd, a, l, f)); }
 int connect(int fd, const sockaddr* a, socklen_t l) { return int(::syscall(SYS_connect, fd, a, l)); }
-int close(int fd) { return int(::syscall(SYS_close, fd)); }
-int dup(int fd) { return int(::syscall(SYS_dup, fd)); }
+// (By the instruction, not through syscall(2) by name: the library's own
+// syscall sends these to the wrappers below — descriptor_syscall.)
+int close(int fd) { return rt::sys::table_call(SYS_close, fd); }
+int dup(int fd) { return rt::sys::table_call(SYS_dup, fd); }
 int dup2(int a, int b) {
-  if (a == b) return ::syscall(SYS_fcntl, a, F_GETFD) < 0 ? -1 : b;  // dup3 refuses a == b
-  return int(::syscall(SYS_dup3, a, b, 0));
+  if (a == b) return rt::sys::table_call(SYS_fcntl, a, F_GETFD) < 0 ? -1 : b;  // dup3 refuses a == b
+  return rt::sys::table_call(SYS_dup3, a, b, 0);
 }
-int dup3(int a, int b, int f) { return int(::syscall(SYS_dup3, a, b, f)); }
-int fcntl(int fd, int cmd, long arg) { return int(::syscall(SYS_fcntl, fd, cmd, arg)); }
+int dup3(int a, int b, int f) { return rt::sys::table_call(SYS_dup3, a, b, f); }
+int fcntl(int fd, int cmd, long arg) { return rt::sys::table_call(SYS_fcntl, fd, cmd, arg); }
+int close_range(unsigned first, unsigned last, int f) {
+  return rt::sys::table_call(SYS_close_range, long(first), long(last), f);
+}
 int socket(int d, int t, int p) { return int(::syscall(SYS_socket, d, t, p)); }
 int socketpair(int d, int t, int p, int* sv) { return int(::syscall(SYS_socketpair, d, t, p, sv)); }
 int pipe2(int* fds, int f) { return int(::syscall(SYS_pipe2, fds, f)); }
@@ -260,6 +269,39 @@ int do_fcntl(int fd, int cmd, long arg) {
   }
 }
 
+// close and the dups keep loom's table right from any caller: the number's
+// waiters fail with EBADF, its state is dropped, the copy shares the view.
+int do_close(int fd) { return keep_table() ? loom_close(fd) : k::close(fd); }
+int do_dup(int fd) { return hooks_on() ? loom_dup(fd) : k::dup(fd); }
+int do_dup2(int fd, int newfd) { return keep_table() ? loom_dup2(fd, newfd) : k::dup2(fd, newfd); }
+int do_dup3(int fd, int newfd, int flags) {
+  return keep_table() ? loom_dup3(fd, newfd, flags) : k::dup3(fd, newfd, flags);
+}
+// close_range(2), and closefrom(3) on it: each number of the range as
+// close() (loom::io::close_range says what becomes of its flags).
+int do_close_range(unsigned first, unsigned last, int flags) {
+  if (!keep_table()) return k::close_range(first, last, flags);
+  ErrnoKeeper keep;  // (a close on io_uring may switch fibres: capi.hpp)
+  int r = loom::io::close_range(first, last, flags);
+  keep.done(r < 0 ? *errno_slot() : 0);
+  return r;
+}
+
+// A call that failed as a call on another kind of file fails — ENOTSOCK (a
+// socket's call), EOPNOTSUPP (RWF_NOWAIT, which a pipe takes), ESPIPE (a
+// regular file's read at its offset), EPERM (epoll refused to wait on it)
+// — may have been routed by a stale record: the number's file changed by a
+// route no wrapper sees (rt::io_stale). If so, the call once more, which
+// looks at the file afresh. A call that moved bytes or failed otherwise
+// pays nothing; these errors, one fstat.
+bool wrong_kind(int err) { return err == ENOTSOCK || err == EOPNOTSUPP || err == ESPIPE || err == EPERM; }
+template <class F>
+auto checked(int fd, F f) -> decltype(f()) {
+  auto r = f();
+  if (__builtin_expect(r < 0, 0) && wrong_kind(*errno_slot()) && rt::io_stale(fd)) r = f();
+  return r;
+}
+
 // sendfile on a fibre. loom has no wrapper of its own: on a socket the
 // program made non-blocking, the kernel's call, and on EAGAIN a wait for
 // writability through loom. A descriptor loom does not know yet is
@@ -306,6 +348,30 @@ ssize_t fibre_sendfile(int out, int in, off_t* off, size_t n) {
 
 }  // namespace
 
+long descriptor_syscall(long n, long a0, long a1, long a2) {
+  // Before loom's first look at any descriptor there is nothing to keep
+  // (and jemalloc's first malloc closes files this way: no table made here).
+  if (!rt::FdTable::existing()) return rt::sys::table_call(n, a0, a1, a2);
+  switch (n) {
+    case SYS_close:
+      return do_close(int(a0));
+    case SYS_dup:
+      return do_dup(int(a0));
+#ifdef SYS_dup2
+    case SYS_dup2:
+      return do_dup2(int(a0), int(a1));
+#endif
+    case SYS_dup3:
+      return do_dup3(int(a0), int(a1), int(a2));
+    case SYS_fcntl:
+      return do_fcntl(int(a0), int(a1), a2);
+    case SYS_close_range:
+      return do_close_range(unsigned(a0), unsigned(a1), int(a2));
+    default:
+      return rt::sys::table_call(n, a0, a1, a2);
+  }
+}
+
 }  // namespace loom::capi::pthread_io
 
 using namespace loom::capi::pthread_io;
@@ -314,38 +380,51 @@ extern "C" {
 
 // ---- data ---------------------------------------------------------------------------------
 
-ssize_t read(int fd, void* buf, size_t n) { return by_loom(fd) ? loom_read(fd, buf, n) : k::read(fd, buf, n); }
-ssize_t write(int fd, const void* buf, size_t n) { return by_loom(fd) ? loom_write(fd, buf, n) : k::write(fd, buf, n); }
+// (checked: a record gone stale behind loom's back is noticed by the error
+// its wrong route gives, and the call made once more.)
+ssize_t read(int fd, void* buf, size_t n) {
+  return by_loom(fd) ? checked(fd, [&] { return loom_read(fd, buf, n); }) : k::read(fd, buf, n);
+}
+ssize_t write(int fd, const void* buf, size_t n) {
+  return by_loom(fd) ? checked(fd, [&] { return loom_write(fd, buf, n); }) : k::write(fd, buf, n);
+}
 ssize_t readv(int fd, const struct iovec* iov, int iovcnt) {
-  return by_loom(fd) ? loom_readv(fd, iov, iovcnt) : k::readv(fd, iov, iovcnt);
+  return by_loom(fd) ? checked(fd, [&] { return loom_readv(fd, iov, iovcnt); }) : k::readv(fd, iov, iovcnt);
 }
 ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
-  return by_loom(fd) ? loom_writev(fd, iov, iovcnt) : k::writev(fd, iov, iovcnt);
+  return by_loom(fd) ? checked(fd, [&] { return loom_writev(fd, iov, iovcnt); }) : k::writev(fd, iov, iovcnt);
 }
 ssize_t recv(int fd, void* buf, size_t n, int flags) {
-  return by_loom(fd) ? loom_recv(fd, buf, n, flags) : k::recvfrom(fd, buf, n, flags, nullptr, nullptr);
+  return by_loom(fd) ? checked(fd, [&] { return loom_recv(fd, buf, n, flags); })
+                     : k::recvfrom(fd, buf, n, flags, nullptr, nullptr);
 }
 ssize_t recvfrom(int fd, void* __restrict buf, size_t n, int flags, struct sockaddr* __restrict from,
                  socklen_t* __restrict len) {
-  return by_loom(fd) ? loom_recvfrom(fd, buf, n, flags, from, len) : k::recvfrom(fd, buf, n, flags, from, len);
+  return by_loom(fd) ? checked(fd, [&] { return loom_recvfrom(fd, buf, n, flags, from, len); })
+                     : k::recvfrom(fd, buf, n, flags, from, len);
 }
 ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
-  return by_loom(fd) ? loom_recvmsg(fd, msg, flags) : k::recvmsg(fd, msg, flags);
+  return by_loom(fd) ? checked(fd, [&] { return loom_recvmsg(fd, msg, flags); }) : k::recvmsg(fd, msg, flags);
 }
 ssize_t send(int fd, const void* buf, size_t n, int flags) {
-  return by_loom(fd) ? piped(loom_send(fd, buf, n, flags), flags) : k::sendto(fd, buf, n, flags, nullptr, 0);
+  return by_loom(fd) ? piped(checked(fd, [&] { return loom_send(fd, buf, n, flags); }), flags)
+                     : k::sendto(fd, buf, n, flags, nullptr, 0);
 }
 ssize_t sendto(int fd, const void* buf, size_t n, int flags, const struct sockaddr* to, socklen_t len) {
-  return by_loom(fd) ? piped(loom_sendto(fd, buf, n, flags, to, len), flags) : k::sendto(fd, buf, n, flags, to, len);
+  return by_loom(fd) ? piped(checked(fd, [&] { return loom_sendto(fd, buf, n, flags, to, len); }), flags)
+                     : k::sendto(fd, buf, n, flags, to, len);
 }
 ssize_t sendmsg(int fd, const struct msghdr* msg, int flags) {
-  return by_loom(fd) ? piped(loom_sendmsg(fd, msg, flags), flags) : k::sendmsg(fd, msg, flags);
+  return by_loom(fd) ? piped(checked(fd, [&] { return loom_sendmsg(fd, msg, flags); }), flags)
+                     : k::sendmsg(fd, msg, flags);
 }
 int recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags, struct timespec* timeout) {
-  return by_loom(fd) ? loom_recvmmsg(fd, vec, vlen, flags, timeout) : k::recvmmsg(fd, vec, vlen, flags, timeout);
+  return by_loom(fd) ? checked(fd, [&] { return loom_recvmmsg(fd, vec, vlen, flags, timeout); })
+                     : k::recvmmsg(fd, vec, vlen, flags, timeout);
 }
 int sendmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags) {
-  return by_loom(fd) ? piped(loom_sendmmsg(fd, vec, vlen, flags), flags) : k::sendmmsg(fd, vec, vlen, flags);
+  return by_loom(fd) ? piped(checked(fd, [&] { return loom_sendmmsg(fd, vec, vlen, flags); }), flags)
+                     : k::sendmmsg(fd, vec, vlen, flags);
 }
 
 ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) noexcept {
@@ -401,17 +480,24 @@ int pipe2(int fds[2], int flags) noexcept {
 }
 int pipe(int fds[2]) noexcept { return pipe2(fds, 0); }
 
-// close and the dups keep loom's table right from any caller: the number's
-// waiters fail with EBADF, its state is dropped, the copy shares the view.
-int close(int fd) { return keep_table() ? loom_close(fd) : k::close(fd); }
-int dup(int fd) noexcept { return hooks_on() ? loom_dup(fd) : k::dup(fd); }
-int dup2(int fd, int newfd) noexcept {
-  if (keep_table()) return loom_dup2(fd, newfd);
-  return k::dup2(fd, newfd);
+// close, the dups and close_range keep loom's table right from any caller
+// (do_close...); so do their raw system calls (descriptor_syscall).
+int close(int fd) { return do_close(fd); }
+int dup(int fd) noexcept { return do_dup(fd); }
+int dup2(int fd, int newfd) noexcept { return do_dup2(fd, newfd); }
+int dup3(int fd, int newfd, int flags) noexcept { return do_dup3(fd, newfd, flags); }
+int close_range(unsigned int first, unsigned int last, int flags) noexcept {
+  return do_close_range(first, last, flags);
 }
-int dup3(int fd, int newfd, int flags) noexcept {
-  if (keep_table()) return loom_dup3(fd, newfd, flags);
-  return k::dup3(fd, newfd, flags);
+// glibc's closefrom is close_range(lowfd, ~0U, 0) made inside libc, which
+// loom would not see. Where the kernel has no close_range (before 5.9),
+// glibc's own, which walks /proc/self/fd (the numbers are retired already).
+void closefrom(int lowfd) noexcept {
+  unsigned first = lowfd < 0 ? 0u : unsigned(lowfd);
+  if (do_close_range(first, ~0u, 0) == 0) return;
+  static auto* glibc_closefrom =
+      reinterpret_cast<void (*)(int)>(loom::rt::sys::library_symbol("libc.so.6", "closefrom"));
+  glibc_closefrom(lowfd);
 }
 
 int fcntl(int fd, int cmd, ...) {

@@ -132,6 +132,12 @@ int close(int fd);
 int dup(int fd);
 int dup2(int fd, int newfd);
 int dup3(int fd, int newfd, int flags);
+// close_range(2): every number of the range closed as close() above closes
+// one. A fibre's descriptors are the process's: CLOSE_RANGE_UNSHARE, which
+// would give the calling kernel thread (a processor) a table of its own, is
+// dropped on a processor; CLOSE_RANGE_CLOEXEC closes nothing and is the
+// system call as is.
+int close_range(unsigned first, unsigned last, int flags);
 // fcntl through loom keeps loom's view of O_NONBLOCK right.
 int fcntl(int fd, int cmd, long arg = 0);
 int setsockopt(int fd, int level, int name, const void* val, socklen_t len);

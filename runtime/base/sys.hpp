@@ -32,7 +32,24 @@
 #include <cerrno>
 #include <cstddef>
 
+#include "base/futex.hpp"  // raw_syscall
+
 namespace loom::rt::sys {
+
+// The calls that change what a number refers to (close, the dups,
+// close_range) and fcntl, made by the instruction itself, not through
+// syscall(2) by name: libloom-pthread's syscall keeps loom's descriptor
+// table for the program's own raw calls of these (capi/pthread/io.cpp,
+// descriptor_syscall), and the runtime's are that bookkeeping's own. -1 and
+// errno, as syscall(2).
+inline int table_call(long n, long a0, long a1 = 0, long a2 = 0) {
+  long r = raw_syscall(n, a0, a1, a2, 0, 0, 0);
+  if (r < 0 && r > -4096) {
+    errno = int(-r);
+    return -1;
+  }
+  return int(r);
+}
 
 #if defined(LOOM_ASAN) || defined(LOOM_TSAN)
 inline ssize_t read(int fd, void* b, std::size_t n) { return ::read(fd, b, n); }
@@ -65,6 +82,7 @@ inline int dup(int fd) { return ::dup(fd); }
 inline int dup3(int a, int b, int f) { return ::dup3(a, b, f); }
 inline int dup2(int a, int b) { return ::dup2(a, b); }
 inline int fcntl(int fd, int cmd, long arg = 0) { return ::fcntl(fd, cmd, arg); }
+inline int close_range(unsigned first, unsigned last, int flags) { return ::close_range(first, last, flags); }
 inline int socket(int d, int t, int p) { return ::socket(d, t, p); }
 inline int socketpair(int d, int t, int p, int sv[2]) { return ::socketpair(d, t, p, sv); }
 inline int pipe2(int fds[2], int f) { return ::pipe2(fds, f); }
@@ -106,15 +124,18 @@ inline int sendmmsg(int fd, mmsghdr* v, unsigned n, int f) { return int(::syscal
 inline int accept4(int fd, sockaddr* a, socklen_t* l, int f) { return int(::syscall(SYS_accept4, fd, a, l, f)); }
 inline int accept(int fd, sockaddr* a, socklen_t* l) { return sys::accept4(fd, a, l, 0); }
 inline int connect(int fd, const sockaddr* a, socklen_t l) { return int(::syscall(SYS_connect, fd, a, l)); }
-inline int close(int fd) { return int(::syscall(SYS_close, fd)); }
-inline int dup(int fd) { return int(::syscall(SYS_dup, fd)); }
-inline int dup3(int a, int b, int f) { return int(::syscall(SYS_dup3, a, b, f)); }
+inline int close(int fd) { return table_call(SYS_close, fd); }
+inline int dup(int fd) { return table_call(SYS_dup, fd); }
+inline int dup3(int a, int b, int f) { return table_call(SYS_dup3, a, b, f); }
 inline int dup2(int a, int b) {
   // dup3 refuses a == b; dup2 returns b if it is open.
-  if (a == b) return ::syscall(SYS_fcntl, a, F_GETFD) < 0 ? -1 : b;
+  if (a == b) return table_call(SYS_fcntl, a, F_GETFD) < 0 ? -1 : b;
   return sys::dup3(a, b, 0);
 }
-inline int fcntl(int fd, int cmd, long arg = 0) { return int(::syscall(SYS_fcntl, fd, cmd, arg)); }
+inline int fcntl(int fd, int cmd, long arg = 0) { return table_call(SYS_fcntl, fd, cmd, arg); }
+inline int close_range(unsigned first, unsigned last, int flags) {
+  return table_call(SYS_close_range, long(first), long(last), flags);
+}
 inline int socket(int d, int t, int p) { return int(::syscall(SYS_socket, d, t, p)); }
 inline int socketpair(int d, int t, int p, int sv[2]) { return int(::syscall(SYS_socketpair, d, t, p, sv)); }
 inline int pipe2(int fds[2], int f) { return int(::syscall(SYS_pipe2, fds, f)); }

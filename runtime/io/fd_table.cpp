@@ -9,10 +9,20 @@
 
 namespace loom::rt {
 
+namespace {
+std::atomic<FdTable*> made{nullptr};
+}  // namespace
+
 FdTable& FdTable::instance() {
-  static FdTable* table = new FdTable;  // never destroyed: fibres may outlive statics
+  static FdTable* table = [] {
+    auto* t = new FdTable;  // never destroyed: fibres may outlive statics
+    made.store(t, std::memory_order_release);
+    return t;
+  }();
   return *table;
 }
+
+FdTable* FdTable::existing() { return made.load(std::memory_order_acquire); }
 
 FdTable::FdTable() {
   rlimit rl{};

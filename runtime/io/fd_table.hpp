@@ -150,7 +150,24 @@ class FdTable {
     return &chunk[fd & (kChunk - 1)];
   }
 
+  // The entry for fd if its chunk exists (never creates one): nullptr for a
+  // number loom has never looked at, which it knows nothing of.
+  FdEntry* find(int fd) const {
+    if (fd < 0) return nullptr;
+    unsigned c = unsigned(fd) >> kChunkBits;
+    if (c >= nchunks_) return nullptr;
+    FdEntry* chunk = chunks_[c].load(std::memory_order_acquire);
+    return chunk ? &chunk[fd & (kChunk - 1)] : nullptr;
+  }
+  // One past the largest number the table can hold.
+  unsigned limit() const { return nchunks_ * unsigned(kChunk); }
+
   static FdTable& instance();
+  // The table if it has been made (nullptr before loom's first look at any
+  // descriptor): a call that changes numbers before then has nothing to
+  // keep, and must not make it (jemalloc closes files through syscall(2)
+  // from its first malloc, before any constructor: capi/pthread/io_syscall.hpp).
+  static FdTable* existing();
 
  private:
   FdTable();

@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <vector>
 
 #include "io/fd_table.hpp"
 #include "base/chaos.hpp"
@@ -149,6 +150,34 @@ std::uint8_t classify(int fd, FdEntry& e) {
     kind = kFdInPlace;
   e.describe(kind, false, false, /*shared=*/true);
   return kind;
+}
+
+// The check behind a call that failed as a call on another kind of file
+// fails (poller.hpp, io_stale). One fstat, on that error path only: the
+// record holds if what it says of the file — a socket, a regular file, a
+// device read in place, a pipe tried with RWF_NOWAIT — is what the number
+// refers to now. (It cannot tell one pipe or socket from another: a number
+// reused by a file of the same kind keeps its record, and its calls take
+// the same route as the new file's would.)
+bool io_stale(int fd) {
+  FdEntry* e = FdTable::instance().find(fd);
+  if (!e) return false;
+  std::uint8_t kind = e->kind.load(std::memory_order_acquire);
+  if (kind == kFdUnknown) return false;
+  int saved = errno;
+  struct stat st {};
+  bool open = fstat(fd, &st) == 0;
+  errno = saved;
+  if (!open) return false;  // not open: the error is the call's
+  bool sock = S_ISSOCK(st.st_mode);
+  bool holds =
+      e->sock.load(std::memory_order_relaxed) == sock && (kind == kFdRegular) == S_ISREG(st.st_mode) &&
+      (kind == kFdInPlace) == (S_ISCHR(st.st_mode) && never_blocks(st.st_rdev)) &&
+      !(kind == kFdPollable && !sock && e->nowait_form.load(std::memory_order_relaxed) && !S_ISFIFO(st.st_mode));
+  if (holds) return false;
+  loom::io::forget(fd);
+  errno = saved;
+  return true;
 }
 
 namespace {
@@ -1012,6 +1041,40 @@ int close(int fd) {
   LOOM_CHAOS_POINT(close_syscall);
   long r = syscall_op([&] { return rt::sys::close(fd); });
   d.fire();  // after close(2): the owner's next call on fd fails with EBADF
+  return int(finish(r));
+}
+
+// Each number of the range that loom knows is retired as close() retires
+// one, then the one system call; callbacks armed on them run after it. A
+// number in a chunk of the table never made is one loom never looked at.
+// CLOSE_RANGE_CLOEXEC closes nothing yet (an exec will): the call as is.
+// CLOSE_RANGE_UNSHARE gives the calling kernel thread a table of its own
+// before it closes: on a processor that would part it from the other
+// processors, the poller and the offload threads, with which every fibre's
+// descriptors must stay shared, so there the flag is dropped — a fibre's
+// descriptors are the process's, and the range is closed for all its
+// threads, as a loop of close() would. Off a processor the call is as is,
+// and loom's table, which describes the process's, stays as it was.
+int close_range(unsigned first, unsigned last, int flags) {
+  if ((flags & CLOSE_RANGE_UNSHARE) && rt::this_processor_at_entry()) flags &= ~CLOSE_RANGE_UNSHARE;
+  auto op = [&] { return rt::sys::close_range(first, last, flags); };
+  if (flags != 0 || first > last) return int(finish(syscall_op(op)));  // nothing closes, or the kernel's EINVAL
+  rt::FdTable& t = rt::table();
+  unsigned end = std::min(last, t.limit() - 1);
+  std::vector<rt::Disarmed> armed;  // (when_ready's: rare)
+  for (unsigned fd = first; fd <= end; ++fd) {
+    rt::FdEntry* e = t.find(int(fd));
+    if (!e) {
+      fd |= rt::FdTable::kChunk - 1;  // the rest of a chunk never made
+      continue;
+    }
+    if (e->kind.load(std::memory_order_acquire) == rt::kFdUnknown) continue;
+    rt::Disarmed d;
+    rt::retire(int(fd), d);
+    if (d.fn[0] || d.fn[1]) armed.push_back(d);
+  }
+  long r = syscall_op(op);
+  for (rt::Disarmed& d : armed) d.fire();
   return int(finish(r));
 }
 

@@ -153,6 +153,16 @@ inline int ms_until(Deadline d) {
 // nothing recorded, if fd is not open.
 std::uint8_t classify(int fd, FdEntry& e);
 
+// A loom call on fd failed as a call on another kind of file fails
+// (ENOTSOCK, EOPNOTSUPP...): was loom's record of fd stale? The number's
+// file can change by routes no wrapper sees — stdio's fclose of an
+// fdopen'd descriptor, closedir, freopen, an io_uring close, another
+// library's own system call instruction. If the record disagrees with what
+// the number refers to now (fstat), the number is retired, as
+// loom::io::forget, and true returned: the caller makes its call once
+// more, and that call looks at the file afresh. errno is kept.
+bool io_stale(int fd);
+
 // libloom-pthread, at load: loom makes no descriptor non-blocking
 // underneath, not even its own (io.cpp, "The descriptor rule").
 void io_keep_flags();

@@ -153,9 +153,9 @@ enum Feature {
  * default, CI's and `make fuzz-preload`'s): the two documented divergences
  * and the bugs this tester found on main at 791fbd4 (docs/DESIGN.md, "The
  * differential tester"); a fix takes its feature out of this mask. */
-#define X_KNOWN                                                                                                \
-  (X_EVICT | X_EINTR | X_SHMFUTEX | X_BITSET | X_SIGNALFD | X_RTQUEUE | X_ZEROIO | X_CLOSERANGE | X_RAWCLOSE | \
-   X_FUTEXARGS | X_RAWDUP | X_WAITALL | X_OFFLOADHOG | X_NOTSOCK | X_SELFSIG | X_SENDFILE0)
+#define X_KNOWN                                                                                              \
+  (X_EVICT | X_EINTR | X_SHMFUTEX | X_BITSET | X_SIGNALFD | X_RTQUEUE | X_ZEROIO | X_FUTEXARGS | X_WAITALL | \
+   X_OFFLOADHOG | X_NOTSOCK | X_SELFSIG | X_SENDFILE0)
 const char* feature_name(int bit);
 /* "evict,bitset", "known", "known,-evict" (all known but evict), "none" -> mask; ~0u on an unknown name */
 unsigned feature_parse(const char* list);
