@@ -38,12 +38,13 @@ void FdEntry::clear_timeouts() noexcept {
   out.timeout_ns.store(0, std::memory_order_relaxed);
 }
 
-void FdEntry::describe(std::uint8_t k, bool user_nb, bool is_stream, bool is_shared) noexcept {
+void FdEntry::describe(std::uint8_t k, bool user_nb, bool is_stream, bool is_shared, Nowait form) noexcept {
   user_nonblock.store(user_nb, std::memory_order_relaxed);
   stream.store(is_stream, std::memory_order_relaxed);
   shared.store(is_shared, std::memory_order_relaxed);
-  sock.store(false, std::memory_order_relaxed);  // (set after, by who knows)
-  nowait_form.store(false, std::memory_order_relaxed);  // (likewise)
+  // (release: a call that reads the new form reads the close count after it
+  // and sees the count moved: io.cpp, call)
+  nowait.store(form, std::memory_order_release);
   in_drained.store(false, std::memory_order_relaxed);
   in_full.store(false, std::memory_order_relaxed);
   hup.store(false, std::memory_order_relaxed);
