@@ -51,7 +51,9 @@ void FdEntry::describe(std::uint8_t k, bool user_nb, bool is_stream, bool is_sha
   probe_for.store(-1, std::memory_order_relaxed);
   first_read_score.store(0, std::memory_order_relaxed);
   cached_run.store(0, std::memory_order_relaxed);
-  registered.store(nullptr, std::memory_order_relaxed);
+  // (release: a registration whose mark lands after this one reads the
+  // count the new descriptor moved: poller.cpp, io_register)
+  registered.store(nullptr, std::memory_order_release);
   in.ready.clear_token();
   out.ready.clear_token();
   kind.store(k, std::memory_order_release);
