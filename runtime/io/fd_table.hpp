@@ -56,8 +56,11 @@ struct FdSide {
   // The read the turn's holder has in an io_uring (io/uring.hpp): a close
   // cancels it.
   std::atomic<UringWait*> ring_read{nullptr};
-  // io_uring: a one-shot poll for this side is submitted or queued.
-  std::atomic<bool> ring_armed{false};
+  // io_uring: a one-shot poll for this side is submitted or queued, and for
+  // which of the number's files: its generation's bits plus one (0: none).
+  // A poll armed for a file since closed (its completion is a closed file's,
+  // and ignored) must not stand for the next file's (io/uring.cpp, uring_arm).
+  std::atomic<std::uint32_t> ring_armed{0};
   // io_uring, write side: the peer shut down its writing, and the RDHUP the
   // kernel adds to every ring poll would end each one at once: this side
   // waits in the ring's write-side epoll set instead (io/uring.hpp).
