@@ -48,19 +48,22 @@ void FdEntry::clear_timeouts() noexcept {
   out.timeout_ns.store(0, std::memory_order_relaxed);
 }
 
-void FdEntry::describe(std::uint8_t k, bool user_nb, bool is_stream, bool is_shared) noexcept {
+void FdEntry::describe(std::uint8_t k, bool user_nb, bool is_stream, bool is_shared, Nowait form) noexcept {
   user_nonblock.store(user_nb, std::memory_order_relaxed);
   stream.store(is_stream, std::memory_order_relaxed);
   shared.store(is_shared, std::memory_order_relaxed);
-  sock.store(false, std::memory_order_relaxed);  // (set after, by who knows)
-  nowait_form.store(false, std::memory_order_relaxed);  // (likewise)
+  // (release: a call that reads the new form reads the close count after it
+  // and sees the count moved: io.cpp, call)
+  nowait.store(form, std::memory_order_release);
   in_drained.store(false, std::memory_order_relaxed);
   in_full.store(false, std::memory_order_relaxed);
   hup.store(false, std::memory_order_relaxed);
   probe_for.store(-1, std::memory_order_relaxed);
   first_read_score.store(0, std::memory_order_relaxed);
   cached_run.store(0, std::memory_order_relaxed);
-  registered.store(nullptr, std::memory_order_relaxed);
+  // (release: a registration whose mark lands after this one reads the
+  // count the new descriptor moved: poller.cpp, io_register)
+  registered.store(nullptr, std::memory_order_release);
   in.ready.clear_token();
   out.ready.clear_token();
   kind.store(k, std::memory_order_release);

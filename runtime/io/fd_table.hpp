@@ -38,6 +38,17 @@ enum FdKind : std::uint8_t {
   kFdInPlace,      // never blocks (/dev/null, /dev/zero, /dev/urandom...): calls made in place
 };
 
+// How one attempt on a pollable descriptor asks the kernel not to wait,
+// whatever the open file's O_NONBLOCK says (io.cpp, "The descriptor rule").
+// One value, not a flag per form: a call reads it once, when it begins, and
+// makes every attempt in that form (io.cpp, call), so it must never be seen
+// half of one file's and half of the next's.
+enum class Nowait : std::uint8_t {
+  none,  // no per-call form: the plain call (a FIFO, terminal, eventfd...)
+  pipe,  // a pipe where RWF_NOWAIT works: preadv2/pwritev2
+  sock,  // a socket: MSG_DONTWAIT (and recv(2) works on it)
+};
+
 struct FdSide {
   Mutex turn{MutexType::normal, MutexPolicy::blocking};
   ReadyWord ready;  // posted by the poller on every edge
@@ -45,8 +56,11 @@ struct FdSide {
   // The read the turn's holder has in an io_uring (io/uring.hpp): a close
   // cancels it.
   std::atomic<UringWait*> ring_read{nullptr};
-  // io_uring: a one-shot poll for this side is submitted or queued.
-  std::atomic<bool> ring_armed{false};
+  // io_uring: a one-shot poll for this side is submitted or queued, and for
+  // which of the number's files: its generation's bits plus one (0: none).
+  // A poll armed for a file since closed (its completion is a closed file's,
+  // and ignored) must not stand for the next file's (io/uring.cpp, uring_arm).
+  std::atomic<std::uint32_t> ring_armed{0};
   // io_uring, write side: the peer shut down its writing, and the RDHUP the
   // kernel adds to every ring poll would end each one at once: this side
   // waits in the ring's write-side epoll set instead (io/uring.hpp).
@@ -73,8 +87,10 @@ struct FdEntry {
   // kernel not to wait whatever the file's flag (MSG_DONTWAIT, RWF_NOWAIT).
   // A pollable entry without it (a FIFO, terminal, eventfd... the program
   // made non-blocking) is tried in place only while the kernel says its
-  // file is non-blocking. Cleared by describe(), set after it.
-  std::atomic<bool> nowait_form{false};
+  // file is non-blocking. Stored by describe() with the kind, never cleared
+  // on the way: a call on its way to an attempt must not find the form gone
+  // (that made it a plain, blocking read of the old file: issue 35, item 5).
+  std::atomic<Nowait> nowait{Nowait::none};
   std::atomic<bool> stream{false};  // byte stream: a short read drains it
   // A read returned less than asked while registered: the receive queue was
   // empty then, and any later arrival raises an edge (epoll(7)), so the next
@@ -94,8 +110,6 @@ struct FdEntry {
   // close must deregister explicitly. Otherwise close(2) of the last number
   // removes it from the epoll set, and loom saves the EPOLL_CTL_DEL.
   std::atomic<bool> shared{false};
-  // A socket (recv(2) works on it): io_uring reads it with IORING_OP_RECV.
-  std::atomic<bool> sock{false};
   std::atomic<IoState*> registered{nullptr};  // whose epoll set holds it
   std::atomic<std::uint32_t> gen{0};
   // io_uring: this number's requests (polls, reads) whose completions have
@@ -116,15 +130,18 @@ struct FdEntry {
   // Records what the number refers to now (a descriptor loom made, adopted
   // or copied): fresh per-use hints, no token from a former holder of the
   // number, no registration; the kind is published last.
-  void describe(std::uint8_t kind, bool user_nonblock, bool stream, bool shared) noexcept;
+  void describe(std::uint8_t kind, bool user_nonblock, bool stream, bool shared, Nowait form = Nowait::none) noexcept;
   void clear_timeouts() noexcept;  // a new descriptor under the number
+  // A socket (recv(2) works on it): io_uring reads it with IORING_OP_RECV.
+  bool sock() const noexcept { return nowait.load(std::memory_order_relaxed) == Nowait::sock; }
   // A pollable entry whose open file's flags are the program's: each
   // attempt asks the kernel itself not to wait (RWF_NOWAIT, MSG_DONTWAIT),
   // whatever the flag says now — on a non-blocking file that is the call
   // the program made, on a blocking one the only safe attempt.
-  bool per_call() const noexcept {
-    return !loom_nb.load(std::memory_order_relaxed) && nowait_form.load(std::memory_order_relaxed) &&
-           kind.load(std::memory_order_relaxed) == kFdPollable;
+  bool per_call() const noexcept { return per_call(kind.load(std::memory_order_relaxed)); }
+  bool per_call(std::uint8_t k) const noexcept {
+    return !loom_nb.load(std::memory_order_acquire) && nowait.load(std::memory_order_acquire) != Nowait::none &&
+           k == kFdPollable;
   }
   // Whether the program sees fd (this entry's number) non-blocking now: the
   // kernel's O_NONBLOCK (fcntl F_GETFL, 70 ns here), refreshing the hint,

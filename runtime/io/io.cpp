@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <type_traits>
 #include <vector>
 
 #include "io/fd_table.hpp"
@@ -128,17 +129,14 @@ std::uint8_t classify(int fd, FdEntry& e) {
     int type = 0;
     socklen_t len = sizeof type;
     bool stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM;
-    e.describe(kFdPollable, nb, stream, /*shared=*/true);
-    e.sock.store(true, std::memory_order_relaxed);
-    e.nowait_form.store(true, std::memory_order_relaxed);
+    e.describe(kFdPollable, nb, stream, /*shared=*/true, Nowait::sock);
     return kFdPollable;
   }
   if (fl >= 0 && (S_ISFIFO(st.st_mode) || (st.st_mode & S_IFMT) == 0)) {
     struct statfs fs {};
     bool pipe = S_ISFIFO(st.st_mode) && fstatfs(fd, &fs) == 0 && fs.f_type == PIPEFS_MAGIC && pipes_nowait();
     if (nb || pipe) {
-      e.describe(kFdPollable, nb, S_ISFIFO(st.st_mode), /*shared=*/true);
-      e.nowait_form.store(pipe, std::memory_order_relaxed);
+      e.describe(kFdPollable, nb, S_ISFIFO(st.st_mode), /*shared=*/true, pipe ? Nowait::pipe : Nowait::none);
       return kFdPollable;
     }
   }
@@ -241,10 +239,10 @@ FdEntry* adopt(int fd, bool user_nonblock, bool eager_register, bool stream, boo
   }
   renumbered(*e);
   e->clear_timeouts();
-  e->loom_nb.store(!keep_flags, std::memory_order_relaxed);
-  e->describe(kFdPollable, user_nonblock, stream, /*shared=*/false);
-  e->sock.store(sock, std::memory_order_relaxed);
-  e->nowait_form.store(sock || pipes_nowait(), std::memory_order_relaxed);
+  e->loom_nb.store(!keep_flags, std::memory_order_release);
+  Nowait form = Nowait::sock;
+  if (!sock) form = pipes_nowait() ? Nowait::pipe : Nowait::none;
+  e->describe(kFdPollable, user_nonblock, stream, /*shared=*/false, form);
   if (eager_register)
     if (Processor* p = this_processor()) io_register(io_state(p->cluster()), fd, *e);
   return e;
@@ -252,28 +250,23 @@ FdEntry* adopt(int fd, bool user_nonblock, bool eager_register, bool stream, boo
 
 // The single attempts (the descriptor rule): on a descriptor whose open
 // file is blocking, the form that does not wait; otherwise the plain call
-// (which is also what the offload cluster and a file get).
-bool nowait(int fd) {
-  FdEntry* e = table().get(fd);
-  return e && e->per_call();
-}
-bool nowait_sock(int fd) { return table().get(fd)->sock.load(std::memory_order_relaxed); }
-
-long read_op(int fd, void* b, std::size_t n) {
-  if (!nowait(fd)) return sys::read(fd, b, n);
-  if (nowait_sock(fd)) return sys::recv(fd, b, n, MSG_DONTWAIT);
+// (which is also what the offload cluster and a file get). The form is the
+// call's, fixed when it began (call()), never looked up again per attempt.
+long read_op(Nowait f, int fd, void* b, std::size_t n) {
+  if (f == Nowait::none) return sys::read(fd, b, n);
+  if (f == Nowait::sock) return sys::recv(fd, b, n, MSG_DONTWAIT);
   iovec v{b, n};
   return sys::preadv2(fd, &v, 1, RWF_NOWAIT);
 }
-long write_op(int fd, const void* b, std::size_t n) {
-  if (!nowait(fd)) return sys::write(fd, b, n);
-  if (nowait_sock(fd)) return sys::send(fd, b, n, MSG_DONTWAIT);  // (write(2)'s SIGPIPE as well)
+long write_op(Nowait f, int fd, const void* b, std::size_t n) {
+  if (f == Nowait::none) return sys::write(fd, b, n);
+  if (f == Nowait::sock) return sys::send(fd, b, n, MSG_DONTWAIT);  // (write(2)'s SIGPIPE as well)
   iovec v{const_cast<void*>(b), n};
   return sys::pwritev2(fd, &v, 1, RWF_NOWAIT);
 }
-long readv_op(int fd, const iovec* iov, int cnt) {
-  if (!nowait(fd)) return sys::readv(fd, iov, cnt);
-  if (nowait_sock(fd)) {
+long readv_op(Nowait f, int fd, const iovec* iov, int cnt) {
+  if (f == Nowait::none) return sys::readv(fd, iov, cnt);
+  if (f == Nowait::sock) {
     msghdr m{};
     m.msg_iov = const_cast<iovec*>(iov);
     m.msg_iovlen = std::size_t(cnt);
@@ -281,9 +274,9 @@ long readv_op(int fd, const iovec* iov, int cnt) {
   }
   return sys::preadv2(fd, iov, cnt, RWF_NOWAIT);
 }
-long writev_op(int fd, const iovec* iov, int cnt) {
-  if (!nowait(fd)) return sys::writev(fd, iov, cnt);
-  if (nowait_sock(fd)) {
+long writev_op(Nowait f, int fd, const iovec* iov, int cnt) {
+  if (f == Nowait::none) return sys::writev(fd, iov, cnt);
+  if (f == Nowait::sock) {
     msghdr m{};
     m.msg_iov = const_cast<iovec*>(iov);
     m.msg_iovlen = std::size_t(cnt);
@@ -293,8 +286,8 @@ long writev_op(int fd, const iovec* iov, int cnt) {
 }
 // accept(2) has no per-call form: on a blocking listener, accept only when
 // a connection is queued (the descriptor rule says what that leaves open).
-long accept_op(int fd, sockaddr* addr, socklen_t* len, int flags) {
-  if (nowait(fd) && !table().get(fd)->program_nonblock(fd)) {
+long accept_op(Nowait f, int fd, sockaddr* addr, socklen_t* len, int flags) {
+  if (f != Nowait::none && !table().get(fd)->program_nonblock(fd)) {
     pollfd q{fd, POLLIN, 0};
     int n = sys::poll(&q, 1, 0);
     if (n <= 0) {
@@ -368,11 +361,13 @@ long thread_call(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeout_
 // now gets one attempt, whose answer (EAGAIN, likely) is the call's. (Not
 // when a token is there: the wait ends at once, and a streaming reader's
 // drained reads would each pay the fcntl.)
+// `gen`: the close count the caller read when its call began, before its
+// first attempt: a close since then (and the number's reuse) is EBADF, never
+// a wait on whatever the number refers to now.
 template <typename Op>
-long wait_and_retry(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeout_err, bool contended_retry,
-                    bool program_flag = false) {
+long wait_and_retry(int fd, FdEntry& e, std::uint32_t gen, Side side, Op& op, Deadline d, int timeout_err,
+                    bool contended_retry, bool program_flag = false) {
   FdSide& s = side == kIn ? e.in : e.out;
-  std::uint32_t gen = e.gen.load(std::memory_order_acquire);
   if (d == kForever) {
     if (std::int64_t t = s.timeout_ns.load(std::memory_order_relaxed)) d = now_ns() + t;
   } else {
@@ -501,13 +496,13 @@ long read_in_place(int fd, FdEntry& e, const ReadSpec& rs, Op& op) {
 // when bytes arrive, and the completion brings the count (io/uring.hpp).
 // Falls back to the readiness wait when another fibre has the turn.
 template <typename Op>
-long ring_read(int fd, FdEntry& e, IoState& io, const ReadSpec& rs, Op& op, Deadline d, int timeout_err) {
+long ring_read(int fd, FdEntry& e, std::uint32_t gen, IoState& io, const ReadSpec& rs, Op& op, Deadline d,
+               int timeout_err) {
   FdSide& s = e.in;
-  std::uint32_t gen = e.gen.load(std::memory_order_acquire);
   // A ring read waits: not for a file the program has made non-blocking
   // behind loom (the descriptor rule), which gets one attempt.
   if (e.program_nonblock(fd)) return syscall_op(op);
-  if (!s.turn.try_lock()) return wait_and_retry(fd, e, kIn, op, d, timeout_err, false, true);
+  if (!s.turn.try_lock()) return wait_and_retry(fd, e, gen, kIn, op, d, timeout_err, false, true);
   Deadline until = d;
   if (until == kForever) {
     if (std::int64_t t = s.timeout_ns.load(std::memory_order_relaxed)) until = now_ns() + t;
@@ -518,8 +513,7 @@ long ring_read(int fd, FdEntry& e, IoState& io, const ReadSpec& rs, Op& op, Dead
   for (;;) {
     UringWait w;
     s.ring_read.store(&w, std::memory_order_release);
-    uring_read(io, fd, e, rs.buf, unsigned(std::min<std::size_t>(rs.n, 1u << 30)), rs.flags,
-               rs.recv || e.sock.load(std::memory_order_relaxed), w);
+    uring_read(io, fd, e, rs.buf, unsigned(std::min<std::size_t>(rs.n, 1u << 30)), rs.flags, rs.recv || e.sock(), w);
     this_processor()->counters.add(Stat::io_blocks);
     note_wait(WaitKind::fd_in, reinterpret_cast<const void*>(std::intptr_t(fd)));
     bool timed_out = w.done.wait(until) != 0;
@@ -543,7 +537,7 @@ long ring_read(int fd, FdEntry& e, IoState& io, const ReadSpec& rs, Op& op, Dead
     // refused: wait as the epoll back end does.
     if (r == -ECANCELED || r == -EAGAIN) {
       s.turn.unlock();
-      return wait_and_retry(fd, e, kIn, op, d, timeout_err, /*look first=*/true, true);
+      return wait_and_retry(fd, e, gen, kIn, op, d, timeout_err, /*look first=*/true, true);
     }
     break;
   }
@@ -595,26 +589,59 @@ void first_read_seen(FdEntry& e, bool empty) {
                             std::memory_order_relaxed);
 }
 
+// One attempt in the call's form: the ops whose system call depends on it
+// take it (read_op...), the others (recv with MSG_DONTWAIT, a poll) do not.
+template <typename Op>
+long in_form(Op& op, Nowait form) {
+  if constexpr (std::is_invocable_v<Op&, Nowait>)
+    return op(form);
+  else
+    return op();
+}
+
 // The generic wrapper; returns the result or -errno. `want`: bytes asked of
 // a plain read (0 for other calls), for the drained-queue shortcut.
+//
+// A call is bound to the file its number referred to when it began, as the
+// kernel's is (it holds that file for the whole call), as far as loom can
+// tell files apart: by the number's close count. The count is read first;
+// then what the entry says of the file (kind, the attempts' form), checked
+// against the count again, so that all of it is that file's; and every
+// attempt of the call is made in that form. So another thread's close (and
+// a reuse of the number: socketpair, accept, dup2) never turns an attempt
+// into the plain call, which on a blocking socket waits in the kernel, on
+// the processor, for the old file or the new one (issue 35, item 5: read
+// afresh per attempt, the form was gone once close had marked the number
+// unknown); an attempt that fails after such a close reports EBADF (a newer
+// file may refuse the old one's form); and the wait is for the count read
+// here, not one read after the attempt, which a close and reuse between
+// the two made a wait on the new file.
 template <typename Op>
-long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = EAGAIN, bool input = false,
+long call(int fd, Side side, Op&& user_op, Deadline d = kForever, int timeout_err = EAGAIN, bool input = false,
           std::size_t want = 0, const ReadSpec* rs = nullptr) {
   Processor* p = io_processor();
   FdEntry* e = table().get(fd);
-  if (!e) return syscall_op(op);
+  if (!e) return syscall_op([&] { return in_form(user_op, Nowait::none); });
+  const std::uint32_t gen = e->gen.load(std::memory_order_acquire);
   std::uint8_t kind = e->kind.load(std::memory_order_acquire);
   if (__builtin_expect(kind == kFdUnknown, 0)) {
     kind = classify(fd, *e);
-    if (kind == kFdUnknown) return syscall_op(op);  // not open: the call says so
+    if (kind == kFdUnknown) return -EBADF;  // not open (fstat said so)
   }
+  const Nowait form = e->per_call(kind) ? e->nowait.load(std::memory_order_acquire) : Nowait::none;
+  if (e->gen.load(std::memory_order_acquire) != gen) return -EBADF;  // closed since: kind and form may be another's
+  auto op = [&]() -> long {
+    long r = in_form(user_op, form);
+    if (r < 0 && e->gen.load(std::memory_order_acquire) != gen) errno = EBADF;
+    return r;
+  };
   if (!p) return kind == kFdPollable ? thread_call(fd, *e, side, op, d, timeout_err) : syscall_op(op);
   // A pollable descriptor with no per-call form (a FIFO, terminal, eventfd
   // the program made non-blocking) is tried in place only while its file
   // is non-blocking: one the program has made blocking since would hold
   // the processor. Its call goes to the offload cluster instead.
-  if (kind == kFdPollable && !e->nowait_form.load(std::memory_order_relaxed) &&
-      !e->loom_nb.load(std::memory_order_relaxed) && !e->program_nonblock(fd))
+  if (kind == kFdPollable && form == Nowait::none && !e->loom_nb.load(std::memory_order_relaxed) &&
+      !e->program_nonblock(fd))
     kind = kFdFile;
   if (kind != kFdPollable) {
     if (kind == kFdInPlace) return syscall_op(op);
@@ -625,7 +652,7 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
     // The program waits itself (poll, epoll_wait): the hints are for it.
     // The flag is the kernel's (the hint may be stale): asked on EAGAIN.
     long r = syscall_op(op);
-    if (r == -EAGAIN && !e->program_nonblock(fd)) r = wait_and_retry(fd, *e, side, op, d, timeout_err, false);
+    if (r == -EAGAIN && !e->program_nonblock(fd)) r = wait_and_retry(fd, *e, gen, side, op, d, timeout_err, false);
     if (input) note_input(*e, r, want);
     return r;
   }
@@ -639,9 +666,9 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
     // and a registration reports what is there already.
     e->in_drained.store(false, std::memory_order_relaxed);
     if (ring)
-      r = ring_read(fd, *e, *io, *rs, op, d, timeout_err);
+      r = ring_read(fd, *e, gen, *io, *rs, op, d, timeout_err);
     else
-      r = wait_and_retry(fd, *e, side, op, d, timeout_err, false, /*program's flag=*/true);
+      r = wait_and_retry(fd, *e, gen, side, op, d, timeout_err, false, /*program's flag=*/true);
   } else {
     if (input && p->cluster().config().yield_before_read && !(want && e->in_full.load(std::memory_order_relaxed)))
       p->yield();
@@ -650,9 +677,9 @@ long call(int fd, Side side, Op&& op, Deadline d = kForever, int timeout_err = E
     if (r == -EAGAIN) {
       // Found empty: on io_uring the ring reads when bytes arrive.
       if (ring && e->registered.load(std::memory_order_relaxed) == io)
-        r = ring_read(fd, *e, *io, *rs, op, d, timeout_err);
+        r = ring_read(fd, *e, gen, *io, *rs, op, d, timeout_err);
       else
-        r = wait_and_retry(fd, *e, side, op, d, timeout_err, false, /*program's flag=*/true);
+        r = wait_and_retry(fd, *e, gen, side, op, d, timeout_err, false, /*program's flag=*/true);
     }
   }
   if (input) note_input(*e, r, want);
@@ -704,17 +731,16 @@ void copy_view(int from, int to) {
   if (kind == kFdUnknown) return;  // classified on first use
   a->shared.store(true, std::memory_order_relaxed);
   b->clear_timeouts();
-  b->loom_nb.store(a->loom_nb.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  b->loom_nb.store(a->loom_nb.load(std::memory_order_relaxed), std::memory_order_release);
   b->describe(kind, a->user_nonblock.load(std::memory_order_relaxed), a->stream.load(std::memory_order_relaxed),
-           /*shared=*/true);
-  b->sock.store(a->sock.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  b->nowait_form.store(a->nowait_form.load(std::memory_order_relaxed), std::memory_order_relaxed);
+              /*shared=*/true, a->nowait.load(std::memory_order_relaxed));
 }
 
 long connect_wait(int fd, const sockaddr* addr, socklen_t len, Deadline d, int timeout_err) {
   FdEntry* e = table().get(fd);
   Processor* p = io_processor();
   auto op = [&] { return rt::sys::connect(fd, addr, len); };
+  const std::uint32_t gen = e ? e->gen.load(std::memory_order_acquire) : 0;  // (call's)
   if (e && p) {
     std::uint8_t kind = e->kind.load(std::memory_order_acquire);
     if (kind == kFdUnknown) classify(fd, *e);
@@ -743,7 +769,7 @@ long connect_wait(int fd, const sockaddr* addr, socklen_t len, Deadline d, int t
     return 0;
   };
   if (!p) return thread_call(fd, *e, kOut, done, d, timeout_err);
-  return wait_and_retry(fd, *e, kOut, done, d, timeout_err, /*look first=*/true);
+  return wait_and_retry(fd, *e, gen, kOut, done, d, timeout_err, /*look first=*/true);
 }
 
 // poll_one_until's wait on a drained stream (the last read came up short
@@ -790,6 +816,7 @@ long poll_one_until(int fd, short events, Deadline d) {
   FdEntry* e = table().get(fd);
   Processor* p = io_processor();
   long r;
+  const std::uint32_t gen = e ? e->gen.load(std::memory_order_acquire) : 0;  // (call's)
   IoState* reg = e ? e->registered.load(std::memory_order_relaxed) : nullptr;
   // (Not on io_uring: a poll's completion carries the readiness of its
   // wake-up and may be delivered after the read that took those bytes, so
@@ -823,7 +850,7 @@ long poll_one_until(int fd, short events, Deadline d) {
   for (;;) {
     Deadline slice = both ? now_ns() + 1'000'000 : d;
     if (both && d != kForever && d < slice) slice = d;
-    r = wait_and_retry(fd, *e, (events & POLLIN) ? kIn : kOut, op, slice, ETIMEDOUT, false);
+    r = wait_and_retry(fd, *e, gen, (events & POLLIN) ? kIn : kOut, op, slice, ETIMEDOUT, false);
     if (r != -ETIMEDOUT) return r;
     if (d != kForever && now_ns() >= d) return 0;
   }
@@ -873,7 +900,8 @@ int listen(int fd, int backlog) { return ::listen(fd, backlog); }
 int accept4_until(int fd, sockaddr* addr, socklen_t* len, int flags, Deadline d) {
   int nb = rt::keep_flags ? 0 : SOCK_NONBLOCK;
   long r = call(
-      fd, kIn, [&] { return rt::accept_op(fd, addr, len, flags | nb); }, d, d == kForever ? EAGAIN : ETIMEDOUT);
+      fd, kIn, [&](rt::Nowait f) { return rt::accept_op(f, fd, addr, len, flags | nb); }, d,
+      d == kForever ? EAGAIN : ETIMEDOUT);
   if (r >= 0) {
     rt::FdEntry* l = rt::table().get(fd);
     bool stream = l && l->stream.load(std::memory_order_relaxed);
@@ -899,28 +927,29 @@ int connect_until(int fd, const sockaddr* addr, socklen_t len, Deadline d) {
 ssize_t read(int fd, void* buf, size_t n) {
   rt::ReadSpec rs{buf, n, 0, false};
   return finish(call(
-      fd, kIn, [&] { return rt::read_op(fd, buf, n); }, kForever, EAGAIN, true, n, &rs));
+      fd, kIn, [&](rt::Nowait f) { return rt::read_op(f, fd, buf, n); }, kForever, EAGAIN, true, n, &rs));
 }
 ssize_t read_until(int fd, void* buf, size_t n, Deadline d) {
   return finish(call(
-      fd, kIn, [&] { return rt::read_op(fd, buf, n); }, d, ETIMEDOUT, true));
+      fd, kIn, [&](rt::Nowait f) { return rt::read_op(f, fd, buf, n); }, d, ETIMEDOUT, true));
 }
 ssize_t write(int fd, const void* buf, size_t n) {
   auto from = [&](std::size_t done) {
-    return call(fd, kOut, [&] { return rt::write_op(fd, static_cast<const char*>(buf) + done, n - done); });
+    return call(fd, kOut,
+                [&](rt::Nowait f) { return rt::write_op(f, fd, static_cast<const char*>(buf) + done, n - done); });
   };
   return finish(rt::whole(fd, n, from(0), from));
 }
 ssize_t write_until(int fd, const void* buf, size_t n, Deadline d) {
   return finish(call(
-      fd, kOut, [&] { return rt::write_op(fd, buf, n); }, d, ETIMEDOUT));
+      fd, kOut, [&](rt::Nowait f) { return rt::write_op(f, fd, buf, n); }, d, ETIMEDOUT));
 }
 ssize_t readv(int fd, const iovec* iov, int iovcnt) {
   return finish(call(
-      fd, kIn, [&] { return rt::readv_op(fd, iov, iovcnt); }, kForever, EAGAIN, true));
+      fd, kIn, [&](rt::Nowait f) { return rt::readv_op(f, fd, iov, iovcnt); }, kForever, EAGAIN, true));
 }
 ssize_t writev(int fd, const iovec* iov, int iovcnt) {
-  return finish(call(fd, kOut, [&] { return rt::writev_op(fd, iov, iovcnt); }));
+  return finish(call(fd, kOut, [&](rt::Nowait f) { return rt::writev_op(f, fd, iov, iovcnt); }));
 }
 
 // MSG_DONTWAIT asks for this one call not to wait: the system call as is.

@@ -287,10 +287,20 @@ bool io_register(IoState& s, int fd, FdEntry& e) {
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   ev.data.fd = fd;
+  const std::uint32_t gen = e.gen.load(std::memory_order_acquire);
   if (epoll_ctl(s.epfd, EPOLL_CTL_ADD, fd, &ev) != 0 && errno != EEXIST) return false;
   IoState* none = nullptr;
-  if (e.registered.compare_exchange_strong(none, &s, std::memory_order_acq_rel))
+  if (e.registered.compare_exchange_strong(none, &s, std::memory_order_acq_rel)) {
     count(*s.cluster, Stat::registrations);
+    // Closed and handed out again between the ADD and here: the new
+    // descriptor's describe() cleared the mark before this CAS set it, and
+    // the ADD may have been the old file's, which close(2) took out of the
+    // set. The mark must not stand for a file that is not in the set (its
+    // reads would wait for ever, issue 35, item 5): add what the number
+    // holds now (EEXIST if the ADD above was already it; EBADF if closed
+    // again, and then the next describe() clears the mark).
+    if (e.gen.load(std::memory_order_acquire) != gen) epoll_ctl(s.epfd, EPOLL_CTL_ADD, fd, &ev);
+  }
   return true;
 }
 

@@ -68,6 +68,9 @@ std::uint64_t poll_key(int fd, std::uint32_t gen, bool out) {
          kTagReg;
 }
 
+// FdSide::ring_armed's value for a poll of generation gen (never 0).
+std::uint32_t armed_tag(std::uint32_t gen) { return (gen & kGenMask) + 1; }
+
 [[noreturn]] void die(const char* what, int err) {
   std::fprintf(stderr, "loom: %s failed: errno %d\n", what, err);
   std::abort();
@@ -121,6 +124,14 @@ void queue(IoState& s, Prep&& prep) {
     u.pending.store(true, std::memory_order_release);
   }
   if (!this_processor()) uring_flush(s);
+}
+
+// Removes a side's poll by its key (the completion says how: kTagRemove).
+void queue_remove(IoState& s, std::uint64_t key) {
+  queue(s, [&](io_uring_sqe* sqe) {
+    io_uring_prep_poll_remove(sqe, key);
+    io_uring_sqe_set_data64(sqe, (key & ~kTagMask) | kTagRemove);
+  });
 }
 
 // ---- the write-side epoll set (uring.hpp) ----------------------------------------
@@ -212,10 +223,15 @@ void deliver_one(IoState& s, const io_uring_cqe& c, unsigned& events) {
       FdEntry* e = FdTable::instance().get(fd);
       if (!e) return;
       e->ring_requests.fetch_sub(1, std::memory_order_release);
-      if ((e->gen.load(std::memory_order_acquire) & kGenMask) != gen) return;  // a closed file's
       // The poll is over: the next wait arms another (before the post, so
-      // that the fibre it wakes can).
-      (out ? e->out : e->in).ring_armed.store(false, std::memory_order_release);
+      // that the fibre it wakes can) — if the side's mark is still this
+      // poll's. A closed file's too: a wait that began before a close may
+      // arm after it, and its poll, keyed with a count the reuse of the
+      // number has moved on from, must not leave the mark standing for the
+      // new file (which then never got a poll: issue 35, item 5).
+      std::uint32_t mine = armed_tag(gen);
+      (out ? e->out : e->in).ring_armed.compare_exchange_strong(mine, 0, std::memory_order_acq_rel);
+      if ((e->gen.load(std::memory_order_acquire) & kGenMask) != gen) return;  // a closed file's
       if (c.res == -ECANCELED) return;
       std::uint32_t m = c.res > 0 ? std::uint32_t(c.res) : std::uint32_t(EPOLLERR);  // an error: waiters retry and see it
       // The kernel adds RDHUP to every poll: a write side's poll ends when
@@ -235,12 +251,8 @@ void deliver_one(IoState& s, const io_uring_cqe& c, unsigned& events) {
       // EALREADY: the poll was delivering an event just then, and goes on
       // (it would hold the file open for good): remove it again.
       if (c.res == -EALREADY) {
-        std::uint64_t key = (ud & ~kTagMask) | kTagReg;
         s.uring->removes_again.fetch_add(1, std::memory_order_relaxed);
-        queue(s, [&](io_uring_sqe* sqe) {
-          io_uring_prep_poll_remove(sqe, key);
-          io_uring_sqe_set_data64(sqe, (key & ~kTagMask) | kTagRemove);
-        });
+        queue_remove(s, (ud & ~kTagMask) | kTagReg);
       }
       return;
     default:
@@ -336,9 +348,17 @@ bool uring_open(IoState& s) {
 void uring_arm(IoState& s, int fd, FdEntry& e, bool out) {
   FdSide& side = out ? e.out : e.in;
   if (out && side.ring_epoll.load(std::memory_order_relaxed)) return arm_out_epoll(s, fd, e);
-  if (side.ring_armed.load(std::memory_order_acquire) || side.ring_armed.exchange(true, std::memory_order_acq_rel))
-    return;  // the poll of an earlier wait is still on
-  std::uint64_t key = poll_key(fd, e.gen.load(std::memory_order_acquire), out);
+  const std::uint32_t gen = e.gen.load(std::memory_order_acquire);
+  const std::uint32_t want = armed_tag(gen);
+  std::uint32_t cur = side.ring_armed.load(std::memory_order_acquire);
+  do {
+    if (cur == want) return;  // the poll of an earlier wait on this file is still on
+  } while (!side.ring_armed.compare_exchange_weak(cur, want, std::memory_order_acq_rel));
+  // A poll of a former file under the number (armed by a wait that began
+  // before its close, after the close's removal): it may hold that file
+  // open, or sit on this one with a key whose completion is ignored.
+  if (cur != 0) queue_remove(s, poll_key(fd, cur - 1, out));
+  std::uint64_t key = poll_key(fd, gen, out);
   e.ring_requests.fetch_add(1, std::memory_order_relaxed);
   LOOM_CHAOS_POINT(uring_arm);
   queue(s, [&](io_uring_sqe* sqe) {
@@ -348,19 +368,16 @@ void uring_arm(IoState& s, int fd, FdEntry& e, bool out) {
 }
 
 void uring_disarm(IoState& s, int fd, FdEntry& e) {
-  std::uint32_t gen = e.gen.load(std::memory_order_acquire);
   if (e.out.ring_epoll.exchange(false, std::memory_order_relaxed)) {
     epoll_event ev{};  // (close(2) would also remove it, unless a dup keeps the file open)
     ::epoll_ctl(s.uring->out_epfd.load(std::memory_order_acquire), EPOLL_CTL_DEL, fd, &ev);
   }
   bool any = false;
   for (bool out : {false, true}) {
-    if (!(out ? e.out : e.in).ring_armed.exchange(false, std::memory_order_acq_rel)) continue;
-    std::uint64_t key = poll_key(fd, gen, out);
-    queue(s, [&](io_uring_sqe* sqe) {
-      io_uring_prep_poll_remove(sqe, key);
-      io_uring_sqe_set_data64(sqe, (key & ~kTagMask) | kTagRemove);
-    });
+    // (the armed poll's own key: it may be of an earlier count than now)
+    std::uint32_t armed = (out ? e.out : e.in).ring_armed.exchange(0, std::memory_order_acq_rel);
+    if (!armed) continue;
+    queue_remove(s, poll_key(fd, armed - 1, out));
     any = true;
   }
   if (UringWait* w = e.in.ring_read.load(std::memory_order_acquire)) {
