@@ -169,9 +169,9 @@ bool io_stale(int fd) {
   if (!open) return false;  // not open: the error is the call's
   bool sock = S_ISSOCK(st.st_mode);
   bool holds =
-      e->sock.load(std::memory_order_relaxed) == sock && (kind == kFdRegular) == S_ISREG(st.st_mode) &&
+      e->sock() == sock && (kind == kFdRegular) == S_ISREG(st.st_mode) &&
       (kind == kFdInPlace) == (S_ISCHR(st.st_mode) && never_blocks(st.st_rdev)) &&
-      !(kind == kFdPollable && !sock && e->nowait_form.load(std::memory_order_relaxed) && !S_ISFIFO(st.st_mode));
+      !(kind == kFdPollable && e->nowait.load(std::memory_order_relaxed) == Nowait::pipe && !S_ISFIFO(st.st_mode));
   if (holds) return false;
   loom::io::forget(fd);
   errno = saved;
