@@ -30,6 +30,7 @@ Cluster::Cluster(const SchedConfig& config, unsigned id)
     policy_ = make_steal_policy(config_.steal_policy);
   }
   if (config_.stall_ms) stall_watch();
+  handoff_on_ = config_.handoff_us != 0;
   if (config_.handoff_us) monitor_start();
   own_prefix_ = id == 0 ? "loom/P" : "loom/c" + std::to_string(id) + "/P";
   thread_prefix_.store(own_prefix_.c_str(), std::memory_order_seq_cst);
@@ -134,7 +135,7 @@ void Cluster::place_new(Fibre* f) {
     push_background(f);
   } else if (config_.queue == QueueKind::shared) {
     shared_.push(f);  // the cluster's one ready queue
-    wake_one();
+    if (!wake_one()) announce_queued();  // every processor busy: one may be lost
   } else if (config_.placement == Placement::share) {
     push_staging(f);
   } else {
@@ -157,14 +158,15 @@ Processor* Cluster::next_home() {
   return p;
 }
 
+// (Every processor busy: one of them may be lost; the monitor looks.)
 void Cluster::push_staging(Fibre* f) {
   staging_.push(f);
-  wake_one();
+  if (!wake_one()) announce_queued();
 }
 
 void Cluster::push_background(Fibre* f) {
   background_.push(f);
-  wake_one();
+  if (!wake_one()) announce_queued();
 }
 
 // (Relaxed atomic stores of affinity, a plain move: the fibre listing
@@ -321,7 +323,7 @@ void Cluster::wake(Processor& p, bool stealable) {
     // what it leaves queued: Processor::idle_loop.) Running a fibre, it may
     // not look for long: a thief.
     if (p.running_id.load(std::memory_order_relaxed) == 0) return;
-    monitor_queued();  // behind a running fibre (Processor::push)
+    announce_queued();  // behind a running fibre (Processor::push)
     if (!stealable) return;
     return wake_thief();
   }
@@ -381,9 +383,9 @@ void Cluster::add_timer(TimerNode* n) {
   if (!timers.add(n)) return;  // an earlier deadline is already armed
   if (Processor* k = keeper_.load(std::memory_order_seq_cst))
     k->wake_up();  // re-arm for the new, earlier deadline
-  else
-    wake_one();  // it fires or becomes the keeper; if all are busy, they
-                 // fire it at their next scheduling point
+  else if (!wake_one())  // it fires or becomes the keeper; if all are
+    announce_queued();    // busy, they fire it at their next scheduling
+                          // point, unless lost: the monitor looks
 }
 
 void Cluster::fire_timers() {

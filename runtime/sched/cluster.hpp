@@ -6,6 +6,8 @@
 // peer's stealing kept statics and allowed one pool per process).
 #pragma once
 
+#include "sched/monitor.hpp"
+
 #include <signal.h>
 
 #include <atomic>
@@ -39,6 +41,13 @@ class Cluster {
   void shutdown();
 
   const SchedConfig& config() const { return config_; }
+  // The monitor watches this cluster's processors (config().handoff_us).
+  bool handoff_on() const { return handoff_on_; }
+  // Work queued that a processor may not see soon: if the monitor naps,
+  // it looks (only for a cluster it watches; sched/monitor.hpp).
+  void announce_queued() const {
+    if (handoff_on_) monitor_queued();
+  }
   unsigned id() const { return id_; }
 
   // Its processors' kernel threads are named prefix + index, for top, ps
@@ -180,6 +189,7 @@ class Cluster {
   // processors, a shared line written at every idle/busy transition was
   // re-read by every yield and I/O call.
   SchedConfig config_;
+  bool handoff_on_ = false;  // config_.handoff_us != 0, read on push paths
   unsigned id_;
   std::string own_prefix_;
   std::atomic<const char*> thread_prefix_{nullptr};

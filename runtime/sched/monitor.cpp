@@ -101,9 +101,13 @@ class Monitor {
   [[noreturn]] void run() {
     std::int64_t period = 0;
     std::int64_t quiet_since = 0;  // every processor asleep at every look since (0: not)
+    std::int64_t deaf = 0;         // after a poke, naps hear no poke for this long
+    std::int64_t poked_at = -1;    // when the last poke ended a nap
+    bool lost_since_poke = false;  // a look found a processor lost since then
     for (;;) {
       const std::int64_t now = now_ns();
       bool busy = false, urgent = false, active = false, waiting = false;
+      lost_seen_ = false;
       std::int64_t base = 0;  // the shortest period a cluster asks for
       for (Cluster* c = Cluster::first(); c; c = c->next_made()) {
         if (!c->alive()) continue;
@@ -133,34 +137,68 @@ class Monitor {
         continue;
       }
       if (!base) base = stall ? stall : 100'000'000;
+      if (lost_seen_) lost_since_poke = true;
       // Backing off: to 8 × base (4 ms by default) while fibres wait on a
       // switching processor; else to 64 × (32 ms), a nap that a fibre
       // queued behind a running one ends (monitor_queued): the way a
       // processor gets lost with work behind it (a thread blocks in a call
       // loom does not see with another queued behind it, or is queued
-      // behind one that blocked). Each look costs about 10 µs of CPU on
+      // behind one that blocked); to 20 × (10 ms) while processors switch.
+      // Each look costs about 10 µs of CPU on
       // this VM: a server answering a request every 2 ms paid 30 % more CPU
       // per request with looks every 4 ms, and about 20 % with looks every
       // 10 ms, before the naps; a processor lost so waited up to 10 ms for
-      // its first look. What no push announces — a due timer or readiness
-      // while every processor is held — waits for the nap's end, the
-      // earliest timer's deadline at most.
+      // its first look. What no push announces — readiness while every
+      // processor is held — waits for the nap's end; a timer bounds the
+      // nap of a cluster with no processor asleep to fire it.
       const bool nap = !waiting && !urgent;
-      const std::int64_t cap = base * (waiting ? 8 : 64);
+      // (20 × while some processor ran fibres since the last look: one
+      // held by a call loom cannot see is found within two of these, with
+      // readiness or a timer due that no push announces; 64 × otherwise, a
+      // server that idles between requests.)
+      const std::int64_t cap = base * (waiting ? 8 : active ? 20 : 64);
       period = urgent || !period ? base : std::min(period * 2, cap);
       if (stall) period = std::min(period, stall);
-      if (nap) {
-        const std::int64_t timer = earliest_timer();
-        if (timer > now) period = std::max(base, std::min(period, timer - now));
-        monitor_sleeping.store(kMonitorNapping, std::memory_order_seq_cst);
-        futex_wait(&monitor_sleeping, kMonitorNapping, now_ns() + period);
-        // 0: a push ended the nap (monitor_wake took the word): look soon.
-        if (monitor_sleeping.exchange(0, std::memory_order_relaxed) == 0) period = 0;
-      } else {
+      if (!nap) {
         timespec ts{time_t(period / 1000000000), long(period % 1000000000)};
         sys::nanosleep(&ts, nullptr);
+        continue;
+      }
+      if (const std::int64_t timer = earliest_timer()) period = std::max(base, std::min(period, timer - now));
+      // Deaf for a while after a poke, while pokes find nothing lost: a
+      // one-processor ping-pong queues a fibre behind a running one at
+      // every hand-off, and woke the monitor at each nap's start (3,000
+      // times a second, +10 % CPU: an outside review). A poke that found
+      // a processor lost makes the next one heard at once; a nap that ends
+      // unpoked halves the deafness (a process gone quiet is heard again
+      // within a few naps).
+      const std::int64_t end = now + period;
+      std::int64_t t = now_ns();
+      if (poked_at >= 0 && t < poked_at + deaf) {
+        sleep_ns(std::min(end, poked_at + deaf) - t);
+        t = now_ns();
+      }
+      bool poked = false;
+      if (t < end) {
+        monitor_sleeping.store(kMonitorNapping, std::memory_order_seq_cst);
+        futex_wait(&monitor_sleeping, kMonitorNapping, end);
+        // 0: a push ended the nap (monitor_wake took the word).
+        poked = monitor_sleeping.exchange(0, std::memory_order_relaxed) == 0;
+      }
+      if (poked) {
+        deaf = poked_at < 0 || lost_since_poke ? 0 : std::min(base * 64, deaf ? deaf * 2 : base);
+        poked_at = now_ns();
+        lost_since_poke = false;
+        if (!deaf) period = 0;  // look at once, then every base: a cold hand-off
+      } else {
+        deaf = deaf > base ? deaf / 2 : 0;
       }
     }
+  }
+
+  static void sleep_ns(std::int64_t ns) {
+    timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
+    sys::nanosleep(&ts, nullptr);
   }
 
  private:
@@ -168,11 +206,14 @@ class Monitor {
     return c.idle_processors() >= int(c.size() + c.active_spares());
   }
 
-  // The earliest deadline of the watched clusters' timers (0: none).
+  // The earliest deadline of the timers of the watched clusters with no
+  // processor asleep (0: none). A sleeping processor fires its cluster's
+  // timers itself (the keeper): a periodic timer woke the monitor at each
+  // deadline, 835 times a second for one of 1 ms (an outside review).
   static std::int64_t earliest_timer() {
     std::int64_t t = 0;
     for (Cluster* c = Cluster::first(); c; c = c->next_made())
-      if (c->alive() && c->config().handoff_us && c->timers.pending()) {
+      if (c->alive() && c->config().handoff_us && c->idle_processors() == 0 && c->timers.pending()) {
         std::int64_t d = c->timers.next();
         if (!t || d < t) t = d;
       }
@@ -313,6 +354,7 @@ class Monitor {
     for (std::size_t i = 0, n = c.spare_count(); i < n; ++i)
       if (Processor* s = c.spare(i); !s->parked.load(std::memory_order_relaxed)) one(*s);
     c.set_lost(lost);
+    if (lost) lost_seen_ = true;
     if (members && all_lost && pending()) ++needy;
     ClusterWatch& cw = clusters_[&c];
     if (needy) {
@@ -359,6 +401,7 @@ class Monitor {
     std::int64_t held;
   };
   std::vector<Held> held_;  // this look's processors held past the bound
+  bool lost_seen_ = false;  // this round of looks found a processor lost
   std::unordered_map<Processor*, Watch> watch_;
   std::unordered_map<Cluster*, ClusterWatch> clusters_;
 };

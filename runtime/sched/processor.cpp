@@ -419,9 +419,9 @@ void Processor::push(Fibre* f) {
     // its sleep ends): nothing runs here that f would wait behind, and a
     // thief woken for each delivery would be a wake-up per request.
     // Nor for a pinned fibre (a color runner): no thief may take it.
-    // Queued behind the running fibre: the monitor, if it naps, looks
-    // soon (the running one may be blocked in a call loom cannot see:
-    // monitor_queued, a load).
+    // Queued behind the running fibre: the monitor, if it watches this
+    // cluster and naps, looks soon (the running one may be blocked in a
+    // call loom cannot see: announce_queued, two loads).
     if (cluster_->several() && current_ != &idle_ && !f->pinned) {
       if (Processor* q = spinning_sibling()) {
         q->own_rq_.push(f);
@@ -431,10 +431,10 @@ void Processor::push(Fibre* f) {
       push_local(f);
       std::atomic_thread_fence(std::memory_order_seq_cst);
       if (cluster_->idle_processors_relaxed() > 0) cluster_->wake_thief();
-      monitor_queued();
+      cluster_->announce_queued();
     } else {
       push_local(f);
-      if (current_ != &idle_) monitor_queued();
+      if (current_ != &idle_) cluster_->announce_queued();
     }
   } else {
     // Read before the push: once queued, f may run here, finish and its

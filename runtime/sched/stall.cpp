@@ -18,10 +18,13 @@
 // At most 10 reports per second; the rest are counted and the count is
 // printed with the next report.
 #include <execinfo.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -30,6 +33,7 @@
 #include <unordered_map>
 
 #include "base/options.hpp"
+#include "base/spinlock.hpp"
 #include "base/sys.hpp"
 #include "sched/cluster.hpp"
 #include "sched/monitor.hpp"
@@ -70,21 +74,85 @@ struct Watch {
 
 }  // namespace
 
+namespace {
+
+// A processor's kernel thread's /proc files, opened once and kept (the
+// monitor reads them at many of its looks). An open takes the lowest free
+// number: opened at each look, they took for a moment the number a
+// program's close then open (or socketpair) expected to get back (issue
+// 35's close_reuse saw it). Kept, and moved up to half the descriptor
+// limit, out of the program's way; opened again if the thread is gone or
+// the program closed them (closefrom). The runtime's own calls: raw system
+// calls, never the preload's names.
+struct ProcFiles {
+  pid_t tid = 0;
+  int stat = -1;
+  int syscall = -1;
+};
+constexpr std::size_t kProcFiles = 64;
+ProcFiles proc_files[kProcFiles];
+SpinLock proc_files_lock;
+
+int open_kept(pid_t tid, const char* file) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/%s", int(tid), file);
+  long fd = raw_syscall(SYS_openat, AT_FDCWD, long(path), O_RDONLY | O_CLOEXEC, 0, 0, 0);
+  if (fd < 0) return -1;
+  rlimit rl{};
+  long floor = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? long(rl.rlim_cur / 2) : 512;
+  if (fd < floor) {
+    long high = sys::fcntl(int(fd), F_DUPFD_CLOEXEC, std::max(floor, 64L));
+    if (high >= 0) {
+      sys::close(int(fd));
+      fd = high;
+    }
+  }
+  return int(fd);
+}
+
+// Reads the file from its start into buf; its length, or -1.
+long read_kept(int& fd, pid_t tid, const char* file, char* buf, std::size_t size) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (fd < 0) fd = open_kept(tid, file);
+    if (fd < 0) return -1;
+    long n = raw_syscall(SYS_pread64, fd, long(buf), long(size - 1), 0, 0, 0);
+    if (n >= 0) return n;
+    sys::close(fd);  // the thread gone (ESRCH), or the number closed under us
+    fd = -1;
+  }
+  return -1;
+}
+
+}  // namespace
+
 char thread_state(pid_t tid, long* syscall_nr) {
-  char path[64], buf[512];
+  char buf[512];
   *syscall_nr = -1;
-  std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", int(tid));
-  FILE* f = std::fopen(path, "re");
-  if (!f) return '?';
-  std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
+  if (tid <= 0) return '?';
+  SpinGuard g(proc_files_lock);
+  ProcFiles* slot = nullptr;
+  for (ProcFiles& f : proc_files)
+    if (f.tid == tid || (!slot && f.tid == 0)) {
+      slot = &f;
+      if (f.tid == tid) break;
+    }
+  if (!slot) slot = &proc_files[std::size_t(tid) % kProcFiles];  // (more threads than slots: one is reopened)
+  if (slot->tid != tid) {
+    if (slot->stat >= 0) sys::close(slot->stat);
+    if (slot->syscall >= 0) sys::close(slot->syscall);
+    *slot = ProcFiles{tid, -1, -1};
+  }
+  long n = read_kept(slot->stat, tid, "stat", buf, sizeof buf);
+  if (n < 0) return '?';
   buf[n] = '\0';
   const char* close = std::strrchr(buf, ')');
   char state = close && close[1] == ' ' ? close[2] : '?';
-  std::snprintf(path, sizeof path, "/proc/self/task/%d/syscall", int(tid));
-  if ((f = std::fopen(path, "re"))) {
-    if (std::fscanf(f, "%ld", syscall_nr) != 1) *syscall_nr = -1;
-    std::fclose(f);
+  n = read_kept(slot->syscall, tid, "syscall", buf, sizeof buf);
+  if (n > 0) {
+    buf[n] = '\0';
+    char* end = nullptr;
+    long nr = std::strtol(buf, &end, 10);
+    if (end != buf) *syscall_nr = nr;
   }
   return state;
 }
