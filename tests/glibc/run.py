@@ -613,7 +613,7 @@ def main():
         t.settings["ldflags"] += [os.path.join(os.path.dirname(t.binary), m + ".so")
                                   for m, linked in sorted(needs.get(t.name, {}).items()) if linked]
     to_build = [t for t in selected if t.built is None]
-    log(f"glibc-tests: building {len(to_build)} tests")
+    log(f"glibc-tests: building {len(to_build)} tests" + (f" ({len(selected)} selected)" if wanted else ""))
     with cf.ThreadPoolExecutor(jobs) as ex:
         list(ex.map(lambda t: build_test(t, src, lib_support), to_build))
     built = [t for t in selected if t.built == "yes"]
@@ -648,7 +648,7 @@ def main():
     table = os.path.join(out, "results.tsv")
     with open(table, "w") as f:
         f.write("test\tbuilt\tplain\tpreload-forked\tpreload-direct\tplain-direct\tseconds\tnote\n")
-        for t in sorted(selected, key=lambda t: t.id):
+        for t in sorted(selected if wanted else tests, key=lambda t: t.id):  # helpers listed too
             r = t.results
             f.write(f"{t.id}\t{t.built}\t{cell(r.get('plain'))}\t{cell(r.get('preload-forked'))}\t"
                     f"{cell(r.get('preload-direct')) if t.driver else 'own main'}\t{cell(r.get('plain-direct'))}\t"
