@@ -77,9 +77,10 @@ perf-gate-selftest: deps-test
 # --direct), two at a time. Writes $(BUILD)/glibc/all/results.tsv and fails
 # naming each test that passes plainly and fails under the preload. Not in
 # `make check` until issue 32 is done (it fails by design today: the counts
-# are in tests/glibc/README.md). About 25 minutes on 2 cores, the build of
-# the tests (about 3 minutes) included. glibc-tests-quick: the slice ctest's
-# glibc_quick runs in `make test`.
+# are in tests/glibc/README.md). About 16 minutes on 2 cores once built (the
+# preloaded hangs wait out their timeouts), 2-3 more to build from nothing.
+# glibc-tests-quick: the slice ctest's glibc_quick runs in `make test`
+# (seconds).
 glibc-tests: deps-test $(BUILD)/Makefile
 	@cmake --build $(BUILD) -j $(JOBS) --target loom-pthread
 	@tests/glibc/run.py --build $(BUILD) --jobs 2
