@@ -169,8 +169,8 @@ void Cluster::push_background(Fibre* f) {
   if (!wake_one()) announce_queued();
 }
 
-// (Relaxed atomic stores of affinity, a plain move: the fibre listing
-// reads it from another thread.)
+// (Atomic stores of affinity, release, a plain move on x86: the fibre
+// listing reads it from another thread, acquire, and may dereference it.)
 Fibre* Cluster::pop_staging(Processor& p) {
   Fibre* f = staging_.pop();
   if (f) __atomic_store_n(&f->affinity, &p, __ATOMIC_RELEASE);

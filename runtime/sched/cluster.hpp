@@ -41,8 +41,6 @@ class Cluster {
   void shutdown();
 
   const SchedConfig& config() const { return config_; }
-  // The monitor watches this cluster's processors (config().handoff_us).
-  bool handoff_on() const { return handoff_on_; }
   // Work queued that a processor may not see soon: if the monitor naps,
   // it looks (only for a cluster it watches; sched/monitor.hpp).
   void announce_queued() const {

@@ -35,8 +35,8 @@
 // Cost: nothing on a switch. The monitor reads each processor's counters
 // and queue hint at each look: every handoff_us / 2 while some processor
 // may be lost, backing off to 4 × handoff_us while fibres wait; while none
-// does it naps, up to 32 × handoff_us, until a fibre is queued behind a
-// running one (monitor_queued: a load on that path); it sleeps on a futex
+// does it naps, up to 10 or 32 × handoff_us, until a fibre is queued behind
+// a running one (Cluster::announce_queued: two loads); it sleeps on a futex
 // once every processor has slept for a second (a processor leaving its
 // sleep wakes it: monitor_busy), so an idle process costs no wake-up.
 #include "sched/monitor.hpp"
@@ -139,29 +139,26 @@ class Monitor {
       if (!base) base = stall ? stall : 100'000'000;
       if (lost_seen_) lost_since_poke = true;
       // Backing off: to 8 × base (4 ms by default) while fibres wait on a
-      // switching processor; else to 64 × (32 ms), a nap that a fibre
-      // queued behind a running one ends (monitor_queued): the way a
-      // processor gets lost with work behind it (a thread blocks in a call
-      // loom does not see with another queued behind it, or is queued
-      // behind one that blocked); to 20 × (10 ms) while processors switch.
-      // Each look costs about 10 µs of CPU on
-      // this VM: a server answering a request every 2 ms paid 30 % more CPU
-      // per request with looks every 4 ms, and about 20 % with looks every
-      // 10 ms, before the naps; a processor lost so waited up to 10 ms for
-      // its first look. What no push announces — readiness while every
-      // processor is held — waits for the nap's end; a timer bounds the
-      // nap of a cluster with no processor asleep to fire it.
+      // switching processor. Otherwise a nap, which a fibre queued behind a
+      // running one ends (Cluster::announce_queued): the way a processor
+      // gets lost with work behind it (a thread blocks in a call loom does
+      // not see with another queued behind it, or is queued behind one
+      // that blocked). Naps back off to 20 × (10 ms) while some processor
+      // ran fibres since the last look — one held by a call loom cannot see
+      // is then found within two naps, with readiness that no push
+      // announces — and to 64 × (32 ms) otherwise, a server that idles
+      // between requests. Each look costs about 10 µs of CPU on this VM: a
+      // server answering a request every 2 ms paid 30 % more CPU per
+      // request with looks every 4 ms, and about 20 % with looks every 10
+      // ms, before the naps; a processor lost so waited up to 10 ms for its
+      // first look. A timer bounds the nap of a cluster with no processor
+      // asleep to fire it.
       const bool nap = !waiting && !urgent;
-      // (20 × while some processor ran fibres since the last look: one
-      // held by a call loom cannot see is found within two of these, with
-      // readiness or a timer due that no push announces; 64 × otherwise, a
-      // server that idles between requests.)
       const std::int64_t cap = base * (waiting ? 8 : active ? 20 : 64);
       period = urgent || !period ? base : std::min(period * 2, cap);
       if (stall) period = std::min(period, stall);
       if (!nap) {
-        timespec ts{time_t(period / 1000000000), long(period % 1000000000)};
-        sys::nanosleep(&ts, nullptr);
+        sleep_ns(period);
         continue;
       }
       if (const std::int64_t timer = earliest_timer()) period = std::max(base, std::min(period, timer - now));
@@ -196,12 +193,13 @@ class Monitor {
     }
   }
 
+
+ private:
   static void sleep_ns(std::int64_t ns) {
     timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
     sys::nanosleep(&ts, nullptr);
   }
 
- private:
   static bool all_asleep(Cluster& c) {
     return c.idle_processors() >= int(c.size() + c.active_spares());
   }

@@ -19,9 +19,9 @@ void monitor_start();
 // the clusters it watches sleeps, until a processor leaves its sleep
 // (Cluster::go_busy: monitor_busy); kMonitorNapping between looks that found
 // no fibre waiting, until the nap's end or a fibre queued behind a running
-// one (Processor::push, Cluster::wake: monitor_queued) — the one event that
-// may need a look soon. A load on each path, a wake-up only at the first
-// such event of a sleep or nap.
+// one, or where no processor wakes for it (Cluster::announce_queued:
+// monitor_queued) — the one event that may need a look soon. A load on
+// each path, a wake-up only at the first such event of a sleep or nap.
 inline constexpr int kMonitorAsleep = 1;
 inline constexpr int kMonitorNapping = 2;
 extern std::atomic<int> monitor_sleeping;

@@ -14,7 +14,6 @@
 
 #include "sched/cluster.hpp"
 #include "sched/extension.hpp"
-#include "sched/monitor.hpp"
 #include "sched/overflow.hpp"
 #include "sched/tls.hpp"
 #include "topo/topo.hpp"
