@@ -12,11 +12,15 @@
 
 #include "loom/loom.hpp"
 
-// The stall detector's subjects: each runs about 600 ms.
-extern "C" __attribute__((noinline)) void spin_without_yielding() {
+// The stall detector's subjects: each runs about 600 ms. A C++ name in a
+// namespace, and the program exports no symbols: the report demangles it
+// from the program's own symbol table.
+namespace subjects {
+__attribute__((noinline)) void spin_without_yielding(int) {
   auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(600);
   while (std::chrono::steady_clock::now() < end) asm volatile("" ::: "memory");
 }
+}  // namespace subjects
 
 namespace {
 void recurse(int depth) {
@@ -36,7 +40,7 @@ int stall_probe(const char* how) {
   a.name = "subject";
   auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(600);
   if (!std::strcmp(how, "spin")) {
-    loom::Fibre(a, [] { spin_without_yielding(); }).join();
+    loom::Fibre(a, [] { subjects::spin_without_yielding(1); }).join();
   } else if (!std::strcmp(how, "yield")) {
     loom::Fibre(a, [&] {
       while (std::chrono::steady_clock::now() < end) loom::this_fibre::yield();

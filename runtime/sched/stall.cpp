@@ -34,6 +34,7 @@
 
 #include "base/options.hpp"
 #include "base/spinlock.hpp"
+#include "base/symbolize.hpp"
 #include "base/sys.hpp"
 #include "sched/cluster.hpp"
 #include "sched/monitor.hpp"
@@ -300,7 +301,9 @@ class Watchdog {
                  who, p.index(), c.id(), (long long)held_ms, others ? "; other fibres are ready on that processor" : "",
                  answered ? "; its stack:" : " (no backtrace: the processor did not answer the signal)");
     std::fflush(stderr);
-    if (answered) backtrace_symbols_fd(s->frame, s->frames, STDERR_FILENO);
+    // frame[0] is the handler, frame[1] the kernel's signal trampoline,
+    // frame[2] where the fibre was interrupted.
+    if (answered) print_frames(s->frame, std::min(2, s->frames), s->frames, true, STDERR_FILENO);
   }
 
   StallProbe* probe(Processor& p) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/options.hpp"
+#include "base/symbolize.hpp"
 #include "base/sys.hpp"
 #include "loom/cluster.hpp"
 #include "sched/cluster.hpp"
@@ -89,6 +90,9 @@ struct FibreRow {
   // normal kind: the holder's thread pointer). Matched against the rows.
   const void* holder = nullptr;
   bool holder_is_tcb = false;
+  // The object it waits on, named when printed if a variable holds it
+  // (after the walk: naming may read the program's symbol table).
+  const void* object = nullptr;
 };
 
 // What the waited-on object says of its holder (see FibreRow::holder). The
@@ -158,6 +162,7 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
       std::snprintf(r.state, sizeof r.state, "blocked: %s%s", o ? static_cast<const char*>(o) : "a call", tail);
     } else if (o) {
       std::snprintf(r.state, sizeof r.state, "blocked: %s %p%s", rt::to_string(k), o, tail);
+      r.object = o;
       find_holder(k, o, r);
     } else {
       std::snprintf(r.state, sizeof r.state, "blocked: %s%s", rt::to_string(k), tail);
@@ -210,6 +215,15 @@ void dump_fibres(std::FILE* out) {
   for (FibreRow& r : rows) {
     char state[192];
     std::snprintf(state, sizeof state, "%s", r.state);
+    char variable[96];
+    if (r.object && rt::name_variable(r.object, variable, sizeof variable)) {
+      char at[32];
+      std::snprintf(at, sizeof at, "%p", r.object);
+      if (char* p = std::strstr(state, at)) {
+        std::size_t off = std::size_t(p - state) + std::strlen(at);
+        std::snprintf(state + off, sizeof state - off, " (%s)%s", variable, r.state + off);
+      }
+    }
     if (r.holder) {
       for (const FibreRow& h : rows) {
         if (r.holder_is_tcb ? h.tcb != r.holder : h.fibre != r.holder) continue;
