@@ -92,9 +92,9 @@ TEST(Options, OneWarningForEveryMalformedValue) {
   {
     Env e("LOOM_DUMP_SIGNAL", "SIGKILL");
     testing::internal::CaptureStderr();
-    EXPECT_EQ(loom::rt::env_signal("LOOM_DUMP_SIGNAL", "ignored"), 0);
+    EXPECT_EQ(loom::rt::env_signal("LOOM_DUMP_SIGNAL", "none"), 0);
     EXPECT_EQ(testing::internal::GetCapturedStderr(),
-              "loom: LOOM_DUMP_SIGNAL=SIGKILL: expected a signal loom can catch (e.g. SIGUSR2); using ignored\n");
+              "loom: LOOM_DUMP_SIGNAL=SIGKILL: expected a signal loom can catch (e.g. SIGUSR2); using none\n");
   }
 }
 

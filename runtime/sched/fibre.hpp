@@ -100,6 +100,10 @@ class Fibre {
   // on (sched/stats.hpp), from start to exit.
   std::atomic<WaitKind> wait_kind{WaitKind::none};
   std::atomic<const void*> wait_object{nullptr};
+  // The wait's deadline (kForever: none), stored by wait_on after
+  // note_wait reset it: the listing says how long is left, or how long
+  // overdue a wait whose timer a busy processor has not run.
+  std::atomic<Deadline> wait_deadline{kForever};
   // While it makes a call on the offload cluster (io/offload.cpp): the
   // cluster and processor it left, where the listing shows it, blocked in
   // that call (wait_kind) — not running on a processor of the offload

@@ -77,6 +77,7 @@ void note_wait(WaitKind kind, const void* object) noexcept {
   if (!p) return;
   Fibre* f = p->current();
   f->wait_object.store(object, std::memory_order_relaxed);
+  f->wait_deadline.store(kForever, std::memory_order_relaxed);
   f->wait_kind.store(kind, std::memory_order_relaxed);
 }
 

@@ -167,6 +167,17 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
     } else {
       std::snprintf(r.state, sizeof r.state, "blocked: %s%s", rt::to_string(k), tail);
     }
+    // A timed wait: how long is left, or, past its deadline, how long
+    // overdue (its timer waits on a processor that has not run it).
+    if (Deadline d = f->wait_deadline.load(std::memory_order_relaxed);
+        d != kForever && !runner && k != rt::WaitKind::none && k != rt::WaitKind::rest) {
+      std::size_t n = std::strlen(r.state);
+      std::int64_t left = d - rt::now_ns();
+      if (left >= 0)
+        std::snprintf(r.state + n, sizeof r.state - n, ", due in %lld ms", (long long)(left / 1000000));
+      else
+        std::snprintf(r.state + n, sizeof r.state - n, ", overdue %lld ms", (long long)(-left / 1000000));
+    }
     // (A steal or pop may move it. Acquire, as every store of it is a
     // release: it may name a spare the monitor made since, whose cluster
     // and index are read below — TSan, io_rest_review_test.)
@@ -302,8 +313,8 @@ bool stack_watermark = false;
 void stats_boot() {
   stack_watermark = env_bool("LOOM_STACK_WATERMARK", false);
   if (env_bool("LOOM_STATS", false)) std::atexit(&print_at_exit);
-  stats_signal = env_signal("LOOM_STATS_SIGNAL", "ignored");
-  dump_signal = env_signal("LOOM_DUMP_SIGNAL", "ignored");
+  stats_signal = env_signal("LOOM_STATS_SIGNAL", "none");
+  dump_signal = env_signal("LOOM_DUMP_SIGNAL", "none");
   if (!stats_signal && !dump_signal) return;
   // Blocking at both ends: the reporter drains it at once, and a handler
   // would block only behind 64 KiB of undelivered signals.

@@ -33,7 +33,7 @@ void sleep_until_ns(Deadline d) {
     WaitQueue q;
     Waiter w;
     lock.lock();
-    note_wait(WaitKind::sleep, nullptr);
+    note_wait(WaitKind::sleep, nullptr);  // (wait_on stores the deadline)
     wait_on(q, lock, w, d);  // only the timer can end this wait
     return;
   }

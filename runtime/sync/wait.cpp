@@ -112,6 +112,7 @@ bool wait_on(WaitQueue& q, SpinLock& lock, Waiter& w, Deadline d) {
     w.fibre = self;
     if (!w.ident) w.ident = self;
     if (d != kForever) {
+      self->wait_deadline.store(d, std::memory_order_relaxed);
       w.cluster = self->cluster;
       w.timer.deadline = d;
       w.timer.expire = &timer_expire;
