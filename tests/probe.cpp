@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include "loom/io.hpp"
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "loom/loom.hpp"
@@ -121,6 +122,37 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!std::strcmp(what, "stall")) return stall_probe(argc > 2 ? argv[2] : "");
+  if (!std::strcmp(what, "deadlock")) {
+    // n fibres (2 or 3) in a ring: each holds its own mutex, then waits
+    // (1.5 s at most) for the next one's. With "none", that many fibres
+    // take two mutexes in one order for a second: contention, no cycle.
+    bool ordered = argc > 3 && !std::strcmp(argv[3], "none");
+    int n = std::max(2, std::min(argc > 2 ? std::atoi(argv[2]) : 2, ordered ? 16 : 3));
+    static loom::Mutex ring[3];
+    std::atomic<int> holding{0};
+    std::vector<loom::Fibre> v;
+    for (int i = 0; i < n; ++i) {
+      loom::FibreAttr a;
+      a.name = i == 0 ? "first" : i == 1 ? "second" : i == 2 ? "third" : "other";
+      v.emplace_back(a, [&, i] {
+        loom::Mutex& mine = ring[ordered ? 0 : i];
+        loom::Mutex& next = ring[ordered ? 1 : (i + 1) % n];
+        auto end = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        for (int round = 0; round < 1 || (ordered && std::chrono::steady_clock::now() < end); ++round) {
+          std::unique_lock<loom::Mutex> g(mine);
+          if (ordered) loom::this_fibre::yield();
+          if (!ordered) {
+            holding.fetch_add(1);
+            while (holding.load() < n) loom::this_fibre::yield();
+          }
+          if (next.try_lock_for(std::chrono::milliseconds(1500))) next.unlock();
+        }
+      });
+    }
+    v.clear();
+    std::printf("deadlock probe done\n");
+    return 0;
+  }
   if (!std::strcmp(what, "gdb-subject")) {
     // For the gdb extension's test: a fibre blocked on a mutex that main
     // holds, inside a function with a known name; runs until killed (at

@@ -210,6 +210,36 @@ TEST(Stall, ReportsASpinningFibreWithItsStack) {
   EXPECT_EQ(r.out.find("loom: stall:", first + 1), std::string::npos) << r.out;
 }
 
+// A ring of fibres each waiting for a mutex the next holds is reported by
+// the watchdog once, each fibre and mutex named (the mutexes are a
+// variable of the probe's); mutexes always taken in one order, under
+// contention, never are.
+TEST(Stall, ReportsADeadlockOnceNamingEachFibre) {
+  Result r = run("LOOM_PROCESSORS=2 LOOM_STALL_MS=100 " + probe + " deadlock 2");
+  EXPECT_EQ(r.status, 0) << r.out;
+  std::size_t at = r.out.find("loom: deadlock: fibre ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("loom: deadlock:", at + 1), std::string::npos) << "once: " << r.out;
+  std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  EXPECT_NE(line.find("\"first\""), std::string::npos) << line;
+  EXPECT_NE(line.find("\"second\""), std::string::npos) << line;
+  EXPECT_NE(line.find("waits for mutex 0x"), std::string::npos) << line;
+  EXPECT_NE(line.find("(main::ring"), std::string::npos) << line;
+  EXPECT_NE(line.find(", which waits for mutex "), std::string::npos) << line;
+
+  r = run("LOOM_PROCESSORS=2 LOOM_STALL_MS=100 " + probe + " deadlock 3");
+  at = r.out.find("loom: deadlock: fibre ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  line = r.out.substr(at, r.out.find('\n', at) - at);
+  for (const char* name : {"\"first\"", "\"second\"", "\"third\""})
+    EXPECT_NE(line.find(name), std::string::npos) << line;
+
+  r = run("LOOM_PROCESSORS=2 LOOM_STALL_MS=20 " + probe + " deadlock 16 none");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("deadlock probe done"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("loom: deadlock"), std::string::npos) << "no false cycle: " << r.out;
+}
+
 TEST(Stall, SilentForYieldingAndForLoomIo) {
   Result r = run("LOOM_PROCESSORS=2 LOOM_STALL_MS=100 " + probe + " stall yield");
   EXPECT_EQ(r.out, "stall probe done\n");
@@ -324,9 +354,10 @@ TEST(Fibres, ListingShowsADeadlock) {
   }
   EXPECT_NE(l.find("blocked: mutex " + address(&b)), std::string::npos) << text;
   EXPECT_NE(r.find("blocked: mutex " + address(&a)), std::string::npos) << text;
-  // And who holds it: the cycle, without gdb.
+  // And who holds it: the cycle, without gdb, and said after the table.
   EXPECT_NE(l.find(" held by fibre " + std::to_string(right.id()) + " \"right\""), std::string::npos) << text;
   EXPECT_NE(r.find(" held by fibre " + std::to_string(left.id()) + " \"left\""), std::string::npos) << text;
+  EXPECT_NE(text.find("loom: deadlock: fibre "), std::string::npos) << text;
   // The main fibre lists too, as running (it is making the listing).
   EXPECT_NE(line_of(text, "main").find("running"), std::string::npos) << text;
   EXPECT_NE(l.find("64K"), std::string::npos) << "stack size: " << l;

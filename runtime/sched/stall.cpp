@@ -16,7 +16,10 @@
 //     did not see. Such a thread is never signalled (the call could fail
 //     with EINTR).
 // At most 10 reports per second; the rest are counted and the count is
-// printed with the next report.
+// printed with the next report. Every quarter threshold it also walks the
+// live fibres for a wait-for cycle (mutex holders, joins: stats.cpp's
+// report_deadlocks) and prints each cycle that has lasted the threshold,
+// once.
 #include <execinfo.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -39,6 +42,7 @@
 #include "sched/cluster.hpp"
 #include "sched/monitor.hpp"
 #include "sched/processor.hpp"
+#include "sched/stats.hpp"
 
 namespace loom::rt {
 
@@ -199,13 +203,21 @@ class Watchdog {
   // One look at the clusters that ask for it; the period it wants (ns), or
   // 0 when none asks.
   std::int64_t tick(std::int64_t now) {
-    unsigned period_ms = 0;
+    unsigned period_ms = 0, threshold_ms = 0;
     for (Cluster* c = Cluster::first(); c; c = c->next_made()) {
       unsigned ms = c->alive() ? c->config().stall_ms : 0;
       if (!ms) continue;
       if (!period_ms || ms / 4 < period_ms) period_ms = ms / 4 ? ms / 4 : 1;
+      if (!threshold_ms || ms < threshold_ms) threshold_ms = ms;
       for (std::size_t i = 0, n = c->size(); i < n; ++i) look(*c, *c->processor(i), ms, now);
       for (std::size_t i = 0, n = c->spare_count(); i < n; ++i) look(*c, *c->spare(i), ms, now);
+    }
+    // Deadlocks: a cycle of blocked fibres is reported once it has lasted
+    // the threshold (every fibre of every cluster is walked: every quarter
+    // threshold, and only while some cluster asks for the detector).
+    if (threshold_ms && now - last_cycle_look_ >= std::int64_t(threshold_ms) * 250000) {
+      last_cycle_look_ = now;
+      report_deadlocks(now, std::int64_t(threshold_ms) * 1000000);
     }
     return std::int64_t(period_ms) * 1000000;
   }
@@ -317,6 +329,7 @@ class Watchdog {
 
   std::unordered_map<Processor*, Watch> watch_;
   std::int64_t window_start_ = 0;
+  std::int64_t last_cycle_look_ = 0;
   unsigned in_window_ = 0;
   std::uint64_t suppressed_ = 0;
 };

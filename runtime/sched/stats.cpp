@@ -11,10 +11,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "base/options.hpp"
@@ -93,6 +96,8 @@ struct FibreRow {
   // The object it waits on, named when printed if a variable holds it
   // (after the walk: naming may read the program's symbol table).
   const void* object = nullptr;
+  rt::WaitKind kind = rt::WaitKind::none;
+  std::uint64_t joins = 0;  // blocked in a join: the fibre it joins
 };
 
 // What the waited-on object says of its holder (see FibreRow::holder). The
@@ -156,6 +161,8 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
     } else if (k == rt::WaitKind::rest) {
       std::snprintf(r.state, sizeof r.state, "resting: fd %ld (no stack)", long(reinterpret_cast<std::intptr_t>(o)));
     } else if (k == rt::WaitKind::join) {
+      r.kind = k;
+      r.joins = std::uint64_t(reinterpret_cast<std::uintptr_t>(o));
       std::snprintf(r.state, sizeof r.state, "blocked: join fibre %llu%s",
                     (unsigned long long)reinterpret_cast<std::uintptr_t>(o), tail);
     } else if (k == rt::WaitKind::offload) {
@@ -163,6 +170,7 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
     } else if (o) {
       std::snprintf(r.state, sizeof r.state, "blocked: %s %p%s", rt::to_string(k), o, tail);
       r.object = o;
+      r.kind = k;
       find_holder(k, o, r);
     } else {
       std::snprintf(r.state, sizeof r.state, "blocked: %s%s", rt::to_string(k), tail);
@@ -209,9 +217,9 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
 
 ClusterStats stats() { return Cluster::current().stats(); }
 
-void dump_fibres(std::FILE* out) {
-  if (!out) out = stderr;
-  std::vector<FibreRow> rows;
+namespace {
+
+void collect_rows(std::vector<FibreRow>& rows) {
   std::size_t expect = 64;  // room enough that the walk, under list locks, seldom allocates
   for (rt::Cluster* c = rt::Cluster::first(); c; c = c->next_made())
     if (long n = c->fibres.load(std::memory_order_relaxed); n > 0) expect += std::size_t(n);
@@ -221,6 +229,78 @@ void dump_fibres(std::FILE* out) {
     for (std::size_t i = 0, n = c->size(); i < n; ++i) describe_fibres(rows, c->processor(i)->live);
     for (std::size_t i = 0, n = c->spare_count(); i < n; ++i) describe_fibres(rows, c->spare(i)->live);
   }
+}
+
+// The wait-for graph: for each row, the row of the fibre it waits for (a
+// mutex's holder, a joined fibre), or -1. Each fibre waits for at most one,
+// so a cycle is found by walking from each row until a row is seen again.
+// (A rwlock's readers are not recorded, nor a condvar's signaller: waits
+// on those are never part of a cycle found here.)
+std::vector<std::vector<int>> wait_cycles(const std::vector<FibreRow>& rows) {
+  std::unordered_map<const void*, int> by_fibre, by_tcb;
+  std::unordered_map<std::uint64_t, int> by_id;
+  for (int i = 0; i < int(rows.size()); ++i) {
+    by_fibre[rows[std::size_t(i)].fibre] = i;
+    if (rows[std::size_t(i)].tcb) by_tcb[rows[std::size_t(i)].tcb] = i;
+    by_id[rows[std::size_t(i)].id] = i;
+  }
+  std::vector<int> next(rows.size(), -1);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const FibreRow& r = rows[i];
+    if (r.holder) {
+      auto& index = r.holder_is_tcb ? by_tcb : by_fibre;
+      if (auto it = index.find(r.holder); it != index.end()) next[i] = it->second;
+    } else if (r.joins) {
+      if (auto it = by_id.find(r.joins); it != by_id.end()) next[i] = it->second;
+    }
+  }
+  std::vector<std::vector<int>> cycles;
+  std::vector<int> seen(rows.size(), 0);  // 0 not yet, else the walk (1-based) that saw it
+  for (int start = 0; start < int(rows.size()); ++start) {
+    int at = start;
+    while (at >= 0 && !seen[std::size_t(at)]) {
+      seen[std::size_t(at)] = start + 1;
+      at = next[std::size_t(at)];
+    }
+    if (at < 0 || seen[std::size_t(at)] != start + 1) continue;  // ends, or joins an earlier walk
+    std::vector<int> cycle{at};
+    for (int k = next[std::size_t(at)]; k != at; k = next[std::size_t(k)]) cycle.push_back(k);
+    cycles.push_back(std::move(cycle));
+  }
+  return cycles;
+}
+
+// "fibre 4 "left" waits for mutex 0x... (a) held by fibre 5 "right", which
+// waits for ... held by fibre 4 "left"".
+void print_cycle(std::FILE* out, const std::vector<FibreRow>& rows, const std::vector<int>& cycle) {
+  std::fprintf(out, "loom: deadlock:");
+  for (std::size_t j = 0; j < cycle.size(); ++j) {
+    const FibreRow& r = rows[std::size_t(cycle[j])];
+    const FibreRow& h = rows[std::size_t(cycle[(j + 1) % cycle.size()])];
+    if (j)
+      std::fprintf(out, ", which waits for ");
+    else
+      std::fprintf(out, " fibre %llu%s%s%s waits for ", (unsigned long long)r.id, *r.name ? " \"" : "", r.name,
+                   *r.name ? "\"" : "");
+    if (r.joins) {
+      std::fprintf(out, "fibre %llu to end", (unsigned long long)h.id);
+      continue;
+    }
+    char variable[96];
+    bool named = r.object && rt::name_variable(r.object, variable, sizeof variable);
+    std::fprintf(out, "%s %p%s%s%s held by fibre %llu%s%s%s", rt::to_string(r.kind), r.object, named ? " (" : "",
+                 named ? variable : "", named ? ")" : "", (unsigned long long)h.id, *h.name ? " \"" : "", h.name,
+                 *h.name ? "\"" : "");
+  }
+  std::fprintf(out, "\n");
+}
+
+}  // namespace
+
+void dump_fibres(std::FILE* out) {
+  if (!out) out = stderr;
+  std::vector<FibreRow> rows;
+  collect_rows(rows);
   std::fprintf(out, "loom: live fibres\n  %-8s %-20s %-60s %7s %4s %7s %7s %7s\n", "id", "name", "state", "cluster",
                "proc", "stack", "used", "deepest");
   for (FibreRow& r : rows) {
@@ -250,8 +330,48 @@ void dump_fibres(std::FILE* out) {
   std::size_t count = rows.size();
   std::fprintf(out, "loom: %zu live fibre%s%s\n", count, count == 1 ? "" : "s",
                rt::stack_watermark ? "" : " (deepest: with LOOM_STACK_WATERMARK=1)");
+  for (const std::vector<int>& cycle : wait_cycles(rows)) print_cycle(out, rows, cycle);
   std::fflush(out);
 }
+
+namespace rt {
+
+// The watchdog's look for deadlocks (sched/stall.cpp, with LOOM_STALL_MS):
+// a cycle is reported once it has been seen, the same fibres waiting on the
+// same objects, in every look for `hold_ns` (the walk is no atomic snapshot:
+// a holder read just as it let go could close a cycle for one look), and
+// not again while it lasts.
+void report_deadlocks(std::int64_t now, std::int64_t hold_ns) {
+  static std::unordered_map<std::uint64_t, std::int64_t>* seen = new std::unordered_map<std::uint64_t, std::int64_t>;
+  static std::unordered_set<std::uint64_t>* told = new std::unordered_set<std::uint64_t>;
+  std::vector<FibreRow> rows;
+  collect_rows(rows);
+  std::unordered_map<std::uint64_t, std::int64_t> still;
+  std::unordered_set<std::uint64_t> still_told;
+  for (std::vector<int>& cycle : wait_cycles(rows)) {
+    std::vector<std::pair<std::uint64_t, std::uintptr_t>> parts;
+    for (int i : cycle)
+      parts.emplace_back(rows[std::size_t(i)].id, reinterpret_cast<std::uintptr_t>(rows[std::size_t(i)].object) ^
+                                                      rows[std::size_t(i)].joins);
+    std::sort(parts.begin(), parts.end());
+    std::uint64_t sig = 1469598103934665603ull;
+    for (auto& [id, o] : parts) sig = (sig ^ id) * 1099511628211ull, sig = (sig ^ o) * 1099511628211ull;
+    auto it = seen->find(sig);
+    std::int64_t since = it == seen->end() ? now : it->second;
+    still[sig] = since;
+    if (told->count(sig)) {
+      still_told.insert(sig);
+    } else if (now - since >= hold_ns) {
+      print_cycle(stderr, rows, cycle);
+      std::fflush(stderr);
+      still_told.insert(sig);
+    }
+  }
+  seen->swap(still);
+  told->swap(still_told);
+}
+
+}  // namespace rt
 
 void print_stats(std::FILE* out) {
   if (!out) out = stderr;

@@ -60,6 +60,10 @@ bool start_runtime_thread(const char* name, void* (*fn)(void*));
 // by every cluster whose SchedConfig::stall_ms is set.
 void stall_watch();
 
+// The watchdog's look for wait-for cycles among blocked fibres (mutex
+// holders, joins): each cycle seen for hold_ns is printed once, on stderr.
+void report_deadlocks(std::int64_t now, std::int64_t hold_ns);
+
 }  // namespace loom::rt
 
 namespace loom::rt {
