@@ -384,6 +384,13 @@ void IoState::before_sleep(Processor&) {
   if (uring && kind != PollerKind::idle) uring_flush(*this);
   io_processor_idle(*this);
 }
+void IoState::before_park(Processor&) {
+  // The requests of the fibres this spare ran: nothing else would submit
+  // them while every processor is held (a reader's ring read stayed queued
+  // behind a spinner on the only processor, and its fibre waited for good:
+  // pthread_io_close_reuse_p1_uring).
+  if (uring) uring_flush(*this);
+}
 bool IoState::sleep(Processor& p, std::int64_t deadline) { return io_idle_sleep(*this, p, deadline); }
 void IoState::interrupt(Processor&) { io_interrupt(*this); }
 bool IoState::outside_ready() {

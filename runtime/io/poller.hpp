@@ -72,6 +72,7 @@ struct Uring;
 struct IoState final : Extension {
   void busy_pick(Processor& p) override;
   void before_sleep(Processor& p) override;
+  void before_park(Processor& p) override;
   bool sleep(Processor& p, std::int64_t deadline) override;
   void interrupt(Processor& p) override;
   bool outside_ready() override;

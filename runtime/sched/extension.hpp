@@ -27,6 +27,10 @@
 //                       (look at it after publishing sleeping_in) or when
 //                       interrupt(p) is called. deadline: ns on now_ns()'s
 //                       clock, kNoDeadline to sleep until woken.
+//   before_park(p)      p, a spare, is about to park on its futex until the
+//                       monitor wants it again: what its fibres left for
+//                       a sleep to finish (requests queued for the ring)
+//                       must go now (a parked spare is woken by nothing else).
 //   interrupt(p)        breaks p's sleep inside this extension; any thread.
 //   outside_ready()     work of the extension's waits ready for a look
 //                       (events on the epoll set), without taking it; any
@@ -54,6 +58,7 @@ class Extension {
   virtual Fibre* find_work(Processor&, bool /*last_look*/) { return nullptr; }
   virtual void before_sleep(Processor&) {}
   virtual bool sleep(Processor&, std::int64_t /*deadline*/) { return false; }
+  virtual void before_park(Processor&) {}
   virtual void interrupt(Processor&) {}
   virtual bool outside_ready() { return false; }
   virtual void shutdown() {}

@@ -659,6 +659,7 @@ void Processor::park() {
   // fibre seen by the look; one that reads it true wakes this thread
   // (Cluster::wake), which looks again.
   cluster_->leave(*this);
+  for (unsigned i = 0, n = cluster_->extension_count(); i < n; ++i) cluster_->extension(i)->before_park(*this);
   cluster_->spare_parks();
   // Its last sleep may have held a role one sleeper holds for the cluster
   // — the keeping of the timers, the idle poller's place in epoll_wait or
