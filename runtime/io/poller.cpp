@@ -398,6 +398,8 @@ bool IoState::outside_ready() {
   // looks (the other kinds have a thread or fibre of their own that takes
   // it). The epoll set, or the ring, is readable then; poll takes nothing.
   if (kind != PollerKind::idle) return false;
+  // Requests queued and not yet submitted wait for a processor's look too.
+  if (uring && uring->pending.load(std::memory_order_acquire)) return true;
   pollfd pfd{wait_fd(*this), POLLIN, 0};
   return sys::poll(&pfd, 1, 0) > 0;
 }
