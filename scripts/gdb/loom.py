@@ -165,28 +165,71 @@ def describe(f, c):
         aff = f["affinity"]
         if int(aff):
             proc = int(aff.dereference()["index_"])
-    size = int(f["stack"]["size"]) if _ulong(f["stack"]["base"]) else 0  # (resting: no stack)
-    return fid, name, state, cluster, proc, size, holder, is_tcb, int(f.address), _ulong(f["tcb"])
+    base = _ulong(f["stack"]["base"])
+    size = int(f["stack"]["size"]) if base else 0  # (resting: no stack)
+    used, deepest = stack_use(f, base, size, proc >= 0 and not offloaded and state.startswith("running"))
+    return fid, name, state, cluster, proc, size, holder, is_tcb, int(f.address), _ulong(f["tcb"]), used, deepest
+
+
+GUARD = 4096  # context/stack.hpp's kGuardSize: the stack's usable bytes start above it
+PAINT = 0xA5  # sched/stats.cpp's kPaint (LOOM_STACK_WATERMARK=1)
+
+
+def stack_use(f, base, size, running):
+    """(used, deepest) in bytes, as the listing's columns: used from the top
+    down to the saved stack pointer (not for a running fibre, whose saved
+    pointer is stale); deepest from the watermark paint, when it is on.
+    None where the listing prints '-'."""
+    if not base:
+        return None, None
+    lo, hi = base + GUARD, base + GUARD + size
+    used = None
+    if not running:
+        sp = _ulong(f["ctx"]["fctx"])
+        if lo < sp <= hi:
+            used = hi - sp
+    deepest = None
+    try:
+        marked = bool(gdb.parse_and_eval("loom::rt::stack_watermark"))
+    except gdb.error:
+        marked = False
+    if marked:
+        try:
+            mem = bytes(gdb.selected_inferior().read_memory(lo, size))
+            untouched = len(mem) - len(mem.lstrip(bytes([PAINT])))
+            deepest = size - untouched if untouched < size else None
+        except gdb.MemoryError:
+            deepest = None
+    return used, deepest
+
+
+def _kib(n):
+    return "-" if n is None else "%.1fK" % (n / 1024.0)
 
 
 class InfoFibres(gdb.Command):
     """List loom's live fibres: id, name, state (running, ready, or what it is
 blocked on, with a mutex's holder; a call made on the offload cluster is
-listed at home, blocked in that call), cluster, processor, stack size."""
+listed at home, blocked in that call), cluster, processor, stack size,
+bytes used down to the saved stack pointer, and the deepest point (with
+LOOM_STACK_WATERMARK=1): the columns of loom::dump_fibres."""
 
     def __init__(self):
         super().__init__("info fibres", gdb.COMMAND_STATUS)
 
     def invoke(self, arg, from_tty):
         rows = sorted(describe(f, c) for f, c in live_fibres())
-        print("%-8s %-20s %-60s %7s %4s %7s" % ("id", "name", "state", "cluster", "proc", "stack"))
-        for fid, name, state, cl, proc, size, holder, is_tcb, _, _ in rows:
+        print("%-8s %-20s %-60s %7s %4s %7s %7s %7s" % ("id", "name", "state", "cluster", "proc", "stack", "used",
+                                                        "deepest"))
+        for fid, name, state, cl, proc, size, holder, is_tcb, _, _, used, deepest in rows:
             if holder:  # the listing's "held by": a fibre's address, or its thread block
-                for hid, hname, _, _, _, _, _, _, addr, tcb in rows:
+                for hid, hname, _, _, _, _, _, _, addr, tcb, _, _ in rows:
                     if holder == (tcb if is_tcb else addr):
                         state += " held by fibre %d%s" % (hid, ' "%s"' % hname if hname else "")
                         break
-            print("%-8d %-20.20s %-60s %7d %4d %7s" % (fid, name, state, cl, proc, "%dK" % (size // 1024) if size else "-"))
+            print("%-8d %-20.20s %-60s %7d %4d %7s %7s %7s" % (fid, name, state, cl, proc,
+                                                            "%dK" % (size // 1024) if size else "-", _kib(used),
+                                                            _kib(deepest)))
         print("%d live fibre%s" % (len(rows), "" if len(rows) == 1 else "s"))
 
 

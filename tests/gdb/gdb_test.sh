@@ -19,7 +19,7 @@ check() {  # file pattern what
   fi
 }
 
-"$probe" gdb-subject > "$tmp/out" 2>&1 &
+LOOM_STACK_WATERMARK=1 "$probe" gdb-subject > "$tmp/out" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q '^ready' "$tmp/out" && break; sleep 0.1; done
 grep -q '^ready' "$tmp/out" || { echo "gdb_test: the subject did not start"; cat "$tmp/out"; exit 1; }
@@ -31,6 +31,7 @@ gdb -nx -batch -p "$pid" -x "$script" -ex "fibre bt $id" -ex "fibre bt 999999" -
     -ex "gcore $tmp/core" > "$tmp/live" 2>&1
 
 check "$tmp/list" "^$id +blocker +blocked: mutex 0x[0-9a-f]+ held by fibre 1 \"main\" " "live: the blocker, its mutex and its holder"
+check "$tmp/list" "^$id +blocker +.* 64K +[0-9.]+K +[0-9.]+K *$" "live: the blocker's stack, used and deepest, as the listing's columns"
 check "$tmp/list" "^[0-9]+ +offloader +blocked: a function \(loom::offload\), offloaded +0 " \
       "live: a fibre in an offloaded call, at home"
 check "$tmp/list" "^1 +main +blocked: sleep" "live: main, asleep"
