@@ -2,6 +2,7 @@
 // add up across processors, and the tables come out at exit and on a signal.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -380,10 +381,22 @@ TEST(Fibres, ListingNamesJoinSleepAndDescriptors) {
   });
   loom::Fibre sleeper(sa, [] { loom::this_fibre::sleep_for(std::chrono::milliseconds(1000)); });
   loom::Fibre joiner(ja, [&] { sleeper.join(); });
+  // A listener's accept is named as the call it is, not as a read.
+  int l = loom::io::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(l, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(l, 4), 0);
+  loom::FibreAttr aa;
+  aa.name = "acceptor";
+  loom::Fibre acceptor(aa, [l] { (void)loom::io::accept4(l, nullptr, nullptr, 0); });
   std::string text;
   for (int i = 0; i < 1000; ++i) {
     text = listing();
     if (line_of(text, "reader").find("blocked") != std::string::npos &&
+        line_of(text, "acceptor").find("blocked") != std::string::npos &&
         line_of(text, "sleeper").find("blocked") != std::string::npos &&
         line_of(text, "joiner").find("blocked") != std::string::npos)
       break;
@@ -393,9 +406,14 @@ TEST(Fibres, ListingNamesJoinSleepAndDescriptors) {
   EXPECT_NE(line_of(text, "sleeper").find("blocked: sleep, "), std::string::npos) << text;
   EXPECT_NE(line_of(text, "sleeper").find(", due in "), std::string::npos) << text;
   EXPECT_NE(line_of(text, "joiner").find("blocked: join fibre"), std::string::npos) << text;
+  EXPECT_NE(line_of(text, "acceptor").find("blocked: fd " + std::to_string(l) + " (accept4)"), std::string::npos)
+      << text;
   ASSERT_EQ(loom::io::write(sv[1], "x", 1), 1);
   reader.join();
   joiner.join();
+  ::shutdown(l, SHUT_RDWR);  // (ends the accept: EINVAL)
+  acceptor.join();
+  loom::io::close(l);
   loom::io::close(sv[0]);
   loom::io::close(sv[1]);
 }

@@ -618,8 +618,12 @@ long in_form(Op& op, Nowait form) {
 // the two made a wait on the new file.
 template <typename Op>
 long call(int fd, Side side, Op&& user_op, Deadline d = kForever, int timeout_err = EAGAIN, bool input = false,
-          std::size_t want = 0, const ReadSpec* rs = nullptr) {
+          std::size_t want = 0, const ReadSpec* rs = nullptr, const char* what = __builtin_FUNCTION()) {
   Processor* p = io_processor();
+  // The call's name for the listing ("blocked: fd 7 (accept4)"): the
+  // loom::io function that called this one; one store, read only if the
+  // fibre blocks on the descriptor.
+  if (p) p->current()->wait_call.store(what, std::memory_order_relaxed);
   FdEntry* e = table().get(fd);
   if (!e) return syscall_op([&] { return in_form(user_op, Nowait::none); });
   const std::uint32_t gen = e->gen.load(std::memory_order_acquire);

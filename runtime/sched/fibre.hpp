@@ -104,6 +104,9 @@ class Fibre {
   // note_wait reset it: the listing says how long is left, or how long
   // overdue a wait whose timer a busy processor has not run.
   std::atomic<Deadline> wait_deadline{kForever};
+  // The loom::io call it made last (its function's name, a literal), for
+  // a wait on a descriptor: "blocked: fd 7 (accept4)".
+  std::atomic<const char*> wait_call{nullptr};
   // While it makes a call on the offload cluster (io/offload.cpp): the
   // cluster and processor it left, where the listing shows it, blocked in
   // that call (wait_kind) — not running on a processor of the offload

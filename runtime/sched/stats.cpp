@@ -156,8 +156,19 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
     } else if (k == rt::WaitKind::none) {
       std::snprintf(r.state, sizeof r.state, home ? "blocked: a call, offloaded" : "ready");
     } else if (k == rt::WaitKind::fd_in || k == rt::WaitKind::fd_out) {
-      std::snprintf(r.state, sizeof r.state, "blocked: fd %ld %s%s", long(reinterpret_cast<std::intptr_t>(o)),
-                    k == rt::WaitKind::fd_in ? "(read)" : "(write)", tail);
+      // The call by its name where the call knew it ("accept4_until" is
+      // accept4 with a deadline; a lambda's "operator()" says nothing).
+      const char* call = f->wait_call.load(std::memory_order_relaxed);
+      char named[32];
+      if (call && std::strcmp(call, "operator()") != 0) {
+        std::snprintf(named, sizeof named, "(%s", call);
+        if (char* u = std::strstr(named, "_until")) *u = '\0';
+        std::strncat(named, ")", sizeof named - std::strlen(named) - 1);
+      } else {
+        std::snprintf(named, sizeof named, "%s", k == rt::WaitKind::fd_in ? "(read)" : "(write)");
+      }
+      std::snprintf(r.state, sizeof r.state, "blocked: fd %ld %s%s", long(reinterpret_cast<std::intptr_t>(o)), named,
+                    tail);
     } else if (k == rt::WaitKind::rest) {
       std::snprintf(r.state, sizeof r.state, "resting: fd %ld (no stack)", long(reinterpret_cast<std::intptr_t>(o)));
     } else if (k == rt::WaitKind::join) {
