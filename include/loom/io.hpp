@@ -118,6 +118,17 @@ ssize_t write_until(int fd, const void* buf, size_t n, Deadline d);
 int accept4_until(int fd, sockaddr* addr, socklen_t* len, int flags, Deadline d);
 int connect_until(int fd, const sockaddr* addr, socklen_t len, Deadline d);
 
+// Signals: waits, blocking only the calling fibre, for one of the signals
+// in `set` and takes it (its number; *info filled if given), or -1 with
+// errno: ETIMEDOUT past d, EINVAL for an empty set. The signals must be
+// blocked, or the kernel delivers them (a handler, or the default action)
+// instead: under the native API a signal sent to the process goes to
+// main's kernel thread (LOOM_SIGNALS=main), so main blocks them with
+// pthread_sigmask before it starts anything — the idiom of kernel threads,
+// whichever processor the signal reaches. A signal sent to one thread
+// (tgkill) is taken only by a wait that runs on that thread.
+int wait_signal(const sigset_t& set, siginfo_t* info = nullptr, Deadline d = kForever);
+
 // Regular files: through the offload cluster.
 ssize_t pread(int fd, void* buf, size_t n, off_t off);
 ssize_t pwrite(int fd, const void* buf, size_t n, off_t off);

@@ -43,6 +43,8 @@ constexpr EnvVar kVars[] = {
     {"LOOM_WAIT_FIRST", EnvKind::flag, "on|off", "on", "a new connection's first read waits for its bytes"},
     {"LOOM_OFFLOAD_PROCESSORS", EnvKind::count, "N (1-64)", "2", "processors of the offload cluster"},
     {"LOOM_SIGPIPE", EnvKind::choice, "ignore|keep", "ignore", "keep: leave SIGPIPE's default action"},
+    {"LOOM_SIGNALS", EnvKind::choice, "main|any", "main",
+     "native API: a signal sent to the process is taken by main's kernel thread (main: block it there to wait for it), or by any processor"},
     {"LOOM_COLOR_STEAL", EnvKind::text, "none|libasync-smp|mely[:...]", "mely", "how idle processors steal colors"},
     {"LOOM_COLOR_BATCH", EnvKind::count, "N", "10", "events of one color before the next"},
     {"LOOM_COLOR_PLACEMENT", EnvKind::choice, "hash|local", "hash", "where a new color's events go"},

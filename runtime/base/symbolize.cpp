@@ -114,6 +114,18 @@ const FunctionSymbol* find_in_file(const std::string& path, std::uintptr_t at, b
   return at < it->hi ? &*it : nullptr;
 }
 
+// A C++ symbol's demangled name (malloc'd), or null: only names mangled
+// as C++'s (_Z...) — __cxa_demangle also reads a C variable named "w" or
+// "b" as a type ("wchar_t", "bool").
+char* demangle(const char* name) {
+  if (std::strncmp(name, "_Z", 2) != 0) return nullptr;
+  int status = -1;
+  char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  if (status == 0) return d;
+  std::free(d);
+  return nullptr;
+}
+
 const char* short_name(const char* path) {
   const char* slash = std::strrchr(path, '/');
   return slash ? slash + 1 : path;
@@ -147,9 +159,8 @@ void symbolize(const void* pc, bool return_address, char* out, std::size_t size)
                                              reinterpret_cast<std::uintptr_t>(info.dli_fbase)));
     return;
   }
-  int status = -1;
-  char* demangled = abi::__cxa_demangle(name, nullptr, nullptr, &status);
-  std::snprintf(out, size, "%s+0x%lx (%s)", status == 0 && demangled ? demangled : name,
+  char* demangled = demangle(name);
+  std::snprintf(out, size, "%s+0x%lx (%s)", demangled ? demangled : name,
                 static_cast<unsigned long>(offset), object);
   std::free(demangled);
 }
@@ -171,12 +182,11 @@ bool name_variable(const void* p, char* out, std::size_t size) {
     offset = at - reinterpret_cast<std::uintptr_t>(info.dli_saddr);
   }
   if (!name) return false;
-  int status = -1;
-  char* demangled = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  char* demangled = demangle(name);
   if (offset)
-    std::snprintf(out, size, "%s+0x%lx", status == 0 && demangled ? demangled : name, static_cast<unsigned long>(offset));
+    std::snprintf(out, size, "%s+0x%lx", demangled ? demangled : name, static_cast<unsigned long>(offset));
   else
-    std::snprintf(out, size, "%s", status == 0 && demangled ? demangled : name);
+    std::snprintf(out, size, "%s", demangled ? demangled : name);
   std::free(demangled);
   return true;
 }

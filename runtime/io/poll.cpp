@@ -54,6 +54,7 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/select.h>
+#include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -476,6 +477,59 @@ long epoll_impl(int ep, epoll_event* ev, int max, int timeout_ms, const sigset_t
 }  // namespace loom::rt
 
 namespace loom::io {
+
+int wait_signal(const sigset_t& set, siginfo_t* info, Deadline d) {
+  if (sigisemptyset(&set)) {
+    errno = EINVAL;
+    return -1;
+  }
+  // A signalfd of its own per wait, looked at by the fibre's poll (it is
+  // readable while one of `set` is pending for the process or the thread
+  // that looks) and read without waiting.
+  int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (fd < 0) return -1;
+  signalfd_siginfo got{};
+  int err = 0;
+  for (;;) {
+    long n = rt::raw_syscall(SYS_read, fd, long(&got), long(sizeof got), 0, 0, 0);
+    if (n == long(sizeof got)) break;
+    if (n < 0 && n != -EAGAIN && n != -EINTR) {
+      err = int(-n);
+      break;
+    }
+    timespec left{};
+    if (d != kForever) {
+      std::int64_t ns = d - rt::now_ns();
+      if (ns <= 0) {
+        err = ETIMEDOUT;
+        break;
+      }
+      left = {time_t(ns / 1000000000), long(ns % 1000000000)};
+    }
+    pollfd p{fd, POLLIN, 0};
+    long r = rt::poll_impl(&p, 1, d == kForever ? nullptr : &left, nullptr);
+    if (r < 0 && r != -EINTR) {
+      err = int(-r);
+      break;
+    }
+  }
+  loom::io::close(fd);
+  if (err) {
+    errno = err;
+    return -1;
+  }
+  if (info) {
+    *info = siginfo_t{};
+    info->si_signo = int(got.ssi_signo);
+    info->si_code = got.ssi_code;
+    info->si_errno = got.ssi_errno;
+    info->si_pid = pid_t(got.ssi_pid);
+    info->si_uid = uid_t(got.ssi_uid);
+    info->si_status = got.ssi_status;
+    info->si_value.sival_ptr = reinterpret_cast<void*>(got.ssi_ptr);
+  }
+  return int(got.ssi_signo);
+}
 
 int poll(pollfd* fds, nfds_t n, int timeout_ms) {
   if (timeout_ms < 0) return rt::finish(rt::poll_impl(fds, n, nullptr, nullptr));

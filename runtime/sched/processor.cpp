@@ -4,6 +4,7 @@
 #include "sched/checks.hpp"
 #include "base/sys.hpp"
 
+#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <x86intrin.h>
@@ -15,6 +16,7 @@
 #include "sched/cluster.hpp"
 #include "sched/extension.hpp"
 #include "sched/overflow.hpp"
+#include "sched/signals.hpp"
 #include "sched/tls.hpp"
 #include "topo/topo.hpp"
 
@@ -252,10 +254,15 @@ void* Processor::thread_main(void* self) {
   // A spare is started by the monitor, whose thread blocks every signal:
   // it takes the mask the cluster's processors started with (an outside
   // review: a program's SIGSEGV handler never ran for a fault on a spare).
-  if (p->spare_) {
-    sigset_t mask = p->cluster_->processor_mask();
-    (sys::pthread().sigmask)(SIG_SETMASK, &mask, nullptr);
-  }
+  // Under the native API a processor's own thread also blocks the signals
+  // sent to the process (signals_to_main): the main thread takes them.
+  sigset_t mask;
+  if (p->spare_)
+    mask = p->cluster_->processor_mask();
+  else
+    (sys::pthread().sigmask)(SIG_SETMASK, nullptr, &mask);
+  if (signals_to_main()) block_process_signals(mask);
+  if (p->spare_ || signals_to_main()) (sys::pthread().sigmask)(SIG_SETMASK, &mask, nullptr);
   p->name_thread(true);
   p->enter_thread();
   context_adopt_thread(p->idle_.ctx);
