@@ -1,6 +1,7 @@
 // loom/loom.hpp — everything of loom's C++ API.
 #pragma once
 
+#include "loom/channel.hpp"
 #include "loom/cluster.hpp"
 #include "loom/color.hpp"
 #include "loom/config.hpp"

@@ -52,6 +52,7 @@ enum class WaitKind : unsigned char {
   offload,   // a call made on the offload cluster (object: its name, a string literal);
              // fd_in, fd_out and poll are noted there too, with offload_home set
   rest,      // resting on a descriptor with no stack (io/rest.hpp; object: the descriptor)
+  channel,   // a loom::Channel's push or pop (object: the channel)
 };
 const char* to_string(WaitKind k) noexcept;
 
