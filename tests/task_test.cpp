@@ -218,15 +218,18 @@ TEST(TaskGroup, TimedJoinFromAKernelThread) {
   Watchdog dog;
   Cluster c(1);
   loom::Semaphore gate;
-  TaskGroup g(on(c));
-  g.spawn([&] { gate.acquire(); });
-  EXPECT_FALSE(g.join_for(3ms));
-  EXPECT_FALSE(g.join_until(Clock::now()));
-  EXPECT_EQ(g.running(), 1u);
-  gate.release();
-  EXPECT_TRUE(g.join_for(10s));
-  g.spawn([] { throw 7; });
-  EXPECT_THROW(g.join_for(10s), int);
+  std::thread t([&] {  // main is processor 0 of the default cluster: a plain thread here
+    TaskGroup g(on(c));
+    g.spawn([&] { gate.acquire(); });
+    EXPECT_FALSE(g.join_for(3ms));
+    EXPECT_FALSE(g.join_until(Clock::now()));
+    EXPECT_EQ(g.running(), 1u);
+    gate.release();
+    EXPECT_TRUE(g.join_for(10s));
+    g.spawn([] { throw 7; });
+    EXPECT_THROW(g.join_for(10s), int);
+  });
+  t.join();
 }
 
 TEST(TaskGroup, DestructorJoinsAndArgumentsGoFirst) {
@@ -274,15 +277,20 @@ TEST(TimedJoin, KernelThreadJoiner) {
   Watchdog dog;
   Cluster c(1);
   loom::Semaphore gate;
-  Fibre f(on(c), [&] { gate.acquire(); });
-  EXPECT_FALSE(f.try_join());
-  EXPECT_FALSE(f.join_for(3ms));
-  gate.release();
-  EXPECT_TRUE(f.join_for(10s));
-  Fibre g(on(c), [&] { gate.acquire(); });
-  EXPECT_FALSE(g.join_for(1ms));
-  gate.release();
-  g.join();
+  std::thread t([&] {  // a thread that is no loom processor (main is one)
+    Fibre f(on(c), [&] { gate.acquire(); });
+    EXPECT_FALSE(f.try_join());
+    EXPECT_FALSE(f.join_for(3ms));
+    gate.release();
+    EXPECT_TRUE(f.join_for(10s));
+    Fibre g(on(c), [&] { gate.acquire(); });
+    EXPECT_FALSE(g.join_for(1ms));
+    gate.release();
+    g.join();
+    Fibre h(on(c), [] {});
+    EXPECT_TRUE(h.join_for(10s));
+  });
+  t.join();
 }
 
 // The timer and the exit race for a timed joiner: each join returns once,
@@ -408,10 +416,13 @@ TEST(CondVarPredicate, TimedWaitsReturnThePredicate) {
     cv.notify_all();
     m.unlock();
   });
-  m.lock();  // a kernel thread waits with a predicate
-  EXPECT_TRUE(cv.wait_for(m, 10s, [&] { return flag; }));
-  EXPECT_TRUE(cv.wait_until(m, Clock::now() - 1s, [&] { return flag; }));  // true now: no wait
-  m.unlock();
+  std::thread waiter([&] {  // a kernel thread waits with a predicate
+    m.lock();
+    EXPECT_TRUE(cv.wait_for(m, 10s, [&] { return flag; }));
+    EXPECT_TRUE(cv.wait_until(m, Clock::now() - 1s, [&] { return flag; }));  // true now: no wait
+    m.unlock();
+  });
+  waiter.join();
   setter.join();
   Mutex checked(loom::MutexType::errorcheck);
   EXPECT_THROW(cv.wait_for(checked, 1ms, [] { return false; }), std::system_error);  // not held: EPERM
