@@ -108,7 +108,7 @@ func main() {
 	warmup := flag.Float64("warmup", 1, "seconds of warm-up per row")
 	duration := flag.Float64("duration", 0.5, "seconds per repeat")
 	repeats := flag.Int("repeats", 5, "repeats per row (the row's figure is their median)")
-	benches := flag.String("benches", "chan_pingpong,chan_rendezvous,chan_fanin", "rows to run, comma-separated")
+	benches := flag.String("bench", "chan_pingpong,chan_rendezvous,chan_fanin", "rows to run, comma-separated")
 	procs := flag.Int("procs", 1, "GOMAXPROCS")
 	flag.Parse()
 	runtime.GOMAXPROCS(*procs)
