@@ -10,14 +10,17 @@
 //  - the joiner's timer, by a CAS from the tagged value back to
 //    kJoinRunning: the fibre stays joinable, as if nobody had tried.
 // Order, for a fibre joiner: in the post-switch action (its context saved),
-// publish with a CAS from kJoinRunning (failing: the fibre has exited, so
-// reschedule self), then arm the timer, then set `armed`. An exit that took
-// the record waits for `armed` before it wakes the joiner, so the joiner
-// never runs (and removes its timer) before the timer is in the heap; a
-// timer that fires before the exit finds the word tagged and wins. A woken
-// joiner removes its timer (the heap lock: an expire() that lost is done
-// with the record). A kernel-thread joiner uses the foreign protocol with a
-// futex timeout, and on timeout takes back kJoinForeign with a CAS.
+// publish with a CAS from kJoinRunning; failing (the fibre has exited), set
+// `phase` to kNothingArmed and reschedule self; else arm the timer and set
+// `phase` to kArmed, the action's last touch of the record. Once published,
+// the joiner may be woken (by the exit, or by a timer that fires at once on
+// another processor) before that last store: so a woken joiner first waits
+// for `phase` to leave kRegistering (a few instructions away, on another
+// processor: the one that runs the action cannot run the joiner before it
+// returns), and only then reads the outcome, removes its timer (the heap
+// lock: an expire() that lost is done with the record) and returns. A
+// kernel-thread joiner uses the foreign protocol with a futex timeout and
+// on timeout takes back kJoinForeign with a CAS.
 //
 // Nothing of this runs unless a timed join is asked for: exit tests one bit
 // more on a path that already branches on the word.
@@ -33,12 +36,14 @@ namespace loom {
 namespace rt {
 namespace {
 
+enum : int { kRegistering = 0, kArmed = 1, kNothingArmed = 2 };
+
 struct TimedJoin {
   TimerNode timer;  // first member: TimerNode* → TimedJoin*
   Fibre* target = nullptr;
   Fibre* joiner = nullptr;
   Cluster* cluster = nullptr;
-  std::atomic<bool> armed{false};
+  std::atomic<int> phase{kRegistering};
   bool timed_out = false;  // written by the winning expire(), read by the joiner after it is scheduled
   std::uintptr_t word() const { return reinterpret_cast<std::uintptr_t>(this) | kJoinTimedTag; }
 };
@@ -58,19 +63,18 @@ void post_register_timed_joiner(Processor&, Fibre* joiner, void* arg) {
   auto* tj = static_cast<TimedJoin*>(arg);
   std::uintptr_t expected = kJoinRunning;
   if (!tj->target->join.compare_exchange_strong(expected, tj->word(), std::memory_order_acq_rel)) {
-    schedule(joiner);  // it finished meanwhile
+    tj->phase.store(kNothingArmed, std::memory_order_release);  // before the joiner can run
+    schedule(joiner);                                           // it finished meanwhile
     return;
   }
   tj->cluster->add_timer(&tj->timer);
-  tj->armed.store(true, std::memory_order_release);  // the last touch here
+  tj->phase.store(kArmed, std::memory_order_release);  // the last touch: the joiner may be waiting for it
 }
 
 }  // namespace
 
 void wake_timed_joiner(std::uintptr_t w) noexcept {
-  auto* tj = reinterpret_cast<TimedJoin*>(w & ~kJoinTimedTag);
-  while (!tj->armed.load(std::memory_order_acquire)) cpu_relax();  // its registration is a few instructions from done
-  schedule(tj->joiner);
+  schedule(reinterpret_cast<TimedJoin*>(w & ~kJoinTimedTag)->joiner);  // (it waits for its own registration to end)
 }
 
 }  // namespace rt
@@ -95,9 +99,12 @@ bool Fibre::join_deadline(std::int64_t d) {
       tj.timer.complete = &rt::timed_join_complete;
       rt::note_wait(rt::WaitKind::join, reinterpret_cast<const void*>(std::uintptr_t(f->id)));
       p->suspend(&rt::post_register_timed_joiner, &tj);
-      // Resumed: the exit woke us (or we found it done), or the timer did.
+      // Resumed: the exit woke us (or we found it done), or the timer did;
+      // the action that registered us may still be finishing.
+      int phase;
+      while ((phase = tj.phase.load(std::memory_order_acquire)) == rt::kRegistering) rt::cpu_relax();
       if (tj.timed_out) return false;
-      if (tj.armed.load(std::memory_order_acquire)) tj.cluster->timers.remove(&tj.timer);
+      if (phase == rt::kArmed) tj.cluster->timers.remove(&tj.timer);
     } else {
       std::uintptr_t expected = rt::kJoinRunning;
       if (f->join.compare_exchange_strong(expected, rt::kJoinForeign, std::memory_order_acq_rel)) {
