@@ -67,6 +67,19 @@ g++ -std=c++17 -w "$tmp/readme.cpp" -o "$tmp/readme" $(pkg-config --cflags --lib
   || { echo "install_test: the README's C++ snippet does not compile in main"; cat "$tmp/readme.cpp"; exit 1; }
 "$tmp/readme" > "$tmp/readme.out" 2>&1 \
   || { echo "install_test: the README's C++ snippet, run in main, failed:"; cat "$tmp/readme.out"; exit 1; }
+# The README's snippets marked `<!-- install_test: pasted into main -->`
+# (channels, a task group, futures), each pasted into main as it is.
+awk '/<!-- install_test: pasted into main -->/ { want = 1; next }
+     want && /^```cpp$/ { on = 1; n++; next }
+     on && /^```$/ { on = 0; want = 0; next }
+     on { print > (dir "/snippet" n ".txt") }' dir="$tmp" "$src/README.md"
+ls "$tmp"/snippet*.txt >/dev/null 2>&1 || { echo "install_test: no README snippet marked for pasting"; exit 1; }
+for f in "$tmp"/snippet*.txt; do
+  { echo '#include <loom/loom.hpp>'; echo '#include <string>'; echo 'int main() {'; cat "$f"; echo '}'; } > "$f.cpp"
+  g++ -std=c++17 -Wall -Wextra -Werror "$f.cpp" -o "$f.bin" $(pkg-config --cflags --libs loom) -Wl,-rpath,"$libdir" \
+    || { echo "install_test: a marked README snippet does not compile in main"; cat "$f.cpp"; exit 1; }
+  "$f.bin" > "$f.out" 2>&1 || { echo "install_test: a marked README snippet, run in main, failed:"; cat "$f.cpp" "$f.out"; exit 1; }
+done
 # The static library links too, with the libraries `pkg-config --static`
 # lists (hwloc among them) in place of -lloom.
 static_libs=$(pkg-config --static --libs loom)

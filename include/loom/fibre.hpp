@@ -14,6 +14,7 @@
 // kernel thread that is not a loom processor, join() blocks that thread.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -103,6 +104,18 @@ class Fibre {
   bool joinable() const noexcept { return f_ != nullptr; }
   // Waits for the fibre to finish. Precondition: joinable() and not self.
   void join();
+  // Timed and try forms (C: loom_timedjoin_np, loom_tryjoin_np): true once
+  // joined (the handle is then empty); false at the deadline or, for
+  // try_join, while it runs (the handle stays joinable). Same preconditions
+  // as join (std::invalid_argument otherwise). A fibre joiner waits on a
+  // timer, a kernel thread on a futex with a timeout; neither costs a fibre
+  // that nobody joins this way anything (runtime/sync/join.cpp).
+  bool join_until(std::chrono::steady_clock::time_point t);
+  template <class R, class P>
+  bool join_for(std::chrono::duration<R, P> d) {
+    return join_until(std::chrono::steady_clock::now() + std::chrono::ceil<std::chrono::steady_clock::duration>(d));
+  }
+  bool try_join();
   void detach();
   // A process-unique id, never reused; 0 for a non-joinable handle.
   std::uint64_t id() const noexcept;
@@ -118,6 +131,7 @@ class Fibre {
   static rt::Fibre* prepare(const FibreAttr& attr, std::size_t size, std::size_t align, void** mem);
   void launch(void (*fn)(void*), void* arg);  // makes the prepared fibre runnable
   void abandon() noexcept;                    // releases a prepared, unlaunched fibre
+  bool join_deadline(std::int64_t d);         // join_until on a loom::Deadline
   friend struct rt::FibreMaker;  // the C API: a handle whose id is known before the fibre runs
   rt::Fibre* f_ = nullptr;
 };

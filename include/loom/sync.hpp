@@ -5,8 +5,13 @@
 // without side effects, so a semaphore's count is conserved).
 //
 // Deadlines are CLOCK_MONOTONIC (std::chrono::steady_clock) points. Every
-// blocking call has a try_ form (never blocks) and a timed form; the timed
-// forms return false (or ETIMEDOUT) at, never before, the deadline.
+// blocking call has a timed form, which returns false (or ETIMEDOUT, or
+// std::nullopt) at, never before, the deadline, and a try_ form that never
+// blocks, with two exceptions where "try" means nothing: CondVar::wait (a
+// wait with no time to wait; its timed forms take a predicate too) and
+// call_once (is_done() asks instead). Barrier's timed and try arrivals
+// withdraw on timeout; call_once_until gives up waiting for another
+// caller's run. Fibre has join_for/join_until/try_join (fibre.hpp).
 //
 // Called from a kernel thread that is not a loom processor, every primitive
 // works: the thread itself blocks (on a futex) instead of a fibre. The same
@@ -21,6 +26,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstddef>
+#include <optional>
 #include <utility>
 
 #include "loom/detail/spinlock.hpp"
@@ -31,6 +37,8 @@ namespace loom {
 using Clock = std::chrono::steady_clock;
 
 namespace rt {
+struct Waiter;
+struct BarrierTimeout;
 struct WaitList;
 struct WakeBatch;
 struct MutexHolder;
@@ -177,6 +185,19 @@ class CondVar {
   bool wait_for(Mutex& m, std::chrono::duration<R, P> d) {
     return wait_errno(m, deadline_after(d)) == 0;
   }
+  // With a predicate, as std::condition_variable_any's: waits until p()
+  // holds or the deadline passes; returns p() as it is then (true also when
+  // the predicate came true exactly at the timeout).
+  template <class Pred>
+  bool wait_until(Mutex& m, Clock::time_point t, Pred p) {
+    while (!p())
+      if (!wait_until(m, t)) return p();
+    return true;
+  }
+  template <class R, class P, class Pred>
+  bool wait_for(Mutex& m, std::chrono::duration<R, P> d, Pred p) {
+    return wait_until(m, Clock::now() + std::chrono::ceil<Clock::duration>(d), std::move(p));
+  }
   void notify_one();
   void notify_all();
 
@@ -239,8 +260,28 @@ class Barrier {
   // Blocks until `count` callers have arrived; returns true for exactly one
   // of them per phase (the serial one, as PTHREAD_BARRIER_SERIAL_THREAD).
   bool arrive_and_wait();
+  // Timed: std::nullopt when the deadline passes before the phase completes;
+  // the arrival is then withdrawn (the phase still needs `count` others).
+  // Else as arrive_and_wait. An arrival counted into a phase that completed
+  // just as its timer fired reports the phase (after the deadline, then).
+  std::optional<bool> arrive_and_wait_until(Clock::time_point t);
+  template <class R, class P>
+  std::optional<bool> arrive_and_wait_for(std::chrono::duration<R, P> d) {
+    return arrive_result(deadline_after(d));
+  }
+  // Never blocks: completes the phase if this is its last arrival (true),
+  // else withdraws and returns std::nullopt.
+  std::optional<bool> try_arrive_and_wait() { return arrive_result(kNow); }
+  // 0 (*serial set), EBUSY (kNow, withdrawn), ETIMEDOUT (withdrawn).
+  int arrive_and_wait_errno(Deadline d, bool* serial);
 
  private:
+  friend struct rt::BarrierTimeout;
+  std::optional<bool> arrive_result(Deadline d) {
+    bool serial = false;
+    if (arrive_and_wait_errno(d, &serial) != 0) return std::nullopt;
+    return serial;
+  }
   detail::SpinLock lock_;
   unsigned count_;
   unsigned arrived_ = 0;
@@ -253,11 +294,17 @@ class Barrier {
 class OnceFlag {
  public:
   constexpr OnceFlag() = default;
+  // The function has run to completion (never blocks).
+  bool is_done() const noexcept { return __atomic_load_n(&state_, __ATOMIC_ACQUIRE) == 2; }
 
  private:
   template <class F>
   friend void call_once(OnceFlag& flag, F&& f);
-  bool begin();           // true: the caller runs the function
+  template <class F>
+  friend bool run_once(OnceFlag& flag, Deadline d, F& f);
+  // 1: the caller runs the function; 0: it has run; -1: the deadline passed
+  // while another caller was running it.
+  int begin(Deadline d);
   void finish(bool done); // done=false: the function threw, let another try
   detail::SpinLock lock_;
   std::uint8_t state_ = 0;  // 0 not run, 1 running, 2 done
@@ -267,15 +314,34 @@ class OnceFlag {
 // Runs f exactly once per flag; concurrent callers wait until it returned.
 // If f throws, the exception propagates and a later caller runs f again.
 template <class F>
-void call_once(OnceFlag& flag, F&& f) {
-  if (!flag.begin()) return;
+bool run_once(OnceFlag& flag, Deadline d, F& f) {
+  int r = flag.begin(d);
+  if (r <= 0) return r == 0;
   try {
-    std::forward<F>(f)();
+    f();
   } catch (...) {
     flag.finish(false);
     throw;
   }
   flag.finish(true);
+  return true;
+}
+
+template <class F>
+void call_once(OnceFlag& flag, F&& f) {
+  run_once(flag, kForever, f);
+}
+
+// Timed: false when the deadline passes while another caller runs f (a
+// caller that gets to run f runs it to the end, whatever the deadline);
+// true once f has run, here or elsewhere.
+template <class F>
+bool call_once_until(OnceFlag& flag, Clock::time_point t, F&& f) {
+  return run_once(flag, to_deadline(t), f);
+}
+template <class R, class P, class F>
+bool call_once_for(OnceFlag& flag, std::chrono::duration<R, P> d, F&& f) {
+  return run_once(flag, deadline_after(d), f);
 }
 
 // ---- fibre-local keys -----------------------------------------------------------

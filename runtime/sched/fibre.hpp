@@ -52,6 +52,7 @@ enum class WaitKind : unsigned char {
   offload,   // a call made on the offload cluster (object: its name, a string literal);
              // fd_in, fd_out and poll are noted there too, with offload_home set
   rest,      // resting on a descriptor with no stack (io/rest.hpp; object: the descriptor)
+  channel,   // a loom::Channel's push or pop (object: the channel)
 };
 const char* to_string(WaitKind k) noexcept;
 
@@ -59,6 +60,12 @@ inline constexpr std::uintptr_t kJoinRunning = 0;
 inline constexpr std::uintptr_t kJoinDone = 1;
 inline constexpr std::uintptr_t kJoinDetached = 2;
 inline constexpr std::uintptr_t kJoinForeign = 3;
+// A timed joiner (Fibre::join_until, sync/join.cpp) stores the address of
+// its record with this bit set; above kJoinForeign, so never a Fibre*.
+// Exit exchanges it out and calls wake_timed_joiner; the joiner's timer
+// competes for it with a CAS back to kJoinRunning: one of them wins.
+inline constexpr std::uintptr_t kJoinTimedTag = 1;
+void wake_timed_joiner(std::uintptr_t w) noexcept;
 
 class Fibre {
  public:

@@ -108,6 +108,8 @@ void post_exit(Processor&, Fibre* prev, void*) {
     std::atomic<int>* word = &prev->done;
     word->store(1, std::memory_order_release);
     futex_wake(word, 1);
+  } else if (w & kJoinTimedTag) {
+    wake_timed_joiner(w);  // (sync/join.cpp)
   } else if (w != kJoinRunning) {
     schedule(reinterpret_cast<Fibre*>(w));
   }
@@ -152,7 +154,7 @@ void fibre_entry(transfer_t t) {
   // it would run on this kernel thread while it serves its own processor's
   // color core, and push colored fibres onto a queue it does not own (issue
   // 25, bug 1). post_exit schedules it on its own processor instead.
-  if (w > kJoinForeign && joiner->cluster == &p->cluster() && !joiner->background &&
+  if (w > kJoinForeign && !(w & kJoinTimedTag) && joiner->cluster == &p->cluster() && !joiner->background &&
       (!joiner->pinned || joiner->affinity == p)) {
     // The joiner is parked (it registered after its context was saved):
     // hand the processor straight to it.

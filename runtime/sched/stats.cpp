@@ -488,6 +488,7 @@ const char* to_string(WaitKind k) noexcept {
     case WaitKind::color: return "its color";
     case WaitKind::runtime: return "runtime work";
     case WaitKind::rest: return "resting";
+    case WaitKind::channel: return "channel";
   }
   return "?";
 }

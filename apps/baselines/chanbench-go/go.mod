@@ -1,0 +1,3 @@
+module loom/chanbench-go
+
+go 1.19
