@@ -67,7 +67,7 @@ double fanin(loom::Cluster& c, std::uint64_t n) {
         for (std::uint64_t i = 0; i < per; ++i) ch.push(int(i));
       });
     long sum = 0;
-    int v;
+    int v = 0;
     for (std::uint64_t i = 0; i < per * kProducers; ++i) {
       ch.pop(v);
       sum += v;
