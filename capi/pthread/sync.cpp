@@ -12,6 +12,7 @@
 //                         @8 owner (recursive, errorcheck: fibre or thread)
 //                         @16 kind (glibc's: 0 normal, 1 recursive,
 //                             2 errorcheck, 3 adaptive; -1 destroyed)
+//                         @23 condvar waiters that will take it back
 //   pthread_cond_t (48)   @0 sequence  @4 waiters  @8 clock id
 //   pthread_rwlock_t (56) @0 state (WRITER 1, READERS_PARKED 2,
 //                         WRITERS_PARKED 4, readers x 8)  @24 writer
@@ -33,14 +34,19 @@
 // futex; calls before the runtime started are such kernel threads. The
 // blocking paths keep each fibre's errno across switches (capi.hpp).
 //
-// Not supported, by design (loom cannot block fibres of another process):
-// PTHREAD_PROCESS_SHARED mutexes, condition variables, rwlocks and barriers
-// (setpshared returns ENOTSUP), robust mutexes (pthread_mutex_init returns
-// ENOTSUP for a robust attribute) and priority protocols (setprotocol
-// returns ENOTSUP for INHERIT and PROTECT). Spin locks and semaphores may be
-// process-shared: a spin lock needs nothing of loom, and a shared
+// Process-shared, robust and priority-protocol objects are shared.cpp's
+// (they must work between processes and outlive their owner): init marks
+// them in their own bytes — glibc's __kind bits in a mutex, a bit in a
+// condvar's clock word or an rwlock's kind word, a mark at @16 in a barrier —
+// and the calls here hand them over on a branch loom's own objects never
+// take (a bad mutex kind) or predict (one test per rwlock call and barrier
+// wait, one per condvar wait and per signal that finds waiters). A mutex's
+// top byte at @20 counts condvar waiters that will take it back: destroy
+// gives EBUSY then, as glibc's. Spin locks and semaphores may be
+// process-shared here: a spin lock needs nothing of loom, and a shared
 // semaphore keeps glibc's futex protocol — a kernel thread sleeps on the
 // shared futex, a fibre polls it (see sem_wait_shared_fibre).
+// pthread_rwlock_destroy, as glibc's, checks nothing.
 //
 // errno: the blocking paths save the caller's errno on entry and set it (to
 // the error, or back) on the kernel thread the fibre resumed on. A program
