@@ -55,10 +55,12 @@
 // | kInconsistent | kNotRecoverable  @24 prev, @32 next: the robust list.
 //
 // What it does not do:
-//   - Share an object with a process that is not under the preload: the word
-//     protocols are glibc's (mutual exclusion and the robust owner-dead
-//     mark work across), but the owner, count and state fields are not
-//     glibc's, so recursion, error checks and consistency do not.
+//   - Share an object with a process that is not under the preload: a
+//     mutex's word protocols are glibc's (mutual exclusion and the robust
+//     owner-dead mark work across: LMDB's tools, one side plain), but its
+//     owner, count and state fields are not glibc's, so recursion, error
+//     checks and consistency do not; a condvar's, rwlock's or barrier's
+//     layout is loom's, and does not work with glibc's at all.
 //   - A robust mutex held by a fibre is not marked dead if that fibre's
 //     kernel thread alone dies (it never does: fibres end, processes die).
 //     A fibre ended without its key destructors (a program's own longjmp
