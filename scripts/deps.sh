@@ -12,7 +12,8 @@
 #                           t/*.t modules, Debian's memcached, libmemcached and pymemcache
 #                           (tests/memcached); Go (the lock benchmark's peer in the
 #                           performance gate, `make perf-gate`, the end of `make check`);
-#                           glibc-source (glibc 2.36's own thread and signal tests: tests/glibc)
+#                           glibc-source (glibc 2.36's own thread and signal tests: tests/glibc);
+#                           lmdb-utils (robust process-shared mutexes: tests/pthread_proc's lmdb)
 #   scripts/deps.sh bench   test + Boost.Fiber, wrk, nginx, Go, memcached, gnuplot,
 #                           clang with libFuzzer (make fuzz)
 # Idempotent: a second run installs nothing and does not touch the network.
@@ -26,7 +27,7 @@ test=("${build[@]}" libgtest-dev googletest valgrind gdb curl python3 libboost-f
       libio-socket-ssl-perl sasl2-bin memcached libmemcached-tools libmemcached-dev python3-pymemcache
       git redis-server redis-tools golang-go
       imagemagick python3-numpy libopenblas0-pthread mariadb-server mariadb-client
-      glibc-source)
+      glibc-source lmdb-utils)
 bench=("${test[@]}" wrk nginx-light golang-go memcached libmemcached-tools gnuplot-nox clang libclang-rt-14-dev)
 
 case "$group" in

@@ -12,6 +12,7 @@
 //                         @8 owner (recursive, errorcheck: fibre or thread)
 //                         @16 kind (glibc's: 0 normal, 1 recursive,
 //                             2 errorcheck, 3 adaptive; -1 destroyed)
+//                         @23 condvar waiters that will take it back
 //   pthread_cond_t (48)   @0 sequence  @4 waiters  @8 clock id
 //   pthread_rwlock_t (56) @0 state (WRITER 1, READERS_PARKED 2,
 //                         WRITERS_PARKED 4, readers x 8)  @24 writer
@@ -33,14 +34,19 @@
 // futex; calls before the runtime started are such kernel threads. The
 // blocking paths keep each fibre's errno across switches (capi.hpp).
 //
-// Not supported, by design (loom cannot block fibres of another process):
-// PTHREAD_PROCESS_SHARED mutexes, condition variables, rwlocks and barriers
-// (setpshared returns ENOTSUP), robust mutexes (pthread_mutex_init returns
-// ENOTSUP for a robust attribute) and priority protocols (setprotocol
-// returns ENOTSUP for INHERIT and PROTECT). Spin locks and semaphores may be
-// process-shared: a spin lock needs nothing of loom, and a shared
+// Process-shared, robust and priority-protocol objects are shared.cpp's
+// (they must work between processes and outlive their owner): init marks
+// them in their own bytes — glibc's __kind bits in a mutex, a bit in a
+// condvar's clock word or an rwlock's kind word, a mark at @16 in a barrier —
+// and the calls here hand them over on a branch loom's own objects never
+// take (a bad mutex kind) or predict (one test per rwlock call and barrier
+// wait, one per condvar wait and per signal that finds waiters). A mutex's
+// top byte at @20 counts condvar waiters that will take it back: destroy
+// gives EBUSY then, as glibc's. Spin locks and semaphores may be
+// process-shared here: a spin lock needs nothing of loom, and a shared
 // semaphore keeps glibc's futex protocol — a kernel thread sleeps on the
 // shared futex, a fibre polls it (see sem_wait_shared_fibre).
+// pthread_rwlock_destroy, as glibc's, checks nothing.
 //
 // errno: the blocking paths save the caller's errno on entry and set it (to
 // the error, or back) on the kernel thread the fibre resumed on. A program
@@ -68,6 +74,7 @@
 #include "base/sys.hpp"
 #include "capi.hpp"
 #include "sched/processor.hpp"
+#include "shared.hpp"
 #include "sync/parking_lot.hpp"
 #include "sync/wait.hpp"
 
@@ -252,7 +259,7 @@ int valid_kind(pthread_mutex_t* m) {
 // d: kNow for trylock, else a deadline (kForever for lock).
 int mutex_lock(pthread_mutex_t* m, Deadline d) {
   int k = valid_kind(m);
-  if (k < 0) return EINVAL;
+  if (k < 0) return shared::mutex_lock(m, d);  // not loom's: shared.cpp's, or EINVAL
   auto& st = mstate(m);
   if (!owned_kind(k)) {
     std::uint32_t z = 0;
@@ -283,7 +290,7 @@ int mutex_lock(pthread_mutex_t* m, Deadline d) {
 
 int mutex_unlock(pthread_mutex_t* m) {
   int k = valid_kind(m);
-  if (k < 0) return EINVAL;
+  if (k < 0) return shared::mutex_unlock(m);
   if (owned_kind(k)) {
     if (mowner(m).load(std::memory_order_relaxed) != rt::identity()) return EPERM;
     if (k == kRecursive && --mcount(m) > 0) return 0;
@@ -308,14 +315,20 @@ int mutex_timed(pthread_mutex_t* m, clockid_t c, const timespec* abs) {
 
 // ---- mutex attributes: one int. bits 0-1 type, 4 robust, 8-9 protocol.
 
-constexpr int kAttrType = 3, kAttrRobust = 16, kAttrProtoShift = 8;
+constexpr int kAttrType = 3, kAttrRobust = 16, kAttrProtoShift = 8, kAttrProtoMask = 3 << kAttrProtoShift;
 int& attr_int(const void* a) { return *reinterpret_cast<int*>(const_cast<void*>(a)); }
 
-// Every attribute's pshared: loom's waiters are fibres of this process, so
-// PTHREAD_PROCESS_SHARED is refused (ENOTSUP) and PRIVATE is what is set.
-int set_pshared(int v) { return v == PTHREAD_PROCESS_PRIVATE ? 0 : v == PTHREAD_PROCESS_SHARED ? ENOTSUP : EINVAL; }
-int get_pshared(int* v) {
-  *v = PTHREAD_PROCESS_PRIVATE;
+constexpr int kAttrPshared = 64;
+
+// Every attribute's pshared, as a bit of an int: PTHREAD_PROCESS_SHARED
+// makes the object shared.cpp's.
+int set_pshared(int& word, int bit, int v) {
+  if (v != PTHREAD_PROCESS_PRIVATE && v != PTHREAD_PROCESS_SHARED) return EINVAL;
+  word = (word & ~bit) | (v == PTHREAD_PROCESS_SHARED ? bit : 0);
+  return 0;
+}
+int get_pshared(int word, int bit, int* v) {
+  *v = word & bit ? PTHREAD_PROCESS_SHARED : PTHREAD_PROCESS_PRIVATE;
   return 0;
 }
 
@@ -333,9 +346,13 @@ std::atomic<int>& cclock(pthread_cond_t* c) { return at<int>(c, 8); }
 // waiting skip the parking lot (Dekker pair: waiter increments, then reads
 // the sequence; signaller bumps the sequence, then reads waiters), and is
 // the waiter's last touch of the condvar, so destroy can wait for it.
+int cond_wait_foreign(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const timespec* abs);
+
 int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const timespec* abs) {
+  if (__builtin_expect(cclock(c).load(std::memory_order_relaxed) & shared::kCondShared, 0))
+    return shared::cond_wait(c, m, clock & ~shared::kCondShared, abs);
   int k = valid_kind(m);
-  if (k < 0) return EINVAL;
+  if (k < 0) return cond_wait_foreign(c, m, clock, abs);
   const void* self = nullptr;
   if (owned_kind(k)) {
     self = rt::identity();
@@ -350,6 +367,7 @@ int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const time
   // Release the mutex entirely (a recursive one too), and take it back
   // with its count after waking.
   std::uint32_t count = mcount(m);
+  shared::cond_users_add(m, 1);
   mowner(m).store(nullptr, std::memory_order_relaxed);
   release(mstate(m));
   rt::Parked r = pl::park_if(
@@ -366,9 +384,37 @@ int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const time
   } else {
     note_holder(m);
   }
+  shared::cond_users_add(m, -1);
   keep.done();
   // A realtime clock set back makes the monotonic deadline early: then it
   // is a spurious wake-up, never an early ETIMEDOUT.
+  return r.result == ParkResult::TimedOut && reached(clock, *abs) ? ETIMEDOUT : 0;
+}
+
+// A condvar of loom's with a mutex of shared.cpp's (robust, say): the same
+// protocol, the mutex released and taken back through its own calls, and
+// their error (EOWNERDEAD) returned.
+int cond_wait_foreign(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const timespec* abs) {
+  if (!shared::is_mutex_kind(mkind(m).load(std::memory_order_relaxed))) return EINVAL;
+  if (abs && !valid(abs)) return EINVAL;
+  Deadline d = deadline(clock, abs);
+  ErrnoKeeper keep;
+  auto& seq = cseq(c);
+  cwaiters(c).fetch_add(1, std::memory_order_seq_cst);
+  std::uint32_t s = seq.load(std::memory_order_seq_cst);
+  shared::cond_users_add(m, 1);
+  if (int e = shared::mutex_unlock(m)) {
+    shared::cond_users_add(m, -1);
+    cwaiters(c).fetch_sub(1, std::memory_order_release);
+    return keep.done(), e;
+  }
+  rt::Parked r = pl::park_if(
+      &seq, [&seq, s] { return seq.load(std::memory_order_relaxed) == s; }, d, rt::WaitKind::condvar);
+  cwaiters(c).fetch_sub(1, std::memory_order_release);  // last touch of c
+  int e = shared::mutex_lock(m, kForever);
+  if (e == 0 || e == EOWNERDEAD) shared::cond_users_add(m, -1);
+  keep.done();
+  if (e) return e;
   return r.result == ParkResult::TimedOut && reached(clock, *abs) ? ETIMEDOUT : 0;
 }
 
@@ -461,7 +507,12 @@ struct RwPark {
   bool pw;
 };
 
+bool rw_shared(pthread_rwlock_t* rw) {
+  return __builtin_expect(at<std::uint32_t>(rw, 48).load(std::memory_order_relaxed) & shared::kRwShared, 0);
+}
+
 int rdlock(pthread_rwlock_t* rw, Deadline d) {
+  if (rw_shared(rw)) return shared::rw_rdlock(rw, d);
   auto& st = rwstate(rw);
   const bool pw = prefer_writer(rw);
   std::optional<ErrnoKeeper> keep;  // only once it may switch
@@ -518,6 +569,7 @@ int rdlock(pthread_rwlock_t* rw, Deadline d) {
 }
 
 int wrlock(pthread_rwlock_t* rw, Deadline d) {
+  if (rw_shared(rw)) return shared::rw_wrlock(rw, d);
   auto& st = rwstate(rw);
   const void* self = rt::identity();
   std::optional<ErrnoKeeper> keep;  // only once it may switch
@@ -573,6 +625,7 @@ int wrlock(pthread_rwlock_t* rw, Deadline d) {
 }
 
 int rw_unlock(pthread_rwlock_t* rw) {
+  if (rw_shared(rw)) return shared::rw_unlock(rw);
   auto& st = rwstate(rw);
   std::uint32_t s = st.load(std::memory_order_relaxed);
   if (s & kWriter) {
@@ -858,9 +911,10 @@ int pthread_mutex_init(pthread_mutex_t* m, const pthread_mutexattr_t* a) noexcep
   int kind = kNormal;
   if (a) {
     int v = attr_int(a);
-    if (v & kAttrRobust) return ENOTSUP;
-    if ((v >> kAttrProtoShift) & 3) return ENOTSUP;
     kind = v & kAttrType;
+    if (v & (kAttrRobust | kAttrPshared | kAttrProtoMask))
+      return shared::mutex_init(m, kind, v & kAttrRobust, (v & kAttrProtoMask) >> kAttrProtoShift, v & kAttrPshared,
+                                (v & shared::kCeilingMask) >> shared::kCeilingShift);
   }
   std::memset(static_cast<void*>(m), 0, sizeof *m);
   mkind(m).store(kind, std::memory_order_release);
@@ -868,8 +922,8 @@ int pthread_mutex_init(pthread_mutex_t* m, const pthread_mutexattr_t* a) noexcep
 }
 
 int pthread_mutex_destroy(pthread_mutex_t* m) noexcept {
-  if (valid_kind(m) < 0) return EINVAL;
-  if (mstate(m).load(std::memory_order_relaxed) & kLocked) return EBUSY;
+  if (valid_kind(m) < 0) return shared::mutex_destroy(m);
+  if ((mstate(m).load(std::memory_order_relaxed) & kLocked) || shared::cond_users(m)) return EBUSY;
   mkind(m).store(-1, std::memory_order_relaxed);
   return 0;
 }
@@ -883,13 +937,17 @@ int pthread_mutex_timedlock(pthread_mutex_t* m, const timespec* abs) noexcept {
 int pthread_mutex_clocklock(pthread_mutex_t* m, clockid_t c, const timespec* abs) noexcept {
   return mutex_timed(m, c, abs);
 }
-// No mutex here is robust: none is ever inconsistent.
-int pthread_mutex_consistent(pthread_mutex_t*) noexcept { return EINVAL; }
+// Robust and PRIO_PROTECT mutexes are shared.cpp's (EINVAL for loom's, as
+// glibc for a mutex that is not robust, or of another protocol).
+int pthread_mutex_consistent(pthread_mutex_t* m) noexcept { return shared::mutex_consistent(m); }
 int loom_mutex_consistent_np(pthread_mutex_t*) noexcept __asm__("pthread_mutex_consistent_np");
-int loom_mutex_consistent_np(pthread_mutex_t*) noexcept { return EINVAL; }
-// Nor PRIO_PROTECT (glibc: EINVAL for a mutex of another protocol).
-int pthread_mutex_getprioceiling(const pthread_mutex_t*, int*) noexcept { return EINVAL; }
-int pthread_mutex_setprioceiling(pthread_mutex_t*, int, int*) noexcept { return EINVAL; }
+int loom_mutex_consistent_np(pthread_mutex_t* m) noexcept { return shared::mutex_consistent(m); }
+int pthread_mutex_getprioceiling(const pthread_mutex_t* m, int* c) noexcept {
+  return shared::mutex_getprioceiling(m, c);
+}
+int pthread_mutex_setprioceiling(pthread_mutex_t* m, int c, int* old) noexcept {
+  return shared::mutex_setprioceiling(m, c, old);
+}
 
 int pthread_mutexattr_init(pthread_mutexattr_t* a) noexcept {
   attr_int(a) = PTHREAD_MUTEX_DEFAULT;
@@ -905,8 +963,12 @@ int pthread_mutexattr_gettype(const pthread_mutexattr_t* a, int* type) noexcept 
   *type = attr_int(a) & kAttrType;
   return 0;
 }
-int pthread_mutexattr_setpshared(pthread_mutexattr_t*, int v) noexcept { return set_pshared(v); }
-int pthread_mutexattr_getpshared(const pthread_mutexattr_t*, int* v) noexcept { return get_pshared(v); }
+int pthread_mutexattr_setpshared(pthread_mutexattr_t* a, int v) noexcept {
+  return set_pshared(attr_int(a), kAttrPshared, v);
+}
+int pthread_mutexattr_getpshared(const pthread_mutexattr_t* a, int* v) noexcept {
+  return get_pshared(attr_int(a), kAttrPshared, v);
+}
 int pthread_mutexattr_setrobust(pthread_mutexattr_t* a, int r) noexcept {
   if (r != PTHREAD_MUTEX_STALLED && r != PTHREAD_MUTEX_ROBUST) return EINVAL;
   attr_int(a) = (attr_int(a) & ~kAttrRobust) | (r == PTHREAD_MUTEX_ROBUST ? kAttrRobust : 0);
@@ -925,20 +987,25 @@ int loom_mutexattr_getrobust_np(const pthread_mutexattr_t* a, int* r) noexcept
 int loom_mutexattr_getrobust_np(const pthread_mutexattr_t* a, int* r) noexcept {
   return pthread_mutexattr_getrobust(a, r);
 }
+// Priority protocols: recorded, and the mutex made shared.cpp's (no
+// priority changes: see there).
 int pthread_mutexattr_setprotocol(pthread_mutexattr_t* a, int p) noexcept {
-  if (p == PTHREAD_PRIO_NONE) {
-    attr_int(a) &= ~(3 << kAttrProtoShift);
-    return 0;
-  }
-  return p == PTHREAD_PRIO_INHERIT || p == PTHREAD_PRIO_PROTECT ? ENOTSUP : EINVAL;
-}
-int pthread_mutexattr_getprotocol(const pthread_mutexattr_t*, int* p) noexcept {
-  *p = PTHREAD_PRIO_NONE;
+  if (p != PTHREAD_PRIO_NONE && p != PTHREAD_PRIO_INHERIT && p != PTHREAD_PRIO_PROTECT) return EINVAL;
+  attr_int(a) = (attr_int(a) & ~kAttrProtoMask) | (p << kAttrProtoShift);
   return 0;
 }
-int pthread_mutexattr_setprioceiling(pthread_mutexattr_t*, int) noexcept { return EINVAL; }
-int pthread_mutexattr_getprioceiling(const pthread_mutexattr_t*, int* c) noexcept {
-  *c = 0;
+int pthread_mutexattr_getprotocol(const pthread_mutexattr_t* a, int* p) noexcept {
+  *p = (attr_int(a) & kAttrProtoMask) >> kAttrProtoShift;
+  return 0;
+}
+int pthread_mutexattr_setprioceiling(pthread_mutexattr_t* a, int c) noexcept {
+  if (!shared::valid_ceiling(c)) return EINVAL;
+  attr_int(a) = (attr_int(a) & ~shared::kCeilingMask) | (c << shared::kCeilingShift);
+  return 0;
+}
+int pthread_mutexattr_getprioceiling(const pthread_mutexattr_t* a, int* c) noexcept {
+  int v = (attr_int(a) & shared::kCeilingMask) >> shared::kCeilingShift;
+  *c = v ? v : shared::min_ceiling();  // as glibc: an unset ceiling reads as SCHED_FIFO's minimum
   return 0;
 }
 
@@ -946,7 +1013,8 @@ int pthread_mutexattr_getprioceiling(const pthread_mutexattr_t*, int* c) noexcep
 
 int pthread_cond_init(pthread_cond_t* c, const pthread_condattr_t* a) noexcept {
   std::memset(static_cast<void*>(c), 0, sizeof *c);
-  cclock(c).store(a ? attr_int(a) >> 1 : CLOCK_REALTIME, std::memory_order_release);
+  int v = a ? attr_int(a) : CLOCK_REALTIME << 1;
+  cclock(c).store((v >> 1) | (v & 1 ? shared::kCondShared : 0), std::memory_order_release);
   return 0;
 }
 int pthread_cond_destroy(pthread_cond_t* c) noexcept {
@@ -955,26 +1023,38 @@ int pthread_cond_destroy(pthread_cond_t* c) noexcept {
   while (cwaiters(c).load(std::memory_order_acquire) != 0) yield_now();
   return 0;
 }
+// (A process-shared condvar's waiters sleep on the word in the kernel, or
+// another process: shared.cpp wakes them.)
 int pthread_cond_signal(pthread_cond_t* c) noexcept {
   cseq(c).fetch_add(1, std::memory_order_seq_cst);
-  if (cwaiters(c).load(std::memory_order_seq_cst) != 0) pl::unpark_one(&cseq(c));
+  if (cwaiters(c).load(std::memory_order_seq_cst) != 0) {
+    if (cclock(c).load(std::memory_order_relaxed) & shared::kCondShared)
+      shared::cond_wake(c, false);
+    else
+      pl::unpark_one(&cseq(c));
+  }
   return 0;
 }
 int pthread_cond_broadcast(pthread_cond_t* c) noexcept {
   cseq(c).fetch_add(1, std::memory_order_seq_cst);
-  if (cwaiters(c).load(std::memory_order_seq_cst) != 0) pl::unpark_all(&cseq(c));
+  if (cwaiters(c).load(std::memory_order_seq_cst) != 0) {
+    if (cclock(c).load(std::memory_order_relaxed) & shared::kCondShared)
+      shared::cond_wake(c, true);
+    else
+      pl::unpark_all(&cseq(c));
+  }
   return 0;
 }
 int pthread_cond_wait(pthread_cond_t* c, pthread_mutex_t* m) { return cond_wait(c, m, CLOCK_REALTIME, nullptr); }
 int pthread_cond_timedwait(pthread_cond_t* c, pthread_mutex_t* m, const timespec* abs) {
-  return cond_wait(c, m, cclock(c).load(std::memory_order_relaxed), abs);
+  return cond_wait(c, m, cclock(c).load(std::memory_order_relaxed) & ~shared::kCondShared, abs);
 }
 int pthread_cond_clockwait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const timespec* abs) {
   if (!supported_clock(clock)) return EINVAL;
   return cond_wait(c, m, clock, abs);
 }
 
-// condattr: one int, bit 0 unused (pshared is never set), clock id above.
+// condattr: one int, bit 0 pshared, clock id above.
 int pthread_condattr_init(pthread_condattr_t* a) noexcept {
   attr_int(a) = CLOCK_REALTIME << 1;
   return 0;
@@ -982,26 +1062,29 @@ int pthread_condattr_init(pthread_condattr_t* a) noexcept {
 int pthread_condattr_destroy(pthread_condattr_t*) noexcept { return 0; }
 int pthread_condattr_setclock(pthread_condattr_t* a, clockid_t c) noexcept {
   if (!supported_clock(c)) return EINVAL;
-  attr_int(a) = c << 1;
+  attr_int(a) = (c << 1) | (attr_int(a) & 1);
   return 0;
 }
 int pthread_condattr_getclock(const pthread_condattr_t* a, clockid_t* c) noexcept {
   *c = attr_int(a) >> 1;
   return 0;
 }
-int pthread_condattr_setpshared(pthread_condattr_t*, int v) noexcept { return set_pshared(v); }
-int pthread_condattr_getpshared(const pthread_condattr_t*, int* v) noexcept { return get_pshared(v); }
+int pthread_condattr_setpshared(pthread_condattr_t* a, int v) noexcept { return set_pshared(attr_int(a), 1, v); }
+int pthread_condattr_getpshared(const pthread_condattr_t* a, int* v) noexcept {
+  return get_pshared(attr_int(a), 1, v);
+}
 
 // ---- rwlocks ----------------------------------------------------------------------------
 
 int pthread_rwlock_init(pthread_rwlock_t* rw, const pthread_rwlockattr_t* a) noexcept {
   std::memset(static_cast<void*>(rw), 0, sizeof *rw);
-  at<std::uint32_t>(rw, 48).store(a ? attr_int(a) : PTHREAD_RWLOCK_DEFAULT_NP, std::memory_order_release);
+  std::uint32_t kind = a ? attr_int(a) : PTHREAD_RWLOCK_DEFAULT_NP;
+  if (a && reinterpret_cast<const int*>(a)[1] == PTHREAD_PROCESS_SHARED) kind |= shared::kRwShared;
+  at<std::uint32_t>(rw, 48).store(kind, std::memory_order_release);
   return 0;
 }
-int pthread_rwlock_destroy(pthread_rwlock_t* rw) noexcept {
-  return rwstate(rw).load(std::memory_order_relaxed) & ~kParkedBits ? EBUSY : 0;
-}
+// glibc's checks nothing (a held rwlock is destroyed with 0: tst-rwlock6).
+int pthread_rwlock_destroy(pthread_rwlock_t*) noexcept { return 0; }
 int pthread_rwlock_rdlock(pthread_rwlock_t* rw) noexcept { return rdlock(rw, kForever); }
 int pthread_rwlock_tryrdlock(pthread_rwlock_t* rw) noexcept { return rdlock(rw, kNow); }
 int pthread_rwlock_timedrdlock(pthread_rwlock_t* rw, const timespec* abs) noexcept {
@@ -1037,14 +1120,22 @@ int pthread_rwlockattr_getkind_np(const pthread_rwlockattr_t* a, int* k) noexcep
   *k = attr_int(a);
   return 0;
 }
-int pthread_rwlockattr_setpshared(pthread_rwlockattr_t*, int v) noexcept { return set_pshared(v); }
-int pthread_rwlockattr_getpshared(const pthread_rwlockattr_t*, int* v) noexcept { return get_pshared(v); }
+int pthread_rwlockattr_setpshared(pthread_rwlockattr_t* a, int v) noexcept {
+  if (v != PTHREAD_PROCESS_PRIVATE && v != PTHREAD_PROCESS_SHARED) return EINVAL;
+  reinterpret_cast<int*>(a)[1] = v;
+  return 0;
+}
+int pthread_rwlockattr_getpshared(const pthread_rwlockattr_t* a, int* v) noexcept {
+  *v = reinterpret_cast<const int*>(a)[1];
+  return 0;
+}
 
 // ---- barriers -------------------------------------------------------------------------------
 
-int pthread_barrier_init(pthread_barrier_t* b, const pthread_barrierattr_t*, unsigned count) noexcept {
+int pthread_barrier_init(pthread_barrier_t* b, const pthread_barrierattr_t* a, unsigned count) noexcept {
   if (count == 0 || count > INT_MAX) return EINVAL;
   std::memset(static_cast<void*>(b), 0, sizeof *b);
+  if (a && attr_int(a) == PTHREAD_PROCESS_SHARED) at<std::uint32_t>(b, 16).store(shared::kBarrierShared);
   bcount(b).store(count, std::memory_order_release);
   return 0;
 }
@@ -1062,6 +1153,8 @@ int pthread_barrier_destroy(pthread_barrier_t* b) noexcept {
 // thread of the next round cannot count itself into the old one. Waiters
 // park while the generation is theirs; `inside` is each thread's last touch.
 int pthread_barrier_wait(pthread_barrier_t* b) noexcept {
+  if (__builtin_expect(at<std::uint32_t>(b, 16).load(std::memory_order_relaxed) == shared::kBarrierShared, 0))
+    return shared::barrier_wait(b);
   std::uint32_t count = bcount(b).load(std::memory_order_acquire);
   if (count == 0) return EINVAL;
   binside(b).fetch_add(1, std::memory_order_acquire);
@@ -1096,8 +1189,15 @@ int pthread_barrierattr_init(pthread_barrierattr_t* a) noexcept {
   return 0;
 }
 int pthread_barrierattr_destroy(pthread_barrierattr_t*) noexcept { return 0; }
-int pthread_barrierattr_setpshared(pthread_barrierattr_t*, int v) noexcept { return set_pshared(v); }
-int pthread_barrierattr_getpshared(const pthread_barrierattr_t*, int* v) noexcept { return get_pshared(v); }
+int pthread_barrierattr_setpshared(pthread_barrierattr_t* a, int v) noexcept {
+  if (v != PTHREAD_PROCESS_PRIVATE && v != PTHREAD_PROCESS_SHARED) return EINVAL;
+  attr_int(a) = v;
+  return 0;
+}
+int pthread_barrierattr_getpshared(const pthread_barrierattr_t* a, int* v) noexcept {
+  *v = attr_int(a);
+  return 0;
+}
 
 // ---- spin locks ------------------------------------------------------------------------------
 //

@@ -12,6 +12,9 @@
 // pattern or, reading the poison as state, sets off more touches (a stale
 // wake-up, a corrupted list) that do.
 //
+// The process-shared, robust and priority-protocol kinds (shared.cpp) run
+// the same rounds ("shared ..."), on one process's threads.
+//
 // Built three ways (tests/pthread_lib/CMakeLists.txt): on glibc, linked with
 // libloom-pthread, and with libloom-pthread's sources compiled in with
 // LOOM_SYNC_TEST_HOOK=loom_test_released, which makes the library call
@@ -35,6 +38,10 @@
 enum { kGuard = 0x5A, kPoison = 0xA6, kPad = 64, kObj = 64, kBlock = kPad + kObj + kPad };
 
 static int rounds = 400;
+// The shared variants (capi/pthread/shared.cpp): process-shared rwlocks,
+// condvars and barriers, and mutexes process-shared, robust, PRIO_INHERIT
+// and PRIO_PROTECT in turn.
+static int shared_mode;
 static int failures;
 static _Atomic(char*) current;  // this round's block, for the hook
 static atomic_int stalls;
@@ -182,6 +189,7 @@ static void test_rwlock(void) {
     pthread_rwlockattr_t a;
     pthread_rwlockattr_init(&a);
     if (rw_round % 4 >= 2) pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    if (shared_mode) pthread_rwlockattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
     pthread_rwlock_init(rw, &a);
     atomic_store(&rw_held, 0);
     if (rw_round % 3 == 2)
@@ -222,6 +230,14 @@ static void test_mutex(void) {
     pthread_mutexattr_t a;
     pthread_mutexattr_init(&a);
     pthread_mutexattr_settype(&a, kinds[mx_round % 4]);
+    if (shared_mode) {
+      switch (mx_round / 4 % 4) {
+        case 0: pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED); break;
+        case 1: pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST); break;
+        case 2: pthread_mutexattr_setprotocol(&a, PTHREAD_PRIO_INHERIT); break;
+        default: pthread_mutexattr_setprotocol(&a, PTHREAD_PRIO_PROTECT); break;
+      }
+    }
     pthread_mutex_init(m, &a);
     atomic_store(&mx_held, 0);
     run2(mx_waiter, mx_holder, m);
@@ -258,7 +274,10 @@ static void test_cond(void) {
   for (cv_round = 0; cv_round < rounds; cv_round++) {
     char* b = block_new();
     pthread_cond_t* c = (pthread_cond_t*)(b + kPad);
-    pthread_cond_init(c, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    if (shared_mode) pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
+    pthread_cond_init(c, &ca);
     cv_flag = 0;
     run2(cv_waiter, cv_signaller, c);
     block_check(b, "condvar", cv_round);
@@ -283,7 +302,10 @@ static void test_barrier(void) {
   for (bar_round = 0; bar_round < rounds; bar_round++) {
     char* blk = block_new();
     pthread_barrier_t* b = (pthread_barrier_t*)(blk + kPad);
-    pthread_barrier_init(b, NULL, 2);
+    pthread_barrierattr_t ba;
+    pthread_barrierattr_init(&ba);
+    if (shared_mode) pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
+    pthread_barrier_init(b, &ba, 2);
     run2(bar_party, bar_late, b);
     block_check(blk, "barrier", bar_round);
   }
@@ -345,13 +367,34 @@ static void test_once(void) {
   }
 }
 
+static void shared_variant(void (*run)(void)) {
+  shared_mode = 1;
+  run();
+  shared_mode = 0;
+}
+static void test_shared_rwlock(void) { shared_variant(test_rwlock); }
+static void test_shared_mutex(void) { shared_variant(test_mutex); }
+static void test_shared_barrier(void) { shared_variant(test_barrier); }
+// A process-shared condvar with a process-shared mutex.
+static void test_shared_cond(void) {
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+  pthread_mutex_init(&cv_mutex, &a);
+  shared_variant(test_cond);
+  pthread_mutex_destroy(&cv_mutex);
+  pthread_mutex_init(&cv_mutex, NULL);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1) rounds = atoi(argv[1]);
   static const struct {
     const char* name;
     void (*run)(void);
   } tests[] = {{"semaphore", test_sem}, {"rwlock", test_rwlock}, {"mutex", test_mutex}, {"condvar", test_cond},
-               {"barrier", test_barrier}, {"spin lock", test_spin}, {"once", test_once}};
+               {"barrier", test_barrier}, {"spin lock", test_spin}, {"once", test_once},
+               {"shared rwlock", test_shared_rwlock}, {"shared mutex", test_shared_mutex},
+               {"shared condvar", test_shared_cond}, {"shared barrier", test_shared_barrier}};
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
     if (argc > 2 && !strstr(argv[2], tests[i].name)) continue;
     fprintf(stderr, "%s...\n", tests[i].name);
