@@ -156,7 +156,7 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
                     (unsigned long long)reinterpret_cast<std::uintptr_t>(o), tail);
     } else if (k == rt::WaitKind::offload) {
       std::snprintf(r.state, sizeof r.state, "blocked: %s%s", o ? static_cast<const char*>(o) : "a call", tail);
-    } else if (o) {
+    } else if (o && k != rt::WaitKind::sleep && k != rt::WaitKind::poll) {  // (their objects: for cancellation)
       std::snprintf(r.state, sizeof r.state, "blocked: %s %p%s", rt::to_string(k), o, tail);
       find_holder(k, o, r);
     } else {
