@@ -91,8 +91,8 @@ int loom_sem_destroy(loom_sem_t* s) {
 int loom_sem_wait(loom_sem_t* s) {
   Semaphore* x = sem_of(s);
   if (!x) return fail(EINVAL);
+  cancel_point();  // even when it need not wait, as glibc's
   if (x->acquire_errno(kNow) == 0) return 0;
-  cancel_point();  // (glibc's too: a cancellation point only when it would wait)
   ErrnoKeeper k;
   int e;
   {
@@ -114,7 +114,6 @@ int loom_sem_trywait(loom_sem_t* s) {
 int loom_sem_clockwait(loom_sem_t* s, clockid_t clock, const struct timespec* abs) {
   Semaphore* x = sem_of(s);
   if (!x) return fail(EINVAL);
-  if (x->acquire_errno(kNow) == 0) return 0;
   cancel_point();
   ErrnoKeeper k;
   int e = timed(clock, abs, EAGAIN, [x](Deadline d) {

@@ -24,7 +24,10 @@
 //    ended); a thread not yet started takes the request when it starts;
 //    detached threads, ended-but-unjoined ones (0, nothing happens) and
 //    main (its handlers run, then it ends as with pthread_exit: the process
-//    lives on until the last thread) are cancelled as on glibc.
+//    lives on until the last thread) are cancelled as on glibc. Callers
+//    that are not fibres (kernel threads; in a fork child every thread)
+//    get glibc's functions, and io.cpp's calls on them are glibc's own
+//    cancellation points.
 //  - pthread_setcancelstate/type: EINVAL for bad values; enabling (or
 //    choosing the asynchronous type) with a request pending and the
 //    asynchronous type acts at once, as glibc.
@@ -69,6 +72,10 @@ struct Glibc {
   void (*unregister_cancel_restore)(__pthread_unwind_buf_t*);
   void (*unwind_next)(__pthread_unwind_buf_t*);
   int (*cancel)(pthread_t);
+  pthread_t (*self)();
+  void (*testcancel)();
+  int (*setcancelstate)(int, int*);
+  int (*setcanceltype)(int, int*);
 };
 
 // Looked up in libc.so.6 itself (base/sys.cpp's rule: not RTLD_NEXT).
@@ -81,6 +88,10 @@ const Glibc& glibc() {
     rt::sys::find_symbol(r.unregister_cancel_restore, "libc.so.6", "__pthread_unregister_cancel_restore");
     rt::sys::find_symbol(r.unwind_next, "libc.so.6", "__pthread_unwind_next");
     rt::sys::find_symbol(r.cancel, "libc.so.6", "pthread_cancel");
+    rt::sys::find_symbol(r.self, "libc.so.6", "pthread_self");
+    rt::sys::find_symbol(r.testcancel, "libc.so.6", "pthread_testcancel");
+    rt::sys::find_symbol(r.setcancelstate, "libc.so.6", "pthread_setcancelstate");
+    rt::sys::find_symbol(r.setcanceltype, "libc.so.6", "pthread_setcanceltype");
     return r;
   }();
   return g;
@@ -159,14 +170,28 @@ void __pthread_unwind_next(__pthread_unwind_buf_t* b) {
   __builtin_unreachable();
 }
 
-int pthread_setcancelstate(int state, int* old) { return loom_setcancelstate(state, old); }
-int pthread_setcanceltype(int type, int* old) { return loom_setcanceltype(type, old); }
+// A caller that is not a fibre (a kernel thread: a fork child's threads,
+// its forking thread, threads made beneath the library) is glibc's: its
+// state, type and checks are glibc's, and its cancellation points are
+// glibc's own functions (io.cpp calls them for such callers).
+int pthread_setcancelstate(int state, int* old) {
+  return on_fibre() ? loom_setcancelstate(state, old) : glibc().setcancelstate(state, old);
+}
+int pthread_setcanceltype(int type, int* old) {
+  return on_fibre() ? loom_setcanceltype(type, old) : glibc().setcanceltype(type, old);
+}
 
 int pthread_cancel(pthread_t t) {
   if (pthread_signal::glibc_thread_of_fork_child(t)) return glibc().cancel(t);
+  if (!on_fibre() && t == pthread_self()) return glibc().cancel(glibc().self());  // (a fork child's forking thread)
   return loom_cancel(t);
 }
 
-void pthread_testcancel(void) { loom_testcancel(); }
+void pthread_testcancel(void) {
+  if (on_fibre())
+    loom_testcancel();
+  else
+    glibc().testcancel();
+}
 
 }  // extern "C"

@@ -30,7 +30,7 @@
 //
 // Cancellation points (cancel.cpp): the condvar waits (a request acts on
 // entry, or ends the park and acts once the mutex is taken again) and the
-// semaphore waits when they would wait (a private semaphore's park ends
+// semaphore waits, even when they need not wait (a private semaphore's park ends
 // with the request; a shared one looks for it between its polls).
 //
 // Waiting: a fibre parks in the parking lot, a kernel thread that is not a
@@ -843,12 +843,12 @@ int sem_wait_shared_fibre(sem_t* s, clockid_t clock, const timespec* abs) {
 
 int sem_wait_common(sem_t* s, clockid_t clock, const timespec* abs) {
   if (abs && !valid(abs)) return EINVAL;  // glibc looks at the time first
+  cancel_point();  // a cancellation point even when it need not wait, as glibc's (tst-cancel12)
   auto& data = sdata(s);
   std::uint64_t d = data.load(std::memory_order_relaxed);
   while (std::uint32_t(d) > 0)
     if (data.compare_exchange_weak(d, d - 1, std::memory_order_acquire)) return 0;
   if (!on_fibre()) return sem_wait_futex(s, clock, abs);
-  cancel_point();  // a cancellation point when it would wait (as glibc's)
   if (sprivate(s) != kFutexShared) return sem_wait_fibre(s, clock, abs);
   return sem_wait_shared_fibre(s, clock, abs);
 }

@@ -405,7 +405,7 @@ int loom_setconcurrency(int level);
  * LOOM_CANCELED. The cancellation points: loom_testcancel, loom_join and
  * loom_clockjoin_np/timedjoin_np (on entry: a request does not wake a
  * joiner), loom_cond_wait/clockwait/timedwait (acting with the mutex held
- * again), loom_sem_wait/clockwait/timedwait (when they would wait),
+ * again), loom_sem_wait/clockwait/timedwait (even when they need not wait),
  * loom_sleep, loom_usleep, loom_nanosleep, loom_clock_nanosleep, and the
  * I/O calls read, write, readv, writev, recv*, send*, accept*, connect, the
  * _until forms, pread, pwrite, fsync, close, poll_one, and loom_poll,
