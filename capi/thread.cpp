@@ -35,9 +35,9 @@
 // point; it acts at its next cancellation point with cancellation enabled
 // (cancel_point) by unwinding as loom_exit(LOOM_CANCELED). A thread that has
 // not started yet keeps the request in its record and takes it when it
-// starts. Asynchronous cancellation is accepted: it acts at cancellation
-// points, when the state or type changes, and in any wait a request can end
-// (a mutex's), but a fibre running user code is never interrupted; a thread blocked in loom_join, or in one
+// starts. Asynchronous cancellation is accepted but acts only at
+// cancellation points and when the state or type changes (a fibre running
+// user code is never interrupted); a thread blocked in loom_join, or in one
 // of loom.h's own mutex/condvar/rwlock/barrier waits, is not woken by the
 // request (it acts when that wait ends and it reaches the next point).
 #include <pthread.h>  // the system's: kernel threads that are not processors
@@ -957,14 +957,7 @@ int loom_setcanceltype(int type, int* old) {
   if (old) *old = s;
   s = type;
   rt::Fibre* f = t ? rt::this_fibre_or_null() : nullptr;
-  if (f) {
-    if (type == LOOM_CANCEL_ASYNCHRONOUS) {
-      f->cancel.fetch_or(rt::kCancelAsync, std::memory_order_relaxed);  // its parks end for a request too
-      if (rt::cancel_pending(f)) act_on_cancel(t, f);
-    } else {
-      f->cancel.fetch_and(~rt::kCancelAsync, std::memory_order_relaxed);
-    }
-  }
+  if (f && type == LOOM_CANCEL_ASYNCHRONOUS && rt::cancel_pending(f)) act_on_cancel(t, f);
   return 0;
 }
 

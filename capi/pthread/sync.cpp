@@ -217,7 +217,6 @@ int acquire_slow(std::atomic<std::uint32_t>& st, Deadline d, bool spin) {
     ops.ctx = &st;
     ops.stamp = policy() == MutexPolicy::hybrid;  // only hybrid's hand_over reads it
     ops.wait_kind = rt::WaitKind::pthread_mutex;  // the key is the mutex (its state word, at 0)
-    ops.async_cancellable = true;  // (cancel.cpp: acts on Cancelled below)
     ops.validate = [](void* c) {
       return static_cast<std::atomic<std::uint32_t>*>(c)->load(std::memory_order_relaxed) == (kLocked | kParked);
     };
@@ -226,7 +225,6 @@ int acquire_slow(std::atomic<std::uint32_t>& st, Deadline d, bool spin) {
     };
     parking(&st);
     rt::Parked r = pl::park(&st, ops, d);
-    if (r.result == ParkResult::Cancelled) cancel_point();  // the asynchronous cancel type: it acts here
     if (r.result == ParkResult::Unparked && r.token == kHandoff) return keep.done(), 0;  // it is ours
     if (r.result == ParkResult::TimedOut) return keep.done(), ETIMEDOUT;
     spins = spin ? kSpinTries : 0;

@@ -43,14 +43,6 @@ inline constexpr unsigned kCancelAsync = 8;      // the fibre's cancel type is A
 // end its record, until none is.
 inline constexpr unsigned kCancelBusyUnit = 16;
 
-// A wait acts on a pending request if it is a cancellation point, or if it
-// may end for one under the asynchronous type (`async_point`: a pthread
-// mutex's park, whose caller then acts) and the fibre's type is that.
-inline bool cancel_ends_wait(unsigned word, bool cancellation_point, bool async_point) noexcept {
-  return (word & (kCancelRequested | kCancelDisabled | kCancelActing)) == kCancelRequested &&
-         (cancellation_point || (async_point && (word & kCancelAsync)));
-}
-
 inline bool cancel_pending(const Fibre* f) noexcept {
   return (f->cancel.load(std::memory_order_relaxed) & (kCancelRequested | kCancelDisabled | kCancelActing)) ==
          kCancelRequested;
@@ -58,8 +50,6 @@ inline bool cancel_pending(const Fibre* f) noexcept {
 // The calling fibre's request, at a blocking point after its note_wait: the
 // waiting side of the pair above. False on a kernel thread that is no fibre.
 bool cancel_pending_here() noexcept;
-// The same as cancel_ends_wait, for the calling fibre (parking_lot).
-bool cancel_ends_wait_here(bool cancellation_point, bool async_point) noexcept;
 
 // Sets f's request and wakes f if it waits at a cancellation point. Any
 // thread; f must stay allocated for the call (the C layer's record keeps it).

@@ -22,7 +22,6 @@ void wake_for_cancel(Fibre* f) {
   const void* object = f->wait_object.load(std::memory_order_acquire);
   switch (kind) {
     case WaitKind::pthread:
-    case WaitKind::pthread_mutex:  // (only under the asynchronous type)
     case WaitKind::condvar:    // (libloom-pthread's condvars and semaphores park with these kinds;
     case WaitKind::semaphore:  //  parking_lot::cancel skips any wait that is not cancellable)
     case WaitKind::futex:
@@ -46,13 +45,6 @@ bool cancel_pending_here() noexcept {
   if (!p) return false;
   std::atomic_signal_fence(std::memory_order_seq_cst);  // after the caller's note (the heavy fence pairs)
   return cancel_pending(p->current());
-}
-
-bool cancel_ends_wait_here(bool cancellation_point, bool async_point) noexcept {
-  Processor* p = this_processor();
-  if (!p) return false;
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  return cancel_ends_wait(p->current()->cancel.load(std::memory_order_relaxed), cancellation_point, async_point);
 }
 
 void request_cancel(Fibre* f) noexcept {

@@ -133,7 +133,7 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
       w.timer.complete = &timer_complete;
     }
     note_wait(ops.wait_kind, key);
-    if ((ops.cancellable || ops.async_cancellable) && cancel_ends_wait_here(ops.cancellable, ops.async_cancellable)) {  // the one load a wait pays
+    if (ops.cancellable && cancel_pending_here()) {  // the one load a cancellation point pays
       unqueue_timed_out(&w);
       b.lock.unlock();
       return {ParkResult::Cancelled, 0};
@@ -180,9 +180,7 @@ bool cancel(const void* key, Fibre* f) noexcept {
   b.lock.lock();
   for (Waiter* w = WaitList::front(b.queue); w; w = w->next) {
     ParkWaiter* x = pw(w);
-    if (x->fibre != f || x->key != key) continue;
-    if (!cancel_ends_wait(f->cancel.load(std::memory_order_relaxed), x->ops->cancellable, x->ops->async_cancellable))
-      break;
+    if (x->fibre != f || x->key != key || !x->ops->cancellable) continue;
     // Queued under this lock: its context is saved (post_park unlocks after
     // the switch), no unparker has taken it; only its timer may compete.
     int expected = kWaiting;

@@ -129,9 +129,6 @@ struct ParkOps {
   // not wait (Cancelled), and one that waits is woken by the request
   // (cancel below). Kernel threads that are not fibres ignore it.
   bool cancellable = false;
-  // The same, only for a fibre whose cancel type is asynchronous (a pthread
-  // mutex's park: its caller acts on Cancelled).
-  bool async_cancellable = false;
 };
 
 // unpark_some's choice: the oldest `limit` waiters whose park token & mask.
