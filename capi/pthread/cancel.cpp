@@ -34,8 +34,8 @@
 // What it does not:
 //  - asynchronous cancellation never interrupts user code: the type is kept
 //    and acts as deferred (at cancellation points, and when the state or
-//    type changes), and also in a mutex's wait (sync.cpp). A thread in a
-//    loop without cancellation points is not cancelled.
+//    type changes). A thread in a loop without cancellation points, or
+//    waiting for a mutex, is not cancelled.
 //  - a request does not wake a thread blocked in pthread_join, in a mutex,
 //    rwlock or barrier (not cancellation points), in a process-shared
 //    semaphore (it looks for the request between its polls), on io_uring's

@@ -415,7 +415,7 @@ int loom_setconcurrency(int level);
  * points. loom_setcancelstate/loom_setcanceltype: EINVAL for other values;
  * the asynchronous type is kept but acts as deferred, except that enabling
  * it (or cancellation, with it) while a request is pending acts at once, as
- * glibc does (and libloom-pthread's mutex waits end for a request then). Callers without a record (C++ loom::Fibre, kernel threads)
+ * glibc does. Callers without a record (C++ loom::Fibre, kernel threads)
  * keep a state and type that nothing acts on. */
 int loom_setcancelstate(int state, int* oldstate);
 int loom_setcanceltype(int type, int* oldtype);
