@@ -26,14 +26,16 @@ R io_call(F&& f) {
 }
 
 // io_call for a cancellation point (capi.hpp, cancel_point): a pending
-// request acts before the call and after a wait it ended (ECANCELED).
+// request acts before the call and after a call that failed (a wait it
+// ended gives ECANCELED; one a close ended, EBADF: glibc's thread would have
+// acted in that wait), never after one that succeeded (no data is lost).
 template <class R, class F>
 R point_call(F&& f) {
   cancel_point();
   ErrnoKeeper k;
   R r = f();
   int e = r < 0 ? *errno_slot() : 0;
-  if (e == ECANCELED) cancel_point();
+  if (r < 0) cancel_point();
   k.done(e);
   return r;
 }

@@ -11,14 +11,14 @@ using loom::capi::errno_slot;
 using loom::capi::ErrnoKeeper;
 
 // Each is a cancellation point (capi.hpp, cancel_point): a pending request
-// acts before the wait and after a wait it ended (ECANCELED).
+// acts before the wait and after a wait that failed (ECANCELED: it ended it).
 template <class F>
 int io_call(F&& f) {
   loom::capi::cancel_point();
   ErrnoKeeper k;
   int r = f();
   int e = r < 0 ? *errno_slot() : 0;
-  if (e == ECANCELED) loom::capi::cancel_point();
+  if (r < 0) loom::capi::cancel_point();  // (ECANCELED, or a failure that came with the request)
   k.done(e);
   return r;
 }

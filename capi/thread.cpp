@@ -816,6 +816,8 @@ int loom_yield(void) {
 void loom_exit(void* retval) {
   if (Thread* t = current_record()) {
     t->retval = retval;
+    // No cancellation acts while it unwinds (glibc's pthread_exit disables it too).
+    if (rt::Fibre* f = rt::this_fibre_or_null()) f->cancel.fetch_or(rt::kCancelActing, std::memory_order_relaxed);
     unwind_thread(t);  // cleanup handlers and destructors, to the trampoline (main: then exit_main)
   }
   if (rt::Fibre* f = rt::this_fibre_or_null()) {
