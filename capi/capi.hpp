@@ -143,6 +143,29 @@ struct GlibcCleanup {
 // The caller's; nullptr for a caller without a record (a kernel thread that
 // is not a processor, a C++ loom::Fibre).
 GlibcCleanup* glibc_cleanup() noexcept;
+// Set by libloom-pthread (capi/pthread/cancel.cpp): takes the innermost
+// buffer off the chain and longjmps into it (its handler then calls
+// __pthread_unwind_next, which calls continue_exit). loom_exit's unwinding
+// calls it when it reaches the buffer's frame.
+extern void (*run_glibc_cleanup)(GlibcCleanup*);
+// Goes on with the calling thread's loom_exit after a glibc cleanup
+// buffer's handler ran (returns only for a caller without a record).
+void continue_exit();
+// A cancellation point of the C API (capi/thread.cpp): if the calling fibre
+// has a pending cancellation request (runtime/sched/cancel.hpp) and a
+// record, it acts on it (loom_exit(LOOM_CANCELED)) and does not return.
+// One load when nothing is pending. Calls that wait call it on entry and
+// again after a wait the request ended (ECANCELED, ParkResult::Cancelled).
+void cancel_point();
+// Brackets a loom::CondVar or Semaphore wait of the C API that is a
+// cancellation point (loom_cond_wait, loom_sem_wait...): a request wakes it
+// (it ends as a timeout would, runtime/sync/wait.hpp); call cancel_point
+// after it.
+struct CancellableWait {
+  CancellableWait() noexcept;
+  ~CancellableWait();
+  void* fibre;
+};
 // libloom-pthread's signals of one thread (capi/pthread/sigthread.cpp): its
 // mask, what is pending for it, and what it waits for. Kept in the record's
 // slot, which outlives the record (slots are reused, never freed), so that

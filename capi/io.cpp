@@ -25,6 +25,21 @@ R io_call(F&& f) {
   return r;
 }
 
+// io_call for a cancellation point (capi.hpp, cancel_point): a pending
+// request acts before the call and after a call that failed (a wait it
+// ended gives ECANCELED; one a close ended, EBADF: glibc's thread would have
+// acted in that wait), never after one that succeeded (no data is lost).
+template <class R, class F>
+R point_call(F&& f) {
+  cancel_point();
+  ErrnoKeeper k;
+  R r = f();
+  int e = r < 0 ? *errno_slot() : 0;
+  if (r < 0) cancel_point();
+  k.done(e);
+  return r;
+}
+
 Deadline deadline_or_forever(const timespec* t) {
   if (!t) return kForever;
   if (!valid(t)) return 1;  // expired: the call fails with ETIMEDOUT at once
@@ -105,73 +120,73 @@ int loom_listen(int fd, int backlog) {
   return io_call<int>([&] { return io::listen(fd, backlog); });
 }
 int loom_accept(int fd, struct sockaddr* addr, socklen_t* len) {
-  return io_call<int>([&] { return io::accept(fd, addr, len); });
+  return point_call<int>([&] { return io::accept(fd, addr, len); });
 }
 int loom_accept4(int fd, struct sockaddr* addr, socklen_t* len, int flags) {
-  return io_call<int>([&] { return io::accept4(fd, addr, len, flags); });
+  return point_call<int>([&] { return io::accept4(fd, addr, len, flags); });
 }
 int loom_connect(int fd, const struct sockaddr* addr, socklen_t len) {
-  return io_call<int>([&] { return io::connect(fd, addr, len); });
+  return point_call<int>([&] { return io::connect(fd, addr, len); });
 }
 
 ssize_t loom_read(int fd, void* buf, size_t n) {
-  return io_call<ssize_t>([&] { return io::read(fd, buf, n); });
+  return point_call<ssize_t>([&] { return io::read(fd, buf, n); });
 }
 ssize_t loom_write(int fd, const void* buf, size_t n) {
-  return io_call<ssize_t>([&] { return io::write(fd, buf, n); });
+  return point_call<ssize_t>([&] { return io::write(fd, buf, n); });
 }
 ssize_t loom_readv(int fd, const struct iovec* iov, int iovcnt) {
-  return io_call<ssize_t>([&] { return io::readv(fd, iov, iovcnt); });
+  return point_call<ssize_t>([&] { return io::readv(fd, iov, iovcnt); });
 }
 ssize_t loom_writev(int fd, const struct iovec* iov, int iovcnt) {
-  return io_call<ssize_t>([&] { return io::writev(fd, iov, iovcnt); });
+  return point_call<ssize_t>([&] { return io::writev(fd, iov, iovcnt); });
 }
 ssize_t loom_recv(int fd, void* buf, size_t n, int flags) {
-  return io_call<ssize_t>([&] { return io::recv(fd, buf, n, flags); });
+  return point_call<ssize_t>([&] { return io::recv(fd, buf, n, flags); });
 }
 ssize_t loom_send(int fd, const void* buf, size_t n, int flags) {
-  return io_call<ssize_t>([&] { return io::send(fd, buf, n, flags); });
+  return point_call<ssize_t>([&] { return io::send(fd, buf, n, flags); });
 }
 ssize_t loom_recvfrom(int fd, void* buf, size_t n, int flags, struct sockaddr* from, socklen_t* len) {
-  return io_call<ssize_t>([&] { return io::recvfrom(fd, buf, n, flags, from, len); });
+  return point_call<ssize_t>([&] { return io::recvfrom(fd, buf, n, flags, from, len); });
 }
 ssize_t loom_sendto(int fd, const void* buf, size_t n, int flags, const struct sockaddr* to, socklen_t len) {
-  return io_call<ssize_t>([&] { return io::sendto(fd, buf, n, flags, to, len); });
+  return point_call<ssize_t>([&] { return io::sendto(fd, buf, n, flags, to, len); });
 }
 ssize_t loom_recvmsg(int fd, struct msghdr* msg, int flags) {
-  return io_call<ssize_t>([&] { return io::recvmsg(fd, msg, flags); });
+  return point_call<ssize_t>([&] { return io::recvmsg(fd, msg, flags); });
 }
 ssize_t loom_sendmsg(int fd, const struct msghdr* msg, int flags) {
-  return io_call<ssize_t>([&] { return io::sendmsg(fd, msg, flags); });
+  return point_call<ssize_t>([&] { return io::sendmsg(fd, msg, flags); });
 }
 int loom_recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags, struct timespec* timeout) {
-  return io_call<int>([&] { return io::recvmmsg(fd, vec, vlen, flags, timeout); });
+  return point_call<int>([&] { return io::recvmmsg(fd, vec, vlen, flags, timeout); });
 }
 int loom_sendmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags) {
-  return io_call<int>([&] { return io::sendmmsg(fd, vec, vlen, flags); });
+  return point_call<int>([&] { return io::sendmmsg(fd, vec, vlen, flags); });
 }
 
 ssize_t loom_read_until(int fd, void* buf, size_t n, const struct timespec* deadline) {
-  return io_call<ssize_t>([&] { return io::read_until(fd, buf, n, deadline_or_forever(deadline)); });
+  return point_call<ssize_t>([&] { return io::read_until(fd, buf, n, deadline_or_forever(deadline)); });
 }
 ssize_t loom_write_until(int fd, const void* buf, size_t n, const struct timespec* deadline) {
-  return io_call<ssize_t>([&] { return io::write_until(fd, buf, n, deadline_or_forever(deadline)); });
+  return point_call<ssize_t>([&] { return io::write_until(fd, buf, n, deadline_or_forever(deadline)); });
 }
 int loom_accept4_until(int fd, struct sockaddr* addr, socklen_t* len, int flags, const struct timespec* deadline) {
-  return io_call<int>([&] { return io::accept4_until(fd, addr, len, flags, deadline_or_forever(deadline)); });
+  return point_call<int>([&] { return io::accept4_until(fd, addr, len, flags, deadline_or_forever(deadline)); });
 }
 int loom_connect_until(int fd, const struct sockaddr* addr, socklen_t len, const struct timespec* deadline) {
-  return io_call<int>([&] { return io::connect_until(fd, addr, len, deadline_or_forever(deadline)); });
+  return point_call<int>([&] { return io::connect_until(fd, addr, len, deadline_or_forever(deadline)); });
 }
 
 ssize_t loom_pread(int fd, void* buf, size_t n, off_t off) {
-  return io_call<ssize_t>([&] { return io::pread(fd, buf, n, off); });
+  return point_call<ssize_t>([&] { return io::pread(fd, buf, n, off); });
 }
 ssize_t loom_pwrite(int fd, const void* buf, size_t n, off_t off) {
-  return io_call<ssize_t>([&] { return io::pwrite(fd, buf, n, off); });
+  return point_call<ssize_t>([&] { return io::pwrite(fd, buf, n, off); });
 }
 int loom_fsync(int fd) {
-  return io_call<int>([&] { return io::fsync(fd); });
+  return point_call<int>([&] { return io::fsync(fd); });
 }
 
 int loom_getaddrinfo(const char* node, const char* service, const struct addrinfo* hints, struct addrinfo** res) {
@@ -183,7 +198,7 @@ int loom_getaddrinfo(const char* node, const char* service, const struct addrinf
 }
 
 int loom_close(int fd) {
-  return io_call<int>([&] { return io::close(fd); });
+  return point_call<int>([&] { return io::close(fd); });
 }
 int loom_dup(int fd) {
   return io_call<int>([&] { return io::dup(fd); });
@@ -221,7 +236,7 @@ int loom_getsockopt(int fd, int level, int name, void* val, socklen_t* len) {
 }
 
 int loom_poll_one(int fd, short events, int timeout_ms) {
-  return io_call<int>([&] { return io::poll_one(fd, events, timeout_ms); });
+  return point_call<int>([&] { return io::poll_one(fd, events, timeout_ms); });
 }
 
 int loom_when_ready(int fd, short events, void (*fn)(void*), void* arg) {

@@ -1,7 +1,7 @@
 // capi/poll.cpp — loom/io.hpp's waits on many descriptors in C (loom.h):
 // loom_poll, loom_ppoll, loom_select, loom_pselect, loom_epoll_wait and
 // loom_epoll_pwait. As the rest of capi/io.cpp: -1 and errno, and errno kept
-// per fibre across the wait (capi.hpp).
+// per fibre across the wait (capi.hpp). Each is a cancellation point.
 #include "capi.hpp"
 #include "loom/io.hpp"
 
@@ -10,11 +10,16 @@ namespace {
 using loom::capi::errno_slot;
 using loom::capi::ErrnoKeeper;
 
+// Each is a cancellation point (capi.hpp, cancel_point): a pending request
+// acts before the wait and after a wait that failed (ECANCELED: it ended it).
 template <class F>
 int io_call(F&& f) {
+  loom::capi::cancel_point();
   ErrnoKeeper k;
   int r = f();
-  k.done(r < 0 ? *errno_slot() : 0);
+  int e = r < 0 ? *errno_slot() : 0;
+  if (r < 0) loom::capi::cancel_point();  // (ECANCELED, or a failure that came with the request)
+  k.done(e);
   return r;
 }
 

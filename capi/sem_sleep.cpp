@@ -6,6 +6,8 @@
 
 #include "base/futex.hpp"
 #include "capi.hpp"
+#include "sched/cancel.hpp"
+#include "sched/processor.hpp"
 
 namespace loom::capi {
 
@@ -23,13 +25,22 @@ Semaphore* sem_of(loom_sem_t* s) {
 }
 
 // Sleeps until clock c reads abs or later. A sleep too long for a deadline
-// is made in long steps.
+// is made in long steps. A cancellation point: a pending request acts
+// before it and when it comes during it (rt::sleep_until_cancellable).
 void sleep_until(clockid_t c, const timespec& abs) {
   constexpr std::int64_t kStepNs = std::int64_t(86400) * 1000000000;
+  cancel_point();
   while (!reached(c, abs)) {
     Deadline d = deadline_of(c, abs);
     if (d == kForever) d = rt::now_ns() + kStepNs;
-    this_fibre::sleep_until(Clock::time_point(std::chrono::nanoseconds(d)));
+    if (rt::this_processor()) {
+      if (!rt::sleep_until_cancellable(d)) {
+        cancel_point();
+        return;  // (a fibre without a record: the request is not the C API's to act on)
+      }
+    } else {
+      this_fibre::sleep_until(Clock::time_point(std::chrono::nanoseconds(d)));
+    }
   }
 }
 
@@ -80,9 +91,15 @@ int loom_sem_destroy(loom_sem_t* s) {
 int loom_sem_wait(loom_sem_t* s) {
   Semaphore* x = sem_of(s);
   if (!x) return fail(EINVAL);
+  cancel_point();  // even when it need not wait, as glibc's
   if (x->acquire_errno(kNow) == 0) return 0;
   ErrnoKeeper k;
-  int e = x->acquire_errno(kForever);
+  int e;
+  {
+    CancellableWait c;
+    e = x->acquire_errno(kForever);
+  }
+  cancel_point();  // a request ended the wait
   k.done(e);
   return e ? -1 : 0;
 }
@@ -97,8 +114,17 @@ int loom_sem_trywait(loom_sem_t* s) {
 int loom_sem_clockwait(loom_sem_t* s, clockid_t clock, const struct timespec* abs) {
   Semaphore* x = sem_of(s);
   if (!x) return fail(EINVAL);
+  cancel_point();
   ErrnoKeeper k;
-  int e = timed(clock, abs, EAGAIN, [x](Deadline d) { return x->acquire_errno(d); });
+  int e = timed(clock, abs, EAGAIN, [x](Deadline d) {
+    int r;
+    {
+      CancellableWait c;
+      r = x->acquire_errno(d);
+    }
+    cancel_point();  // a request ended the wait (before timed() would wait again)
+    return r;
+  });
   k.done(e);
   return e ? -1 : 0;
 }

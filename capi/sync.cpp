@@ -302,13 +302,22 @@ int loom_cond_init(loom_cond_t* c, const loom_condattr_t* a) {
 
 int loom_cond_destroy(loom_cond_t* c) { return destroy_object<CondVar>(c); }
 
+// Cancellation points (capi.hpp): a pending request acts on entry, with
+// the mutex held; one that comes during the wait ends it (CancellableWait)
+// and acts once the mutex is taken again.
 int loom_cond_wait(loom_cond_t* c, loom_mutex_t* m) {
   CondVar* cv = cond_of(c);
   Mutex* x = mutex_of(m);
   if (!cv || !x) return EINVAL;
+  cancel_point();
   ErrnoKeeper k;
-  int e = cv->wait_errno(*x, kForever);
+  int e;
+  {
+    CancellableWait c;
+    e = cv->wait_errno(*x, kForever);
+  }
   k.done();
+  cancel_point();  // a request ended the wait: it acts with the mutex taken again
   return e;
 }
 
@@ -316,8 +325,14 @@ int loom_cond_clockwait(loom_cond_t* c, loom_mutex_t* m, clockid_t clock, const 
   CondVar* cv = cond_of(c);
   Mutex* x = mutex_of(m);
   if (!cv || !x || !supported_clock(clock) || !valid(abs)) return EINVAL;
+  cancel_point();
   ErrnoKeeper k;
-  int e = cv->wait_errno(*x, deadline_of(clock, *abs));
+  int e;
+  {
+    CancellableWait c;
+    e = cv->wait_errno(*x, deadline_of(clock, *abs));
+  }
+  cancel_point();
   // The realtime clock may have been set back since the deadline was
   // computed: report a spurious wake-up rather than an early timeout.
   if (e == ETIMEDOUT && !reached(clock, *abs)) e = 0;

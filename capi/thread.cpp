@@ -19,14 +19,35 @@
 // joiner frees it after rt::join_fibre; otherwise whichever of detach and
 // the trampoline sets its bit second frees it — exactly one sees the other's.
 //
-// loom_exit unwinds the fibre's stack with a C++ exception caught by the
-// trampoline, so C++ destructors run as with glibc's forced unwinding; C
-// frames are passed through (x86-64 compilers emit unwind tables for C).
+// loom_exit unwinds the fibre's stack as glibc's pthread_exit does: a forced
+// unwind (_Unwind_ForcedUnwind) that the trampoline stops, so C++
+// destructors and C's cleanup attributes run, `catch (...)` sees it (and
+// must rethrow: one that swallows it aborts the process, as glibc's
+// "exception not rethrown"), and `catch (abi::__forced_unwind&)` matches it;
+// C frames are passed through (x86-64 compilers emit unwind tables for C).
+// Cleanup frames (loom_cleanup_push) and glibc's cleanup buffers
+// (libloom-pthread) run from the stop function in stack order with those
+// frames: each when the unwinding reaches the frame that holds it.
+//
+// Cancellation (loom_cancel, loom_testcancel, the cancel state and type;
+// docs/DESIGN.md "Cancellation"): a request sets the fibre's word
+// (runtime/sched/cancel.hpp), which wakes it if it waits at a cancellation
+// point; it acts at its next cancellation point with cancellation enabled
+// (cancel_point) by unwinding as loom_exit(LOOM_CANCELED). A thread that has
+// not started yet keeps the request in its record and takes it when it
+// starts. Asynchronous cancellation is accepted but acts only at
+// cancellation points and when the state or type changes (a fibre running
+// user code is never interrupted); a thread blocked in loom_join, or in one
+// of loom.h's own mutex/condvar/rwlock/barrier waits, is not woken by the
+// request (it acts when that wait ends and it reaches the next point).
 #include <pthread.h>  // the system's: kernel threads that are not processors
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cxxabi.h>
+#include <unwind.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +59,7 @@
 #include "capi.hpp"
 #include "loom/cluster.hpp"
 #include "loom/fibre.hpp"
+#include "sched/cancel.hpp"
 #include "sched/cluster.hpp"
 #include "sched/processor.hpp"
 #include "sched/tls.hpp"
@@ -68,8 +90,6 @@ enum : unsigned { kClaimed = 1, kDetached = 2, kExited = 4 };
 // threads that loom_create did not make carry a tag in the low bits.
 bool is_slot_handle(loom_t id) { return id != 0 && !(id & kTagMask) && (id & 0xffffffffu) != 0; }
 
-struct ExitUnwind {};  // thrown by loom_exit, caught by the trampoline
-
 struct Thread {
   loom_t id = 0;  // this record's handle (slot and generation)
   std::atomic<unsigned> state{0};
@@ -92,6 +112,15 @@ struct Thread {
   int cancel_type = LOOM_CANCEL_DEFERRED;
   loom_cleanup_frame* cleanup = nullptr;  // innermost first
   GlibcCleanup glibc;                     // libloom-pthread's (capi.hpp)
+  // Cancellation: a request made before the fibre started (taken by the
+  // trampoline); cancel_lock orders a canceller's use of `fibre` before the
+  // fibre's end (cancel_closed, set by the trampoline as it finishes).
+  std::atomic<bool> cancel_early{false};
+  detail::SpinLock cancel_lock;
+  bool cancel_closed = false;
+  // loom_exit's forced unwind (one at a time per thread; a cleanup buffer's
+  // handler continues it with a new one).
+  _Unwind_Exception unwind{};
   char name[16] = {};
   alignas(loom::Fibre) unsigned char handle_mem[sizeof(loom::Fibre)];
 
@@ -258,11 +287,64 @@ Thread* record_of(loom_t id) {
   return s->thread();
 }
 
-void run_cleanups(Thread* t) {
-  while (loom_cleanup_frame* f = t->cleanup) {
-    t->cleanup = f->_loom_prev;
-    f->_loom_fn(f->_loom_arg);
+// ---- loom_exit's unwinding -----------------------------------------------------------
+
+constexpr _Unwind_Exception_Class kUnwindClass = 0x4c4f4f4d45584954ull;  // "LOOMEXIT"
+
+// A catch (...) ended without rethrowing loom_exit's unwinding: the thread
+// would go on after its exit. glibc aborts there too.
+void not_rethrown(_Unwind_Reason_Code, _Unwind_Exception*) {
+  std::fprintf(stderr, "loom: a thread's exit or cancellation was caught and not rethrown\n");
+  std::abort();
+}
+
+[[noreturn]] void exit_main();
+[[noreturn]] void unwind_thread(Thread* t);
+
+// Called before each frame is unwound. A cleanup frame or glibc buffer
+// below the frame's CFA lives in it (or in a frame already gone): it runs
+// now, innermost first, so handlers and destructors run in stack order.
+_Unwind_Reason_Code unwind_stop(int, _Unwind_Action actions, _Unwind_Exception_Class, _Unwind_Exception*,
+                                struct _Unwind_Context* ctx, void* arg) {
+  auto* t = static_cast<Thread*>(arg);
+  auto cfa = (actions & _UA_END_OF_STACK) ? ~std::uintptr_t(0) : std::uintptr_t(_Unwind_GetCFA(ctx));
+  for (;;) {
+    auto* f = t->cleanup;
+    auto* g = static_cast<char*>(t->glibc.chain);
+    bool frame = f && reinterpret_cast<std::uintptr_t>(f) < cfa;
+    bool buffer = g && reinterpret_cast<std::uintptr_t>(g) < cfa;
+    if (buffer && (!frame || g < reinterpret_cast<char*>(f))) {
+      run_glibc_cleanup(&t->glibc);  // longjmps into the buffer's frame; its handler continues the unwinding
+    } else if (frame) {
+      t->cleanup = f->_loom_prev;
+      f->_loom_fn(f->_loom_arg);
+    } else {
+      break;
+    }
   }
+  if (actions & _UA_END_OF_STACK) {
+    if (t->main) exit_main();  // past main(): the thread ends, the process goes on
+    std::fprintf(stderr, "loom: loom_exit's unwinding found no way back to its thread's start\n");
+    std::abort();
+  }
+  return _URC_NO_REASON;
+}
+
+[[noreturn]] void unwind_thread(Thread* t) {
+  t->unwind.exception_class = kUnwindClass;
+  t->unwind.exception_cleanup = &not_rethrown;
+  _Unwind_ForcedUnwind(&t->unwind, &unwind_stop, t);
+  std::fprintf(stderr, "loom: loom_exit could not unwind its thread's stack\n");
+  std::abort();
+}
+
+// The calling fibre acts on its cancellation request: no second request,
+// no cancellation point acts again while the handlers run (glibc's rule).
+[[noreturn]] void act_on_cancel(Thread* t, rt::Fibre* f) {
+  f->cancel.fetch_or(rt::kCancelActing, std::memory_order_relaxed);
+  t->cancel_state = LOOM_CANCEL_DISABLE;
+  loom_exit(LOOM_CANCELED);
+  __builtin_unreachable();
 }
 
 void destroy_keys(rt::Fibre* self) {
@@ -281,14 +363,18 @@ void trampoline(void* p) {
   auto* t = static_cast<Thread*>(p);
   rt::Fibre* self = rt::this_fibre_or_null();
   t->fibre_id.store(self->id, std::memory_order_relaxed);
-  t->fibre.store(self, std::memory_order_release);
+  t->fibre.store(self, std::memory_order_seq_cst);  // then cancel_early: loom_cancel does the converse
+  if (__builtin_expect(t->cancel_early.load(std::memory_order_seq_cst), 0))
+    self->cancel.fetch_or(rt::kCancelRequested, std::memory_order_relaxed);
   try {
     if (void (*fn)(void*) = t->rest_fn)
       fn(t->rest_arg);  // continued after loom_rest
     else
       t->retval = t->start(t->arg);
-  } catch (const ExitUnwind&) {
-    // loom_exit: retval is set and the cleanup handlers have run.
+  } catch (abi::__forced_unwind&) {
+    // loom_exit's (or another forced unwinding that reached the thread's
+    // start, which ends it too): retval is set and the handlers have run.
+    if (t->unwind.exception_class == kUnwindClass) t->unwind.exception_cleanup = nullptr;  // caught where meant
   }
   rt::Fibre* now = rt::this_fibre_or_null();
   // No processor under a fibre of loom_create: this is the child of a fork
@@ -300,6 +386,9 @@ void trampoline(void* p) {
     std::exit(0);
   }
   if (now->tcb) rt::tls::run_tls_destructors();  // C++ thread_locals: before the keys, as glibc
+  t->cancel_lock.lock();  // no canceller still holds the fibre
+  t->cancel_closed = true;
+  t->cancel_lock.unlock();
   finish(t, now);
 }
 
@@ -396,6 +485,25 @@ __attribute__((constructor(102))) void stats_at_exit() {
 }
 
 }  // namespace
+
+void (*run_glibc_cleanup)(GlibcCleanup*) = nullptr;
+
+void cancel_point() {
+  rt::Fibre* f = rt::this_fibre_or_null();
+  if (__builtin_expect(f == nullptr || !rt::cancel_pending(f), 1)) return;
+  if (Thread* t = current_record()) act_on_cancel(t, f);
+}
+
+CancellableWait::CancellableWait() noexcept : fibre(rt::this_fibre_or_null()) {
+  if (fibre) static_cast<rt::Fibre*>(fibre)->cancel_wait = true;
+}
+CancellableWait::~CancellableWait() {
+  if (fibre) static_cast<rt::Fibre*>(fibre)->cancel_wait = false;  // (a wait that never blocked left it)
+}
+
+void continue_exit() {
+  if (Thread* t = current_record()) unwind_thread(t);
+}
 
 GlibcCleanup* glibc_cleanup() noexcept {
   Thread* t = current_record();
@@ -601,6 +709,7 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
 int loom_join(loom_t id, void** retval) {
   Thread* t = nullptr;
   if (int e = check_joinable(id, &t)) return e;
+  cancel_point();  // a cancellation point (on entry only: a request does not wake a joiner)
   if (int e = claim(t)) return e;
   ErrnoKeeper k;
   reap(t, retval);
@@ -622,6 +731,7 @@ int loom_tryjoin_np(loom_t id, void** retval) {
 int loom_clockjoin_np(loom_t id, void** retval, clockid_t clock, const struct timespec* abstime) {
   Thread* t = nullptr;
   if (int e = check_joinable(id, &t)) return e;
+  cancel_point();
   if (int e = claim(t)) return e;
   ErrnoKeeper k;
   int e = timed(clock, abstime, EAGAIN, [t](Deadline d) { return t->finished.acquire_errno(d); });
@@ -705,10 +815,10 @@ int loom_yield(void) {
 
 void loom_exit(void* retval) {
   if (Thread* t = current_record()) {
-    run_cleanups(t);
-    if (t->main) exit_main();
     t->retval = retval;
-    throw ExitUnwind{};
+    // No cancellation acts while it unwinds (glibc's pthread_exit disables it too).
+    if (rt::Fibre* f = rt::this_fibre_or_null()) f->cancel.fetch_or(rt::kCancelActing, std::memory_order_relaxed);
+    unwind_thread(t);  // cleanup handlers and destructors, to the trampoline (main: then exit_main)
   }
   if (rt::Fibre* f = rt::this_fibre_or_null()) {
     std::fprintf(stderr, "loom: loom_exit called by fibre %llu, which loom_create did not make\n",
@@ -820,12 +930,25 @@ int loom_setconcurrency(int level) {
 
 // ---- cancellation state, cleanup handlers ------------------------------------------
 
+// The fibre's word follows the record's state (kCancelDisabled); with the
+// asynchronous type, a request already pending acts at once when the state
+// or type allows it (glibc's rule), else at the next cancellation point.
 int loom_setcancelstate(int state, int* old) {
   if (state != LOOM_CANCEL_ENABLE && state != LOOM_CANCEL_DISABLE) return EINVAL;
   Thread* t = current_record();
   int& s = t ? t->cancel_state : other_cancel_state;
   if (old) *old = s;
+  rt::Fibre* f = t ? rt::this_fibre_or_null() : nullptr;
+  if (f && (f->cancel.load(std::memory_order_relaxed) & rt::kCancelActing)) return 0;  // stays disabled
   s = state;
+  if (f) {
+    if (state == LOOM_CANCEL_DISABLE) {
+      f->cancel.fetch_or(rt::kCancelDisabled, std::memory_order_relaxed);
+    } else {
+      f->cancel.fetch_and(~rt::kCancelDisabled, std::memory_order_relaxed);
+      if (t->cancel_type == LOOM_CANCEL_ASYNCHRONOUS && rt::cancel_pending(f)) act_on_cancel(t, f);
+    }
+  }
   return 0;
 }
 
@@ -835,12 +958,32 @@ int loom_setcanceltype(int type, int* old) {
   int& s = t ? t->cancel_type : other_cancel_type;
   if (old) *old = s;
   s = type;
+  rt::Fibre* f = t ? rt::this_fibre_or_null() : nullptr;
+  if (f && type == LOOM_CANCEL_ASYNCHRONOUS && rt::cancel_pending(f)) act_on_cancel(t, f);
   return 0;
 }
 
-int loom_cancel(loom_t) { return ENOTSUP; }
+// glibc's rules: ESRCH for a handle that names no thread (joined, or
+// detached and ended); a thread that has ended but is not yet joined, a
+// detached one, one not yet started and main may all be cancelled (0).
+int loom_cancel(loom_t id) {
+  Thread* t = record_of(id);
+  if (!t) return ESRCH;
+  // (main's record knows its fibre from main's first loom_self, which is how
+  // its handle reached the canceller.)
+  t->cancel_early.store(true, std::memory_order_seq_cst);  // then fibre: the trampoline does the converse
+  t->cancel_lock.lock();
+  if (!t->cancel_closed)
+    if (rt::Fibre* f = t->fibre.load(std::memory_order_seq_cst)) rt::request_cancel(f);
+  t->cancel_lock.unlock();
+  if (t == current_record()) {
+    rt::Fibre* f = rt::this_fibre_or_null();
+    if (t->cancel_type == LOOM_CANCEL_ASYNCHRONOUS && rt::cancel_pending(f)) act_on_cancel(t, f);
+  }
+  return 0;
+}
 
-void loom_testcancel(void) {}
+void loom_testcancel(void) { cancel_point(); }
 
 void loom_cleanup_push_frame(struct loom_cleanup_frame* f, void (*fn)(void*), void* arg) {
   Thread* t = current_record();

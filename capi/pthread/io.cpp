@@ -25,7 +25,12 @@
 //                                        and dup2/dup3 in a fork child: see
 //                                        in_child below).
 // The kernel's calls here are raw system calls (syscall(2)), never the libc
-// names, which would reach these very definitions.
+// names, which would reach these very definitions — but for the calls that
+// are cancellation points, which are glibc's own functions from libc.so.6
+// (so that a kernel thread, a fork child's thread say, is cancelled in them
+// as on glibc: cancel.cpp). A fibre's calls are cancellation points of
+// loom's (capi/io.cpp, capi/poll.cpp, capi/sem_sleep.cpp: pthread_cancel
+// wakes a fibre waiting in them).
 //
 // Signal handlers. A handler runs on whatever fibre its kernel thread was
 // running; a fibre's call made there would switch fibres inside the
@@ -84,8 +89,10 @@ namespace {
 
 // ---- the kernel's calls -------------------------------------------------------------
 
-namespace k {
-long sc(long r) { return r; }  // syscall(2) already returns -1 and sets errno
+// Before libloom-pthread's constructors ran (jemalloc reads files from its
+// first malloc, inside dlopen): raw system calls, no lookup.
+namespace raw {
+long sc(long r) { return r; }
 ssize_t read(int fd, void* b, size_t n) { return sc(::syscall(SYS_read, fd, b, n)); }
 ssize_t write(int fd, const void* b, size_t n) { return sc(::syscall(SYS_write, fd, b, n)); }
 ssize_t readv(int fd, const iovec* v, int n) { return sc(::syscall(SYS_readv, fd, v, n)); }
@@ -104,23 +111,6 @@ int recvmmsg(int fd, mmsghdr* v, unsigned n, int f, timespec* t) {
 int sendmmsg(int fd, mmsghdr* v, unsigned n, int f) { return int(::syscall(SYS_sendmmsg, fd, v, n, f)); }
 int accept4(int fd, sockaddr* a, socklen_t* l, int f) { return int(::syscall(SYS_accept4, fd, a, l, f)); }
 int connect(int fd, const sockaddr* a, socklen_t l) { return int(::syscall(SYS_connect, fd, a, l)); }
-// (By the instruction, not through syscall(2) by name: the library's own
-// syscall sends these to the wrappers below — descriptor_syscall.)
-int close(int fd) { return rt::sys::table_call(SYS_close, fd); }
-int dup(int fd) { return rt::sys::table_call(SYS_dup, fd); }
-int dup2(int a, int b) {
-  if (a == b) return rt::sys::table_call(SYS_fcntl, a, F_GETFD) < 0 ? -1 : b;  // dup3 refuses a == b
-  return rt::sys::table_call(SYS_dup3, a, b, 0);
-}
-int dup3(int a, int b, int f) { return rt::sys::table_call(SYS_dup3, a, b, f); }
-int fcntl(int fd, int cmd, long arg) { return rt::sys::table_call(SYS_fcntl, fd, cmd, arg); }
-int close_range(unsigned first, unsigned last, int f) {
-  return rt::sys::table_call(SYS_close_range, long(first), long(last), f);
-}
-int socket(int d, int t, int p) { return int(::syscall(SYS_socket, d, t, p)); }
-int socketpair(int d, int t, int p, int* sv) { return int(::syscall(SYS_socketpair, d, t, p, sv)); }
-int pipe2(int* fds, int f) { return int(::syscall(SYS_pipe2, fds, f)); }
-ssize_t sendfile(int out, int in, off_t* off, size_t n) { return sc(::syscall(SYS_sendfile, out, in, off, n)); }
 int ppoll(pollfd* f, nfds_t n, const timespec* t, const sigset_t* m) {
   // glibc's ppoll keeps the caller's timeout (the kernel writes what is left).
   timespec copy, *tp = nullptr;
@@ -157,6 +147,121 @@ int clock_nanosleep(clockid_t c, int f, const timespec* t, timespec* rem) {
   errno = e;
   return err;
 }
+}  // namespace raw
+
+namespace k {
+long sc(long r) { return r; }  // syscall(2) already returns -1 and sets errno
+
+// The calls that are cancellation points are glibc's own functions, found
+// in libc.so.6 itself: a caller here is a kernel thread (glibc's threads in
+// a fork child, threads made beneath the library), whose cancellation is
+// glibc's (cancel.cpp), and glibc's functions are its cancellation points.
+// They make the system call themselves (never through these names).
+struct Glibc {
+  ssize_t (*read)(int, void*, size_t);
+  ssize_t (*write)(int, const void*, size_t);
+  ssize_t (*readv)(int, const iovec*, int);
+  ssize_t (*writev)(int, const iovec*, int);
+  ssize_t (*recvfrom)(int, void*, size_t, int, sockaddr*, socklen_t*);
+  ssize_t (*sendto)(int, const void*, size_t, int, const sockaddr*, socklen_t);
+  ssize_t (*recvmsg)(int, msghdr*, int);
+  ssize_t (*sendmsg)(int, const msghdr*, int);
+  int (*recvmmsg)(int, mmsghdr*, unsigned, int, timespec*);
+  int (*sendmmsg)(int, mmsghdr*, unsigned, int);
+  int (*accept4)(int, sockaddr*, socklen_t*, int);
+  int (*connect)(int, const sockaddr*, socklen_t);
+  int (*ppoll)(pollfd*, nfds_t, const timespec*, const sigset_t*);
+  int (*poll)(pollfd*, nfds_t, int);
+  int (*select)(int, fd_set*, fd_set*, fd_set*, timeval*);
+  int (*pselect)(int, fd_set*, fd_set*, fd_set*, const timespec*, const sigset_t*);
+  int (*epoll_pwait)(int, epoll_event*, int, int, const sigset_t*);
+  int (*nanosleep)(const timespec*, timespec*);
+  int (*clock_nanosleep)(clockid_t, int, const timespec*, timespec*);
+};
+std::atomic<const Glibc*> glibc_calls{nullptr};  // set by a constructor: null before
+__attribute__((constructor(102))) void find_glibc_calls() {
+  static const Glibc g = [] {
+    Glibc r{};
+    using rt::sys::find_symbol;
+    find_symbol(r.read, "libc.so.6", "read");
+    find_symbol(r.write, "libc.so.6", "write");
+    find_symbol(r.readv, "libc.so.6", "readv");
+    find_symbol(r.writev, "libc.so.6", "writev");
+    find_symbol(r.recvfrom, "libc.so.6", "recvfrom");
+    find_symbol(r.sendto, "libc.so.6", "sendto");
+    find_symbol(r.recvmsg, "libc.so.6", "recvmsg");
+    find_symbol(r.sendmsg, "libc.so.6", "sendmsg");
+    find_symbol(r.recvmmsg, "libc.so.6", "recvmmsg");
+    find_symbol(r.sendmmsg, "libc.so.6", "sendmmsg");
+    find_symbol(r.accept4, "libc.so.6", "accept4");
+    find_symbol(r.connect, "libc.so.6", "connect");
+    find_symbol(r.ppoll, "libc.so.6", "ppoll");
+    find_symbol(r.poll, "libc.so.6", "poll");
+    find_symbol(r.select, "libc.so.6", "select");
+    find_symbol(r.pselect, "libc.so.6", "pselect");
+    find_symbol(r.epoll_pwait, "libc.so.6", "epoll_pwait");
+    find_symbol(r.nanosleep, "libc.so.6", "nanosleep");
+    find_symbol(r.clock_nanosleep, "libc.so.6", "clock_nanosleep");
+    return r;
+  }();
+  glibc_calls.store(&g, std::memory_order_release);
+}
+#define LOOM_GLIBC_OR_RAW(name, ...)                                               \
+  do {                                                                            \
+    if (const Glibc* g = glibc_calls.load(std::memory_order_acquire)) return g->name(__VA_ARGS__); \
+    return raw::name(__VA_ARGS__);                                                \
+  } while (0)
+
+ssize_t read(int fd, void* b, size_t n) { LOOM_GLIBC_OR_RAW(read, fd, b, n); }
+ssize_t write(int fd, const void* b, size_t n) { LOOM_GLIBC_OR_RAW(write, fd, b, n); }
+ssize_t readv(int fd, const iovec* v, int n) { LOOM_GLIBC_OR_RAW(readv, fd, v, n); }
+ssize_t writev(int fd, const iovec* v, int n) { LOOM_GLIBC_OR_RAW(writev, fd, v, n); }
+ssize_t recvfrom(int fd, void* b, size_t n, int f, sockaddr* a, socklen_t* l) {
+  LOOM_GLIBC_OR_RAW(recvfrom, fd, b, n, f, a, l);
+}
+ssize_t sendto(int fd, const void* b, size_t n, int f, const sockaddr* a, socklen_t l) {
+  LOOM_GLIBC_OR_RAW(sendto, fd, b, n, f, a, l);
+}
+ssize_t recvmsg(int fd, msghdr* m, int f) { LOOM_GLIBC_OR_RAW(recvmsg, fd, m, f); }
+ssize_t sendmsg(int fd, const msghdr* m, int f) { LOOM_GLIBC_OR_RAW(sendmsg, fd, m, f); }
+int recvmmsg(int fd, mmsghdr* v, unsigned n, int f, timespec* t) { LOOM_GLIBC_OR_RAW(recvmmsg, fd, v, n, f, t); }
+int sendmmsg(int fd, mmsghdr* v, unsigned n, int f) { LOOM_GLIBC_OR_RAW(sendmmsg, fd, v, n, f); }
+int accept4(int fd, sockaddr* a, socklen_t* l, int f) { LOOM_GLIBC_OR_RAW(accept4, fd, a, l, f); }
+int connect(int fd, const sockaddr* a, socklen_t l) { LOOM_GLIBC_OR_RAW(connect, fd, a, l); }
+// (By the instruction, not through syscall(2) by name: the library's own
+// syscall sends these to the wrappers below — descriptor_syscall.)
+int close(int fd) { return rt::sys::table_call(SYS_close, fd); }
+int dup(int fd) { return rt::sys::table_call(SYS_dup, fd); }
+int dup2(int a, int b) {
+  if (a == b) return rt::sys::table_call(SYS_fcntl, a, F_GETFD) < 0 ? -1 : b;  // dup3 refuses a == b
+  return rt::sys::table_call(SYS_dup3, a, b, 0);
+}
+int dup3(int a, int b, int f) { return rt::sys::table_call(SYS_dup3, a, b, f); }
+int fcntl(int fd, int cmd, long arg) { return rt::sys::table_call(SYS_fcntl, fd, cmd, arg); }
+int close_range(unsigned first, unsigned last, int f) {
+  return rt::sys::table_call(SYS_close_range, long(first), long(last), f);
+}
+int socket(int d, int t, int p) { return int(::syscall(SYS_socket, d, t, p)); }
+int socketpair(int d, int t, int p, int* sv) { return int(::syscall(SYS_socketpair, d, t, p, sv)); }
+int pipe2(int* fds, int f) { return int(::syscall(SYS_pipe2, fds, f)); }
+ssize_t sendfile(int out, int in, off_t* off, size_t n) { return sc(::syscall(SYS_sendfile, out, in, off, n)); }
+// (glibc's ppoll and pselect keep the caller's timeout; its select leaves
+// what was not slept in *t, as Linux's.)
+int ppoll(pollfd* f, nfds_t n, const timespec* t, const sigset_t* m) { LOOM_GLIBC_OR_RAW(ppoll, f, n, t, m); }
+int poll(pollfd* f, nfds_t n, int ms) { LOOM_GLIBC_OR_RAW(poll, f, n, ms); }
+int select(int n, fd_set* r, fd_set* w, fd_set* e, timeval* t) { LOOM_GLIBC_OR_RAW(select, n, r, w, e, t); }
+int pselect(int n, fd_set* r, fd_set* w, fd_set* e, const timespec* t, const sigset_t* m) {
+  LOOM_GLIBC_OR_RAW(pselect, n, r, w, e, t, m);
+}
+int epoll_pwait(int ep, epoll_event* ev, int n, int ms, const sigset_t* m) {
+  LOOM_GLIBC_OR_RAW(epoll_pwait, ep, ev, n, ms, m);
+}
+int nanosleep(const timespec* t, timespec* rem) { LOOM_GLIBC_OR_RAW(nanosleep, t, rem); }
+// 0 or the error number, as clock_nanosleep(3) (glibc's: the CPU-time clocks too).
+int clock_nanosleep(clockid_t c, int f, const timespec* t, timespec* rem) {
+  LOOM_GLIBC_OR_RAW(clock_nanosleep, c, f, t, rem);
+}
+#undef LOOM_GLIBC_OR_RAW
 }  // namespace k
 
 // ---- who gets what -----------------------------------------------------------------------

@@ -29,6 +29,11 @@
 //                         @16 link and @24 count of deferred wake-ups
 //                         (sem_post from signal handlers).
 //
+// Cancellation points (cancel.cpp): the condvar waits (a request acts on
+// entry, or ends the park and acts once the mutex is taken again) and the
+// semaphore waits, even when they need not wait (a private semaphore's park ends
+// with the request; a shared one looks for it between its polls).
+//
 // Waiting: a fibre parks in the parking lot, a kernel thread that is not a
 // processor (or a processor's thread outside a fibre) waits there on a
 // futex; calls before the runtime started are such kernel threads. The
@@ -73,6 +78,7 @@
 #include "base/futex.hpp"
 #include "base/sys.hpp"
 #include "capi.hpp"
+#include "sched/cancel.hpp"
 #include "sched/processor.hpp"
 #include "shared.hpp"
 #include "sync/parking_lot.hpp"
@@ -359,6 +365,7 @@ int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const time
     if (mowner(m).load(std::memory_order_relaxed) != self) return EPERM;
   }
   if (abs && !valid(abs)) return EINVAL;
+  cancel_point();  // a cancellation point (cancel.cpp): on entry with the mutex held, ...
   Deadline d = deadline(clock, abs);
   ErrnoKeeper keep;
   auto& seq = cseq(c);
@@ -371,7 +378,8 @@ int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const time
   mowner(m).store(nullptr, std::memory_order_relaxed);
   release(mstate(m));
   rt::Parked r = pl::park_if(
-      &seq, [&seq, s] { return seq.load(std::memory_order_relaxed) == s; }, d, rt::WaitKind::condvar);
+      &seq, [&seq, s] { return seq.load(std::memory_order_relaxed) == s; }, d, rt::WaitKind::condvar,
+      /*cancellable=*/true);
   cwaiters(c).fetch_sub(1, std::memory_order_release);  // last touch of c
   released(c);
   auto& st = mstate(m);
@@ -386,6 +394,7 @@ int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const time
   }
   shared::cond_users_add(m, -1);
   keep.done();
+  if (r.result == ParkResult::Cancelled) cancel_point();  // ... and when a request ended the wait, the mutex taken again
   // A realtime clock set back makes the monotonic deadline early: then it
   // is a spurious wake-up, never an early ETIMEDOUT.
   return r.result == ParkResult::TimedOut && reached(clock, *abs) ? ETIMEDOUT : 0;
@@ -826,6 +835,7 @@ int sem_wait_fibre(sem_t* s, clockid_t clock, const timespec* abs) {
   pl::ParkOps ops;
   ops.ctx = s;
   ops.wait_kind = rt::WaitKind::semaphore;
+  ops.cancellable = true;  // sem_wait's caller acts on ECANCELED (cancel_point)
   ops.validate = [](void* c) {
     std::uint64_t v = sdata(static_cast<sem_t*>(c)).load(std::memory_order_seq_cst);
     return std::uint32_t(v) == 0 && (v & kFibresParked);
@@ -842,6 +852,10 @@ int sem_wait_fibre(sem_t* s, clockid_t clock, const timespec* abs) {
     if (!(d & kFibresParked) && !data.compare_exchange_weak(d, d | kFibresParked, std::memory_order_seq_cst)) continue;
     parking(s);
     rt::Parked r = pl::park(s, ops, dl);
+    if (r.result == ParkResult::Cancelled) {
+      e = ECANCELED;
+      break;
+    }
     if (r.result == ParkResult::TimedOut) {
       if (abs && !reached(clock, *abs)) {
         dl = deadline(clock, abs);
@@ -875,12 +889,14 @@ int sem_wait_shared_fibre(sem_t* s, clockid_t clock, const timespec* abs) {
       if (left < sleep_ns) sleep_ns = left > 0 ? left : 0;
     }
     this_fibre::sleep_for(std::chrono::nanoseconds(sleep_ns));
+    if (rt::cancel_pending_here()) return ECANCELED;  // a cancellation point: looked for between polls
     if (pause_ns < 1'000'000) pause_ns *= 2;
   }
 }
 
 int sem_wait_common(sem_t* s, clockid_t clock, const timespec* abs) {
   if (abs && !valid(abs)) return EINVAL;  // glibc looks at the time first
+  cancel_point();  // a cancellation point even when it need not wait, as glibc's (tst-cancel12)
   auto& data = sdata(s);
   std::uint64_t d = data.load(std::memory_order_relaxed);
   while (std::uint32_t(d) > 0)
@@ -892,6 +908,7 @@ int sem_wait_common(sem_t* s, clockid_t clock, const timespec* abs) {
 
 // Fails with -1 and errno e (kept per fibre), or returns 0 (errno as it was).
 int sem_result(ErrnoKeeper& keep, int e) {
+  if (e == ECANCELED) cancel_point();  // a request ended the wait
   keep.done(e);
   return e ? -1 : 0;
 }

@@ -1,6 +1,6 @@
 // capi/pthread/thread.cpp — libloom-pthread's threads: pthread_create and
-// every pthread_* call about threads, their attributes, keys, cleanup
-// handlers, exit, signals and fork, by glibc's names and with glibc's
+// every pthread_* call about threads, their attributes, keys, exit,
+// signals and fork (cancellation and cleanup buffers: cancel.cpp), by glibc's names and with glibc's
 // signatures, so that an unmodified program (linked with -lloom-pthread, or
 // run with LD_PRELOAD=libloom-pthread.so) runs each thread it creates as a
 // fibre.
@@ -11,13 +11,9 @@
 // loom.h:
 //  - pthread_attr_t is glibc's 56-byte object; loom's settings are kept in
 //    it (Attr below) and turned into a loom_attr_t at create time;
-//  - pthread_cleanup_push, compiled against glibc's <pthread.h> in C, calls
-//    __pthread_register_cancel with a buffer holding a setjmp: the chain is
-//    kept per fibre (capi.hpp, GlibcCleanup), and pthread_exit longjmps into
-//    each buffer in turn, innermost first, as glibc's unwinder does; the
-//    handler's frame then calls __pthread_unwind_next, which continues. (C++
-//    and C with -fexceptions run the handlers as destructors: loom_exit's
-//    unwinding reaches them.)
+//  - pthread_exit is loom_exit's forced unwind (capi/thread.cpp), which
+//    runs glibc's cleanup buffers (cancel.cpp, with cancellation itself)
+//    and C++ destructors in stack order;
 //  - fork: a handler registered before any of the program's marks the child's
 //    only kernel thread as "not a processor", so every hook of the library
 //    behaves as glibc's there (blocking the kernel thread); threads the
@@ -42,8 +38,7 @@
 //    pthread_sigmask, pthread_kill, the waits); loom changes no disposition
 //    (loom_pthread_routes below keeps the runtime's SIGPIPE default away).
 //    pthread_attr_setsigmask_np still gives ENOTSUP.
-//  - cancellation: pthread_cancel gives ENOTSUP (loom.h); the cancel state
-//    and type are kept.
+//  - cancellation: cancel.cpp.
 //  - pthread_getcpuclockid: ENOENT (a fibre has no CPU-time clock).
 //  - callers that are not loom processors (before the runtime started, other
 //    kernel threads, a fork child) may call pthread_self, pthread_equal, the
@@ -53,7 +48,6 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
-#include <setjmp.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -181,11 +175,6 @@ std::size_t thread_default_stack() {
 // ---- glibc's own functions, for callers that are not loom's -------------------------
 
 struct Glibc {
-  void (*register_cancel)(__pthread_unwind_buf_t*);
-  void (*unregister_cancel)(__pthread_unwind_buf_t*);
-  void (*register_cancel_defer)(__pthread_unwind_buf_t*);
-  void (*unregister_cancel_restore)(__pthread_unwind_buf_t*);
-  void (*unwind_next)(__pthread_unwind_buf_t*);
   // Also in base/sys.hpp, but there sanitizer builds take the names' own
   // addresses, which would be this library's definitions.
   [[noreturn]] void (*exit)(void*);
@@ -212,11 +201,6 @@ struct Glibc {
 const Glibc& glibc() {
   static const Glibc g = [] {
     Glibc r{};
-    rt::sys::find_symbol(r.register_cancel, "libc.so.6", "__pthread_register_cancel");
-    rt::sys::find_symbol(r.unregister_cancel, "libc.so.6", "__pthread_unregister_cancel");
-    rt::sys::find_symbol(r.register_cancel_defer, "libc.so.6", "__pthread_register_cancel_defer");
-    rt::sys::find_symbol(r.unregister_cancel_restore, "libc.so.6", "__pthread_unregister_cancel_restore");
-    rt::sys::find_symbol(r.unwind_next, "libc.so.6", "__pthread_unwind_next");
     rt::sys::find_symbol(r.exit, "libc.so.6", "pthread_exit");
     rt::sys::find_symbol(r.create, "libc.so.6", "pthread_create");
     rt::sys::find_symbol(r.join, "libc.so.6", "pthread_join");
@@ -383,25 +367,6 @@ __attribute__((constructor(110))) void register_fork_handler() {
 // Every thread the program creates gets its own thread-locals (sched/tls.hpp):
 // on from here, on main(), before the program's constructors run.
 __attribute__((constructor(111))) void enable_thread_locals() { rt::tls::enable(); }
-
-// ---- glibc's cleanup buffers ---------------------------------------------------------------
-//
-// __pthread_unwind_buf_t: a jmp_buf (set by the push macro with
-// __sigsetjmp(buf, 0): no signal mask saved) and four words glibc keeps for
-// itself; we use the first as the link to the next outer buffer and the
-// third for pthread_cleanup_push_defer_np's saved cancel type.
-void*& link_of(__pthread_unwind_buf_t* b) { return b->__pad[0]; }
-
-[[noreturn]] void run_next_handler(GlibcCleanup* g) {
-  if (auto* b = static_cast<__pthread_unwind_buf_t*>(g->chain)) {
-    g->chain = link_of(b);
-    // Back into the frame of the push macro, whose `if` runs the handler and
-    // then calls __pthread_unwind_next. The buffer's tag has glibc's jmp_buf
-    // layout up to __mask_was_saved, which is 0: longjmp reads no further.
-    longjmp(reinterpret_cast<__jmp_buf_tag*>(b->__cancel_jmp_buf), 1);
-  }
-  loom_exit(g->retval);  // loom's own cleanup frames, then the unwinding
-}
 
 // ---- signals ----------------------------------------------------------------------------
 
@@ -671,52 +636,14 @@ void pthread_exit(void* retval) {
     forking_thread_ends();
     std::exit(0);
   }
-  if (GlibcCleanup* g = glibc_cleanup()) {
-    g->retval = retval;
-    run_next_handler(g);
-  }
-  if (on_fibre()) loom_exit(retval);  // a fibre loom_create did not make: loom_exit says so
+  // A fibre: loom_exit unwinds its stack, running glibc's cleanup buffers
+  // (cancel.cpp), loom's cleanup frames and C++ destructors in stack order;
+  // a fibre loom_create did not make: loom_exit says so.
+  if (on_fibre()) loom_exit(retval);
   glibc().exit(retval);               // a kernel thread of the system's
 }
 
-void __pthread_register_cancel(__pthread_unwind_buf_t* b) {
-  if (GlibcCleanup* g = glibc_cleanup()) {
-    link_of(b) = g->chain;
-    g->chain = b;
-  } else if (!on_fibre()) {
-    glibc().register_cancel(b);
-  }
-}
-
-void __pthread_unregister_cancel(__pthread_unwind_buf_t* b) {
-  if (GlibcCleanup* g = glibc_cleanup()) {
-    g->chain = link_of(b);
-  } else if (!on_fibre()) {
-    glibc().unregister_cancel(b);
-  }
-}
-
-void __pthread_register_cancel_defer(__pthread_unwind_buf_t* b) {
-  if (!glibc_cleanup() && !on_fibre()) return glibc().register_cancel_defer(b);
-  int old = PTHREAD_CANCEL_DEFERRED;
-  loom_setcanceltype(LOOM_CANCEL_DEFERRED, &old);
-  b->__pad[2] = reinterpret_cast<void*>(static_cast<std::intptr_t>(old));
-  __pthread_register_cancel(b);
-}
-
-void __pthread_unregister_cancel_restore(__pthread_unwind_buf_t* b) {
-  if (!glibc_cleanup() && !on_fibre()) return glibc().unregister_cancel_restore(b);
-  __pthread_unregister_cancel(b);
-  loom_setcanceltype(static_cast<int>(reinterpret_cast<std::intptr_t>(b->__pad[2])), nullptr);
-}
-
-void __pthread_unwind_next(__pthread_unwind_buf_t* b) {
-  if (GlibcCleanup* g = glibc_cleanup()) run_next_handler(g);
-  glibc().unwind_next(b);
-  __builtin_unreachable();
-}
-
-// ---- names, concurrency, cancellation -------------------------------------------------------
+// ---- names, concurrency -------------------------------------------------------
 
 int pthread_getattr_np(pthread_t t, pthread_attr_t* a) {
   if (!a) return EINVAL;
@@ -766,10 +693,6 @@ int pthread_getname_np(pthread_t t, char* name, size_t len) {
 }
 int pthread_getconcurrency(void) { return loom_getconcurrency(); }
 int pthread_setconcurrency(int level) { return loom_setconcurrency(level); }
-int pthread_setcancelstate(int state, int* old) { return loom_setcancelstate(state, old); }
-int pthread_setcanceltype(int type, int* old) { return loom_setcanceltype(type, old); }
-int pthread_cancel(pthread_t t) { return exists(t) ? ENOTSUP : ESRCH; }
-void pthread_testcancel(void) {}
 
 // ---- scheduling, affinity, clocks ----------------------------------------------------------
 

@@ -62,8 +62,9 @@
  *
  * What differs from glibc's pthreads, all documented at the functions:
  * process-private objects only (PTHREAD_PROCESS_SHARED gives ENOTSUP);
- * cancellation is not supported (loom_cancel returns ENOTSUP; cancel state
- * and type are kept); no signal masks or signals per thread; priorities are
+ * cancellation acts at loom's own cancellation points only, and the
+ * asynchronous type acts as the deferred one (loom_cancel); no signal
+ * masks or signals per thread; priorities are
  * loom's three fibre priorities, not POSIX scheduling policies; rwlocks
  * prefer readers by default, as glibc's do (loom_rwlockattr_setkind_np).
  */
@@ -360,16 +361,18 @@ loom_t loom_self(void);
 int loom_equal(loom_t a, loom_t b);
 /* Lets other ready fibres run (sched_yield); always 0. */
 int loom_yield(void);
-/* Ends the calling fibre: cleanup handlers run (innermost first), then, as
- * the stack unwinds (C++ destructors run; C frames need unwind tables,
- * which GCC and Clang emit by default on x86-64), key destructors; retval
- * goes to the joiner. Called from main(), it waits for every fibre made by
- * loom_create to finish, then ends the process with status 0, as POSIX
- * says. Only for fibres made by loom_create, and main (a C++ loom::Fibre
- * that calls it aborts the process with a message); on a kernel thread that
- * is not a processor, its cleanup handlers run and the system's
- * pthread_exit ends it. A C++ `catch (...)` that swallows the unwinding
- * keeps the fibre alive: rethrow. */
+/* Ends the calling fibre as glibc's pthread_exit does: the stack unwinds by
+ * a forced unwind (C++ destructors run; C frames need unwind tables, which
+ * GCC and Clang emit by default on x86-64), running cleanup handlers as
+ * the unwinding reaches their frames (innermost first), then key
+ * destructors; retval goes to the joiner. A C++ `catch (...)` sees the
+ * unwinding (so does `catch (abi::__forced_unwind&)`) and must rethrow:
+ * one that swallows it aborts the process, as on glibc. Called from
+ * main(), it waits for every fibre made by loom_create to finish, then
+ * ends the process with status 0, as POSIX says. Only for fibres made by
+ * loom_create, and main (a C++ loom::Fibre that calls it aborts the process
+ * with a message); on a kernel thread that is not a processor, its cleanup
+ * handlers run and the system's pthread_exit ends it. */
 LOOM_NORETURN void loom_exit(void* retval);
 /* Runs init() once per loom_once_t; concurrent callers wait until it has
  * returned. If init ends its fibre with loom_exit, another caller runs it. */
@@ -391,10 +394,29 @@ int loom_getid_np(loom_t thread, uint64_t* id);
 int loom_getconcurrency(void);
 int loom_setconcurrency(int level);
 
-/* Cancellation is not supported: loom_cancel returns ENOTSUP and never
- * cancels; the cancel state and type are kept per fibre (EINVAL for other
- * values) so that code that saves and restores them runs unchanged;
- * loom_testcancel does nothing. */
+/* Cancellation, deferred, as POSIX has it (docs/DESIGN.md "Cancellation").
+ * loom_cancel(t) asks t to end: 0, or ESRCH for a handle that names no
+ * thread (null, joined, or detached and ended); a thread not started yet,
+ * a detached one, main, and one that has ended but is not joined (nothing
+ * happens to it) may be cancelled. t acts on it at its next cancellation
+ * point with cancellation enabled — and a t already waiting in one is
+ * woken — as loom_exit(LOOM_CANCELED) with cancellation disabled: cleanup
+ * handlers, C++ destructors and key destructors run, the joiner gets
+ * LOOM_CANCELED. The cancellation points: loom_testcancel, loom_join and
+ * loom_clockjoin_np/timedjoin_np (on entry: a request does not wake a
+ * joiner), loom_cond_wait/clockwait/timedwait (acting with the mutex held
+ * again), loom_sem_wait/clockwait/timedwait (even when they need not wait),
+ * loom_sleep, loom_usleep, loom_nanosleep, loom_clock_nanosleep, and the
+ * I/O calls read, write, readv, writev, recv*, send*, accept*, connect, the
+ * _until forms, pread, pwrite, fsync, close, poll_one, and loom_poll,
+ * ppoll, select, pselect, epoll_wait, epoll_pwait (a wait they make on the
+ * offload cluster — regular files, terminals — is not woken: they act when
+ * it returns). Mutexes, rwlocks, barriers and once are not cancellation
+ * points. loom_setcancelstate/loom_setcanceltype: EINVAL for other values;
+ * the asynchronous type is kept but acts as deferred, except that enabling
+ * it (or cancellation, with it) while a request is pending acts at once, as
+ * glibc does. Callers without a record (C++ loom::Fibre, kernel threads)
+ * keep a state and type that nothing acts on. */
 int loom_setcancelstate(int state, int* oldstate);
 int loom_setcanceltype(int type, int* oldtype);
 int loom_cancel(loom_t thread);

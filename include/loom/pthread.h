@@ -25,8 +25,11 @@
  * A name loom cannot support (signals to a thread, signal masks, scheduling
  * policies, CPU affinity, caller-supplied stacks, fork handlers, named
  * semaphores, priority ceilings) fails to compile with a message naming it;
- * it never silently reaches the system's version. Cancellation compiles but
- * does nothing: pthread_cancel returns ENOTSUP (loom/loom.h).
+ * it never silently reaches the system's version. Cancellation is loom's:
+ * pthread_cancel acts at loom's cancellation points (loom/loom.h, at
+ * loom_cancel): its waits, sleeps and joins, and with LOOM_PTHREAD_IO its
+ * I/O calls; pthread_cleanup_push_defer_np and _pop_restore_np do not
+ * compile.
  *
  * Order of includes. The system headers that declare or use these names are
  * included here, before the macros are defined; their include guards then
@@ -142,8 +145,8 @@ LOOM_UNSUPPORTED_(pthread_mutexattr_setprioceiling, LOOM_WHY_CEILING_)
 LOOM_UNSUPPORTED_(pthread_mutexattr_getprioceiling, LOOM_WHY_CEILING_)
 LOOM_UNSUPPORTED_(pthread_mutex_setprioceiling, LOOM_WHY_CEILING_)
 LOOM_UNSUPPORTED_(pthread_mutex_getprioceiling, LOOM_WHY_CEILING_)
-LOOM_UNSUPPORTED_(pthread_cleanup_push_defer_np, "cancellation is not supported")
-LOOM_UNSUPPORTED_(pthread_cleanup_pop_restore_np, "cancellation is not supported")
+LOOM_UNSUPPORTED_(pthread_cleanup_push_defer_np, "not on the header route: pthread_setcanceltype and pthread_cleanup_push")
+LOOM_UNSUPPORTED_(pthread_cleanup_pop_restore_np, "not on the header route: pthread_cleanup_pop and pthread_setcanceltype")
 LOOM_UNSUPPORTED_(sem_open, LOOM_WHY_PSHARED_)
 LOOM_UNSUPPORTED_(sem_close, LOOM_WHY_PSHARED_)
 LOOM_UNSUPPORTED_(sem_unlink, LOOM_WHY_PSHARED_)

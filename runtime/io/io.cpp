@@ -41,6 +41,7 @@
 #include "io/uring.hpp"
 #include "loom/cluster.hpp"
 #include "loom/io.hpp"
+#include "sched/cancel.hpp"
 #include "sched/cluster.hpp"
 #include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
@@ -208,6 +209,7 @@ FdTable& table() {
   static FdTable& t = FdTable::instance();
   return t;
 }
+
 
 // A new descriptor under the number (one loom made or copied): a fibre
 // still on its way to wait for the number's former file must not sleep on
@@ -396,6 +398,10 @@ long wait_and_retry(int fd, FdEntry& e, std::uint32_t gen, Side side, Op& op, De
       }
       this_processor()->counters.add(Stat::io_blocks);
       note_wait(side == kIn ? WaitKind::fd_in : WaitKind::fd_out, reinterpret_cast<const void*>(std::intptr_t(fd)));
+      if (cancel_pending_here()) {  // a cancellation point (sched/cancel.hpp): its request posts the word
+        r = -ECANCELED;
+        break;
+      }
       io_arm(fd, e, side == kOut);
       LOOM_CHAOS_POINT(io_park);
       int rc = s.ready.wait(d, &e.gen, gen);  // a close since `gen` was read: no sleep (issue 25, bug 4)
@@ -792,6 +798,10 @@ long wait_fresh_input(int fd, FdEntry& e, short events, Deadline d) {
   if (!e.in.ready.has_token()) {
     this_processor()->counters.add(Stat::io_blocks);
     note_wait(WaitKind::fd_in, reinterpret_cast<const void*>(std::intptr_t(fd)));
+    if (cancel_pending_here()) {
+      e.in.turn.unlock();
+      return -ECANCELED;
+    }
     io_arm(fd, e, false);
     rc = e.in.ready.wait(d, &e.gen, gen);
   }
@@ -855,9 +865,24 @@ long poll_one_until(int fd, short events, Deadline d) {
     Deadline slice = both ? now_ns() + 1'000'000 : d;
     if (both && d != kForever && d < slice) slice = d;
     r = wait_and_retry(fd, *e, gen, (events & POLLIN) ? kIn : kOut, op, slice, ETIMEDOUT, false);
-    if (r != -ETIMEDOUT) return r;
+    if (r != -ETIMEDOUT) return r;  // (-ECANCELED too)
     if (d != kForever && now_ns() >= d) return 0;
   }
+}
+
+// sched/cancel.hpp: a cancellation request for a fibre noted as waiting on
+// a descriptor or a poll set posts that side's word. A stale note (the
+// fibre has moved on) posts a spurious readiness, which every waiter
+// tolerates (it looks again).
+void cancel_wake_io(WaitKind kind, const void* object) noexcept {
+  if (!object) return;
+  if (kind == WaitKind::poll) {
+    static_cast<FdEntry*>(const_cast<void*>(object))->in.ready.post();  // the set's entry: never freed
+    return;
+  }
+  FdTable* t = FdTable::existing();
+  FdEntry* e = t ? t->find(int(reinterpret_cast<std::intptr_t>(object))) : nullptr;
+  if (e) (kind == WaitKind::fd_in ? e->in : e->out).ready.post();
 }
 
 }  // namespace loom::rt

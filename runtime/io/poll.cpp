@@ -71,6 +71,7 @@
 #include "io/fd_table.hpp"
 #include "io/poller.hpp"
 #include "loom/io.hpp"
+#include "sched/cancel.hpp"
 #include "sched/cluster.hpp"
 #include "sched/processor.hpp"
 
@@ -220,7 +221,8 @@ class WatchSet {
     if (k_epoll_ctl(ep_, EPOLL_CTL_MOD, fd, &ev) != 0) refused(errno_now());
   }
 
-  // Waits for the set to become readable, or until d: 0, or ETIMEDOUT.
+  // Waits for the set to become readable, or until d: 0, or ETIMEDOUT;
+  // ECANCELED for a pending cancellation request (sched/cancel.hpp).
   int wait(Deadline d) {
     if (!entry_->registered.load(std::memory_order_acquire) && !io_register(io_state(*cluster_), ep_, *entry_))
       sliced_ = true;  // the cluster refused it (ENOMEM...): look in slices
@@ -230,7 +232,8 @@ class WatchSet {
       if (w == kForever || s < w) w = s;
     }
     this_processor()->counters.add(Stat::io_blocks);
-    note_wait(WaitKind::poll, nullptr);
+    note_wait(WaitKind::poll, entry_);  // (the entry: a cancellation request posts it)
+    if (cancel_pending_here()) return ECANCELED;
     if (sliced_ && !entry_->registered.load(std::memory_order_acquire)) {
       loom::this_fibre::sleep_until(Clock::time_point(std::chrono::nanoseconds(w)));
       return ETIMEDOUT;
@@ -277,11 +280,11 @@ long wait_many(Processor& p, Deadline d, Look&& look, Watch&& watch, Blocking&& 
     long r = look();
     if (r != 0) return r;
     if (d != kForever && now_ns() >= d) return 0;
-    if (set.empty())  // nothing to watch: a sleep (in day-long steps if forever)
-      this_fibre::sleep_until(
-          Clock::time_point(std::chrono::nanoseconds(d != kForever ? d : now_ns() + 86'400'000'000'000)));
-    else
-      set.wait(d);  // 0 or ETIMEDOUT: look either way
+    if (set.empty()) {  // nothing to watch: a sleep (in day-long steps if forever)
+      if (!sleep_until_cancellable(d != kForever ? d : now_ns() + 86'400'000'000'000)) return -ECANCELED;
+    } else if (set.wait(d) == ECANCELED) {  // else 0 or ETIMEDOUT: look either way
+      return -ECANCELED;
+    }
   }
 }
 

@@ -114,6 +114,15 @@ class Fibre {
   // The loom::io call it made last (its function's name, a literal), for
   // a wait on a descriptor: "blocked: fd 7 (accept4)".
   std::atomic<const char*> wait_call{nullptr};
+  // Cancellation (sched/cancel.hpp): kCancelRequested set by any thread,
+  // kCancelDisabled and kCancelActing by the fibre itself. Read with one
+  // load at each blocking point that is a cancellation point.
+  std::atomic<unsigned> cancel{0};
+  // Set by the C API just before a wait that is a cancellation point on a
+  // loom::CondVar or Semaphore (sync/wait.hpp): the next wait_on takes it
+  // and publishes its record in cancel_waiter while it waits.
+  bool cancel_wait = false;
+  std::atomic<void*> cancel_waiter{nullptr};
   // While it makes a call on the offload cluster (io/offload.cpp): the
   // cluster and processor it left, where the listing shows it, blocked in
   // that call (wait_kind) — not running on a processor of the offload

@@ -98,6 +98,7 @@ struct FibreRow {
   const void* object = nullptr;
   rt::WaitKind kind = rt::WaitKind::none;
   std::uint64_t joins = 0;  // blocked in a join: the fibre it joins
+  char due[40] = "";        // a timed wait: ", due in N ms" or ", overdue N ms", printed last
 };
 
 // What the waited-on object says of its holder (see FibreRow::holder). The
@@ -178,7 +179,7 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
                     (unsigned long long)reinterpret_cast<std::uintptr_t>(o), tail);
     } else if (k == rt::WaitKind::offload) {
       std::snprintf(r.state, sizeof r.state, "blocked: %s%s", o ? static_cast<const char*>(o) : "a call", tail);
-    } else if (o) {
+    } else if (o && k != rt::WaitKind::sleep && k != rt::WaitKind::poll) {  // (their objects: for cancellation)
       std::snprintf(r.state, sizeof r.state, "blocked: %s %p%s", rt::to_string(k), o, tail);
       r.object = o;
       r.kind = k;
@@ -190,12 +191,11 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
     // overdue (its timer waits on a processor that has not run it).
     if (Deadline d = f->wait_deadline.load(std::memory_order_relaxed);
         d != kForever && !runner && k != rt::WaitKind::none && k != rt::WaitKind::rest) {
-      std::size_t n = std::strlen(r.state);
       std::int64_t left = d - rt::now_ns();
       if (left >= 0)
-        std::snprintf(r.state + n, sizeof r.state - n, ", due in %lld ms", (long long)(left / 1000000));
+        std::snprintf(r.due, sizeof r.due, ", due in %lld ms", (long long)(left / 1000000));
       else
-        std::snprintf(r.state + n, sizeof r.state - n, ", overdue %lld ms", (long long)(-left / 1000000));
+        std::snprintf(r.due, sizeof r.due, ", overdue %lld ms", (long long)(-left / 1000000));
     }
     // (A steal or pop may move it. Acquire, as every store of it is a
     // release: it may name a spare the monitor made since, whose cluster
@@ -334,6 +334,10 @@ void dump_fibres(std::FILE* out) {
                       *h.name ? " \"" : "", h.name, *h.name ? "\"" : "");
         break;
       }
+    }
+    if (*r.due) {
+      std::size_t n = std::strlen(state);
+      std::snprintf(state + n, sizeof state - n, "%s", r.due);
     }
     std::fprintf(out, "  %-8llu %-20.20s %-60s %7u %4d %7s %7s %7s\n", (unsigned long long)r.id, r.name, state,
                  r.cluster, r.proc, r.size, r.used, r.high);

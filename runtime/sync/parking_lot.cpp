@@ -10,6 +10,7 @@
 
 #include <new>
 
+#include "sched/cancel.hpp"
 #include "sched/cluster.hpp"
 #include "sched/processor.hpp"
 #include "sync/wait.hpp"
@@ -132,12 +133,23 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
       w.timer.complete = &timer_complete;
     }
     note_wait(ops.wait_kind, key);
+    if (deadline != kForever) self->wait_deadline.store(deadline, std::memory_order_relaxed);  // for the listing
+    if (ops.cancellable && cancel_pending_here()) {  // the one load a cancellation point pays
+      unqueue_timed_out(&w);
+      b.lock.unlock();
+      return {ParkResult::Cancelled, 0};
+    }
     p->suspend(&post_park, &w);
-    // Resumed, perhaps on another processor: unparked, or timed out and
-    // already unqueued by timer_complete.
-    if (w.state.load(std::memory_order_acquire) == kSignalled) {
+    // Resumed, perhaps on another processor: unparked, timed out and
+    // already unqueued by timer_complete, or cancelled (cancel below).
+    int st = w.state.load(std::memory_order_acquire);
+    if (st == kSignalled) {
       if (deadline != kForever) w.cluster->timers.remove(&w.timer);
       return {ParkResult::Unparked, w.token};
+    }
+    if (st == kCancelled) {
+      if (deadline != kForever) w.cluster->timers.remove(&w.timer);
+      return {ParkResult::Cancelled, 0};
     }
     return {ParkResult::TimedOut, 0};
   }
@@ -161,6 +173,28 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
     }
     futex_wait(&w.released, 0, signalled || deadline == kForever ? -1 : deadline);
   }
+}
+
+bool cancel(const void* key, Fibre* f) noexcept {
+  Bucket& b = bucket_of(key);
+  ParkWaiter* won = nullptr;
+  b.lock.lock();
+  for (Waiter* w = WaitList::front(b.queue); w; w = w->next) {
+    ParkWaiter* x = pw(w);
+    if (x->fibre != f || x->key != key || !x->ops->cancellable) continue;
+    // Queued under this lock: its context is saved (post_park unlocks after
+    // the switch), no unparker has taken it; only its timer may compete.
+    int expected = kWaiting;
+    if (x->state.compare_exchange_strong(expected, kCancelled, std::memory_order_acq_rel)) {
+      unqueue_timed_out(x);
+      won = x;
+    }
+    break;
+  }
+  b.lock.unlock();
+  if (!won) return false;
+  schedule(f);  // from here on the record may be gone
+  return true;
 }
 
 UnparkResult unpark_one(const void* key, ParkToken (*callback)(void*, UnparkResult), void* ctx) {

@@ -97,7 +97,9 @@ namespace loom::rt {
 
 using ParkToken = std::uintptr_t;
 
-enum class ParkResult { Unparked, Invalid, TimedOut };
+// Cancelled: the waiter's ParkOps were `cancellable` and a cancellation
+// request for its fibre was pending when it came or woke it (sched/cancel.hpp).
+enum class ParkResult { Unparked, Invalid, TimedOut, Cancelled };
 
 struct Parked {
   ParkResult result;
@@ -123,6 +125,10 @@ struct ParkOps {
   ParkToken park_token = 0;  // the waiter's kind, for unpark_some (and was_last)
   // What the fibre listing says a parked fibre waits on (the object: key).
   WaitKind wait_kind = WaitKind::pthread;
+  // A cancellation point: a fibre with a pending cancellation request does
+  // not wait (Cancelled), and one that waits is woken by the request
+  // (cancel below). Kernel threads that are not fibres ignore it.
+  bool cancellable = false;
 };
 
 // unpark_some's choice: the oldest `limit` waiters whose park token & mask.
@@ -155,13 +161,21 @@ SomeResult unpark_some(const void* key, Take (*choose)(void* ctx, ParkToken queu
 
 // Convenience: park with a lambda as validate (no timed_out hook).
 template <class F>
-Parked park_if(const void* key, F&& validate, Deadline deadline, WaitKind kind = WaitKind::pthread) {
+Parked park_if(const void* key, F&& validate, Deadline deadline, WaitKind kind = WaitKind::pthread,
+               bool cancellable = false) {
   ParkOps ops;
   ops.validate = [](void* c) { return (*static_cast<F*>(c))(); };
   ops.ctx = &validate;
   ops.wait_kind = kind;
+  ops.cancellable = cancellable;
   return park(key, ops, deadline);
 }
+
+// A cancellation request for fibre f (sched/cancel.hpp, request_cancel): if
+// f is parked on `key` in a cancellable wait, takes it off the queue (the
+// primitive's timed_out hook runs, as for a timeout) and wakes it with
+// Cancelled. True if it did.
+bool cancel(const void* key, Fibre* f) noexcept;
 
 // Statistics for tests: waiters queued now, across the table.
 unsigned queued_now();

@@ -1,11 +1,17 @@
 // sync/sleep.cpp — deadlines and sleeping, on the same timer path as every
-// timed wait (a Waiter with no queue: only its timer can wake it).
+// timed wait: a fibre parks (sync/parking_lot) on its own block's address,
+// which nobody unparks, so only its timer wakes it — or, for the C API's
+// sleeps (sleep_until_cancellable), a cancellation request
+// (sched/cancel.hpp). The runtime's own sleeps (pauses between looks) are
+// not cancellation points: they would spin once a request is pending.
 #include <time.h>
 
 #include <cerrno>
 
+#include "sched/cancel.hpp"
 #include "sched/processor.hpp"
 #include "base/sys.hpp"
+#include "sync/parking_lot.hpp"
 #include "sync/wait.hpp"
 
 namespace loom {
@@ -25,22 +31,27 @@ Deadline deadline_after(std::chrono::nanoseconds d) {
 
 namespace rt {
 
-// Sleeps the caller until the monotonic deadline d.
-void sleep_until_ns(Deadline d) {
-  if (d == kForever || now_ns() >= d) return;
-  if (this_processor()) {
-    SpinLock lock;  // wait_on's protocol needs one; only the timer takes it
-    WaitQueue q;
-    Waiter w;
-    lock.lock();
-    note_wait(WaitKind::sleep, nullptr);  // (wait_on stores the deadline)
-    wait_on(q, lock, w, d);  // only the timer can end this wait
-    return;
+namespace {
+// False: a cancellation request ended it (cancellable only).
+bool sleep_parked(Deadline d, bool cancellable) {
+  if (d == kForever || now_ns() >= d) return true;
+  if (Processor* p = this_processor()) {
+    parking_lot::ParkOps ops;
+    ops.wait_kind = WaitKind::sleep;
+    ops.cancellable = cancellable;
+    return parking_lot::park(p->current(), ops, d).result != ParkResult::Cancelled;
   }
   timespec ts{time_t(d / 1000000000), long(d % 1000000000)};
   while (sys::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
   }
+  return true;
 }
+}  // namespace
+
+// Sleeps the caller until the monotonic deadline d.
+void sleep_until_ns(Deadline d) { sleep_parked(d, false); }
+
+bool sleep_until_cancellable(Deadline d) { return sleep_parked(d, true); }
 
 }  // namespace rt
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "sched/cancel.hpp"
 #include "sched/cluster.hpp"
 #include "sched/processor.hpp"
 
@@ -35,6 +36,14 @@ void timer_complete(TimerNode* n) {
   }
   batch.wake_all();
   schedule(f);  // from here on w may be gone
+}
+
+// The record is no longer published; once no requester is looking at it
+// (the busy count), the wait may return and end it.
+void end_cancellable_wait(Fibre* self) {
+  self->cancel_waiter.store(nullptr, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // (the requester's heavy fence pairs)
+  while (self->cancel.load(std::memory_order_acquire) >= kCancelBusyUnit) cpu_relax();
 }
 
 void post_block(Processor&, Fibre*, void* arg) {
@@ -93,6 +102,21 @@ Waiter* WaitList::signal_one(WaitQueue& q) {
   return nullptr;
 }
 
+void cancel_waiter(Waiter* w) noexcept {
+  WakeBatch batch;
+  Fibre* f = w->fibre;
+  w->lock->lock();
+  bool won = false;
+  if (w->queued) {  // no signaller has taken it (they unqueue first, under this lock); its timer may have
+    int expected = kWaiting;
+    won = w->state.compare_exchange_strong(expected, kCancelled, std::memory_order_acq_rel);
+    if (won) unqueue_timed_out(w, batch);
+  }
+  w->lock->unlock();
+  batch.wake_all();
+  if (won) schedule(f);
+}
+
 void wake(Waiter* w) {
   if (Fibre* f = w->fibre) {
     schedule(f);
@@ -111,6 +135,20 @@ bool wait_on(WaitQueue& q, SpinLock& lock, Waiter& w, Deadline d) {
     Fibre* self = p->current();
     w.fibre = self;
     if (!w.ident) w.ident = self;
+    const bool cancellable = self->cancel_wait;  // (the one load a wait pays for cancellation)
+    if (cancellable) {
+      self->cancel_wait = false;
+      self->cancel_waiter.store(&w, std::memory_order_relaxed);  // then the request: the requester's converse
+      if (cancel_pending_here()) {
+        WakeBatch batch;
+        unqueue_timed_out(&w, batch);
+        w.state.store(kCancelled, std::memory_order_relaxed);
+        lock.unlock();
+        batch.wake_all();
+        end_cancellable_wait(self);
+        return false;
+      }
+    }
     if (d != kForever) {
       self->wait_deadline.store(d, std::memory_order_relaxed);
       w.cluster = self->cluster;
@@ -119,10 +157,13 @@ bool wait_on(WaitQueue& q, SpinLock& lock, Waiter& w, Deadline d) {
       w.timer.complete = &timer_complete;
     }
     p->suspend(&post_block, &w);
-    // Resumed (maybe elsewhere): signalled, or timed out and unqueued.
-    if (w.state.load(std::memory_order_acquire) == kSignalled) {
+    // Resumed (maybe elsewhere): signalled, timed out and unqueued, or
+    // cancelled and unqueued (cancel_waiter).
+    if (cancellable) end_cancellable_wait(self);
+    int st = w.state.load(std::memory_order_acquire);
+    if (st == kSignalled || st == kCancelled) {
       if (d != kForever) w.cluster->timers.remove(&w.timer);
-      return true;
+      return st == kSignalled;
     }
     return false;
   }

@@ -61,7 +61,9 @@ namespace loom::rt {
 class Cluster;
 struct WakeBatch;
 
-enum WaitState : int { kWaiting = 0, kSignalled = 1, kTimedOut = 2 };
+// kCancelled: a cancellation request woke it (parking_lot::cancel, under
+// the bucket lock, by the same CAS as a timeout: sched/cancel.hpp).
+enum WaitState : int { kWaiting = 0, kSignalled = 1, kTimedOut = 2, kCancelled = 3 };
 
 struct Waiter {
   TimerNode timer;  // first member: TimerNode* → Waiter*
@@ -124,9 +126,16 @@ const void* identity() noexcept;
 
 // Step 1: with `lock` held and `w` filled in, enqueue on q and wait until
 // signalled (true) or timed out (false). Returns with `lock` released.
+// A fibre whose cancel_wait is set (the C API's cancellation points) also
+// ends its wait for a cancellation request (false, w.state kCancelled), or
+// does not wait when one is pending (sched/cancel.hpp).
 bool wait_on(WaitQueue& q, SpinLock& lock, Waiter& w, Deadline d);
 // Makes a waiter won by signal_one runnable (call without the lock).
 void wake(Waiter* w);
+// A cancellation request for the fibre waiting on w (published in
+// Fibre::cancel_waiter; sched/cancel.hpp keeps w alive meanwhile): if w is
+// still queued, ends its wait as a timeout would, with state kCancelled.
+void cancel_waiter(Waiter* w) noexcept;
 
 inline bool expired(Deadline d) { return d != kForever && (d == kNow || now_ns() >= d); }
 

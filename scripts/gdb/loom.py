@@ -152,7 +152,7 @@ def describe(f, c):
         state = "blocked: join fibre %d%s" % (obj, tail)
     elif kind == "offload":
         state = "blocked: %s%s" % (_str(gdb.Value(obj).cast(gdb.lookup_type("char").pointer())) if obj else "a call", tail)
-    elif obj:
+    elif obj and kind not in ("sleep", "poll"):  # (their objects are for cancellation)
         state = "blocked: %s 0x%x%s" % (KIND_WORDS.get(kind, kind), obj, tail)
         holder, is_tcb = mutex_holder(kind, obj)
     else:

@@ -1,10 +1,13 @@
 /* tests/capi/thread_test.c — loom.h's threads: create, join, detach, exit,
- * attributes, names, cancel state, cleanup handlers, once, keys, clusters,
+ * attributes, names, cancellation at each of loom.h's cancellation points
+ * and its rules, cleanup handlers, once, keys, clusters,
  * migration, per-fibre errno, and callers that are kernel threads. */
 #define _POSIX_C_SOURCE 200809L
 #include <loom/loom.h>
+#include <poll.h>
 #include <pthread.h> /* the system's: a kernel thread that is not a processor */
 #include <stdatomic.h>
+#include <time.h>
 
 #include "ctest.h"
 
@@ -389,13 +392,129 @@ static void cancellation_state(void) {
   CHECK_EQ(loom_setcanceltype(LOOM_CANCEL_DEFERRED, &old), 0);
   CHECK_EQ(old, LOOM_CANCEL_ASYNCHRONOUS);
   CHECK_EQ(loom_setcanceltype(5, NULL), EINVAL);
-  CHECK_EQ(loom_cancel(loom_self()), ENOTSUP);
-  loom_testcancel();
+  loom_testcancel(); /* nothing pending: returns */
   CHECK_EQ(loom_getconcurrency(), 0);
   CHECK_EQ(loom_setconcurrency(4), 0);
   CHECK_EQ(loom_getconcurrency(), 4);
   CHECK_EQ(loom_setconcurrency(-1), EINVAL);
   CHECK_EQ(loom_setconcurrency(0), 0);
+}
+
+/* ---- cancellation at loom.h's own cancellation points ---------------------------- */
+
+static loom_mutex_t cmu = LOOM_MUTEX_INITIALIZER;
+static loom_cond_t ccv = LOOM_COND_INITIALIZER;
+static loom_sem_t cnever;
+static int cpipe[2];
+static atomic_int handlers_run;
+
+static void count_handler(void* arg) {
+  (void)arg;
+  atomic_fetch_add(&handlers_run, 1);
+}
+static void unlock_cmu(void* arg) {
+  (void)arg;
+  atomic_fetch_add(&handlers_run, 1);
+  CHECK_EQ(loom_mutex_unlock(&cmu), 0); /* the condvar wait took it again */
+}
+
+enum { C_COND, C_COND_TIMED, C_SEM, C_SEM_TIMED, C_READ, C_POLL, C_SLEEP, C_NANOSLEEP, C_TESTCANCEL, C_KINDS };
+
+static void* cancellable(void* arg) {
+  int kind = (int)(intptr_t)arg;
+  struct timespec far;
+  clock_gettime(CLOCK_REALTIME, &far);
+  far.tv_sec += 1000;
+  char c;
+  loom_cleanup_push(count_handler, NULL);
+  switch (kind) {
+    case C_COND:
+    case C_COND_TIMED:
+      CHECK_EQ(loom_mutex_lock(&cmu), 0);
+      loom_cleanup_push(unlock_cmu, NULL);
+      for (;;) kind == C_COND ? loom_cond_wait(&ccv, &cmu) : loom_cond_timedwait(&ccv, &cmu, &far);
+      loom_cleanup_pop(0);
+      break;
+    case C_SEM: loom_sem_wait(&cnever); break;
+    case C_SEM_TIMED: loom_sem_timedwait(&cnever, &far); break;
+    case C_READ: loom_read(cpipe[0], &c, 1); break;
+    case C_POLL: {
+      struct pollfd p = {cpipe[0], POLLIN, 0};
+      loom_poll(&p, 1, -1);
+      break;
+    }
+    case C_SLEEP: loom_sleep(1000); break;
+    case C_NANOSLEEP: {
+      struct timespec t = {1000, 0};
+      loom_nanosleep(&t, NULL);
+      break;
+    }
+    case C_TESTCANCEL:
+      for (;;) loom_testcancel();
+  }
+  loom_cleanup_pop(0);
+  return (void*)1; /* not cancelled */
+}
+
+static void cancel_each_point(void) {
+  CHECK_EQ(loom_sem_init(&cnever, 0, 0), 0);
+  CHECK_EQ(loom_pipe(cpipe), 0);
+  for (int k = 0; k < C_KINDS; ++k) {
+    for (int early = 0; early < 2; ++early) { /* cancelled before it can wait, and while it waits */
+      atomic_store(&handlers_run, 0);
+      loom_t t;
+      CHECK_EQ(loom_create(&t, NULL, cancellable, (void*)(intptr_t)k), 0);
+      if (!early) loom_usleep(10000); /* likely waiting by now; the result is the same either way */
+      CHECK_EQ(loom_cancel(t), 0);
+      void* r = NULL;
+      CHECK_EQ(loom_join(t, &r), 0);
+      CHECK(r == LOOM_CANCELED);
+      CHECK_EQ(atomic_load(&handlers_run), k == C_COND || k == C_COND_TIMED ? 2 : 1);
+    }
+  }
+  CHECK_EQ(loom_mutex_trylock(&cmu), 0);
+  CHECK_EQ(loom_mutex_unlock(&cmu), 0);
+  CHECK_EQ(loom_close(cpipe[0]), 0);
+  CHECK_EQ(loom_close(cpipe[1]), 0);
+  CHECK_EQ(loom_sem_destroy(&cnever), 0);
+}
+
+static void* returns_two(void* arg) {
+  (void)arg;
+  return (void*)2;
+}
+
+static void* disables_then_tests(void* arg) {
+  loom_sem_t* go = arg;
+  CHECK_EQ(loom_setcancelstate(LOOM_CANCEL_DISABLE, NULL), 0);
+  CHECK_EQ(loom_sem_post(go), 0);
+  loom_usleep(20000); /* cancelled meanwhile: disabled, a sleep does not act */
+  loom_testcancel();
+  CHECK_EQ(loom_setcancelstate(LOOM_CANCEL_ENABLE, NULL), 0);
+  loom_testcancel();
+  return (void*)1;
+}
+
+static void cancel_rules(void) {
+  /* ESRCH for no thread: 0, a joined handle; an ended, unjoined one: 0. */
+  loom_t t;
+  CHECK_EQ(loom_cancel(0), ESRCH);
+  CHECK_EQ(loom_create(&t, NULL, returns_two, NULL), 0);
+  loom_usleep(5000);
+  CHECK_EQ(loom_cancel(t), 0);
+  void* r = NULL;
+  CHECK_EQ(loom_join(t, &r), 0);
+  CHECK(r == (void*)2);
+  CHECK_EQ(loom_cancel(t), ESRCH);
+  /* Disabled: the request waits for the state to allow it. */
+  loom_sem_t go;
+  CHECK_EQ(loom_sem_init(&go, 0, 0), 0);
+  CHECK_EQ(loom_create(&t, NULL, disables_then_tests, &go), 0);
+  CHECK_EQ(loom_sem_wait(&go), 0);
+  CHECK_EQ(loom_cancel(t), 0);
+  CHECK_EQ(loom_join(t, &r), 0);
+  CHECK(r == LOOM_CANCELED);
+  CHECK_EQ(loom_sem_destroy(&go), 0);
 }
 
 /* ---- once ------------------------------------------------------------------------------ */
@@ -682,6 +801,8 @@ int main(void) {
   RUN(names);
   RUN(ids_match_the_listing);
   RUN(cancellation_state);
+  RUN(cancel_each_point);
+  RUN(cancel_rules);
   RUN(once_runs_once_for_many_fibres);
   RUN(keys);
   RUN(clusters_and_migration);

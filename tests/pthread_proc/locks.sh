@@ -15,9 +15,9 @@ left=$(id_of left) right=$(id_of right)
 check() {  # pattern what
   grep -Eq "$1" "$tmp/out" || { echo "locks: $2: no line matching /$1/"; fail=1; }
 }
-check "^ +$left +left +blocked: mutex 0x[0-9a-f]+ \(b\) held by fibre $right \"right\" " "left waits for right's mutex, b"
-check "^ +$right +right +blocked: mutex 0x[0-9a-f]+ \(a\) held by fibre $left \"left\" " "right waits for left's mutex, a"
-check "^ +[0-9]+ +errchk +blocked: mutex 0x[0-9a-f]+ \(e\) held by fibre 1 \"main\" " "an error-checking mutex main holds"
+check "^ +$left +left +blocked: mutex 0x[0-9a-f]+ \(b\) held by fibre $right \"right\"[ ,]" "left waits for right's mutex, b"
+check "^ +$right +right +blocked: mutex 0x[0-9a-f]+ \(a\) held by fibre $left \"left\"[ ,]" "right waits for left's mutex, a"
+check "^ +[0-9]+ +errchk +blocked: mutex 0x[0-9a-f]+ \(e\) held by fibre 1 \"main\"[ ,]" "an error-checking mutex main holds"
 check "^loom: deadlock: fibre [0-9]+ \"(left|right)\" waits for mutex 0x[0-9a-f]+ \([ab]\) held by fibre" "the cycle, said after the table"
 check "^ +[0-9]+ +cv-waiter +blocked: condvar 0x" "a condition variable"
 check "^ +[0-9]+ +rw-writer +blocked: rwlock \(write\) 0x" "a rwlock"

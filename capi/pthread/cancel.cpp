@@ -1,0 +1,197 @@
+// capi/pthread/cancel.cpp — libloom-pthread's cancellation, by glibc's names:
+// pthread_cancel, pthread_testcancel, pthread_setcancelstate,
+// pthread_setcanceltype, and glibc's cleanup buffers (what C's
+// pthread_cleanup_push and pthread_cleanup_push_defer_np compile to:
+// __pthread_register_cancel, __pthread_unregister_cancel, their _defer and
+// _restore forms, __pthread_unwind_next). docs/DESIGN.md, "Cancellation".
+//
+// What it reproduces of glibc's:
+//  - deferred cancellation: pthread_cancel(t) marks t (runtime/sched/
+//    cancel.hpp) and, if t waits at a cancellation point, wakes it; t acts
+//    at its next cancellation point with cancellation enabled: the calls of
+//    io.cpp (the read, write, recv, send, accept and connect families, poll,
+//    select, epoll_wait, the sleeps), the condvar and semaphore waits
+//    (sync.cpp), sigwait, sigwaitinfo, sigtimedwait, sigsuspend and pause
+//    (sigthread.cpp, through sem_wait), pthread_join and its timed forms,
+//    pthread_testcancel. A condvar wait acts with the mutex held again.
+//  - acting is pthread_exit(PTHREAD_CANCELED) with cancellation disabled:
+//    a forced unwind (capi/thread.cpp) that runs the cleanup buffers below
+//    and C++ destructors and cleanup attributes in stack order, lets
+//    `catch (...)` see it (it must rethrow: swallowing it aborts, glibc's
+//    "exception not rethrown") and stops at the thread's start; then the
+//    thread's key destructors run and a joiner gets PTHREAD_CANCELED.
+//  - ESRCH only for a handle that names no thread (joined, or detached and
+//    ended); a thread not yet started takes the request when it starts;
+//    detached threads, ended-but-unjoined ones (0, nothing happens) and
+//    main (its handlers run, then it ends as with pthread_exit: the process
+//    lives on until the last thread) are cancelled as on glibc. Callers
+//    that are not fibres (kernel threads; in a fork child every thread)
+//    get glibc's functions, and io.cpp's calls on them are glibc's own
+//    cancellation points.
+//  - pthread_setcancelstate/type: EINVAL for bad values; enabling (or
+//    choosing the asynchronous type) with a request pending and the
+//    asynchronous type acts at once, as glibc.
+// What it does not:
+//  - asynchronous cancellation never interrupts user code: the type is kept
+//    and acts as deferred (at cancellation points, and when the state or
+//    type changes). A thread in a loop without cancellation points, or
+//    waiting for a mutex, is not cancelled.
+//  - a request does not wake a thread blocked in pthread_join, in a mutex,
+//    rwlock or barrier (not cancellation points), in a process-shared
+//    semaphore (it looks for the request between its polls), on io_uring's
+//    read path, or in a call loom offloads (a regular file, a terminal): it
+//    acts when that call returns and it reaches a cancellation point.
+//  - glibc's cancellation points that loom does not intercept (open, fcntl
+//    with F_SETLKW, waitpid, system, msgrcv, mq_receive, tcdrain, lockf...,
+//    and whatever glibc calls them from) call glibc's internal checks, which
+//    look at glibc's own thread descriptor — the processor's kernel thread,
+//    never cancelled: they block as they do and are not cancellation points
+//    under the preload. Callers that are not fibres of loom_create (kernel
+//    threads, a fork child's threads, which are glibc's) get glibc's calls.
+#include <pthread.h>
+#include <setjmp.h>
+
+#include <cerrno>
+#include <cstdint>
+
+#include "base/sys.hpp"
+#include "capi.hpp"
+#include "loom/loom.h"
+#include "sched/processor.hpp"
+#include "signals.hpp"
+
+namespace loom::capi::pthread_cancel {
+namespace {
+
+// glibc's own functions, for callers that are not loom's (kernel threads
+// that are not processors, a fork child's threads).
+struct Glibc {
+  void (*register_cancel)(__pthread_unwind_buf_t*);
+  void (*unregister_cancel)(__pthread_unwind_buf_t*);
+  void (*register_cancel_defer)(__pthread_unwind_buf_t*);
+  void (*unregister_cancel_restore)(__pthread_unwind_buf_t*);
+  void (*unwind_next)(__pthread_unwind_buf_t*);
+  int (*cancel)(pthread_t);
+  pthread_t (*self)();
+  void (*testcancel)();
+  int (*setcancelstate)(int, int*);
+  int (*setcanceltype)(int, int*);
+};
+
+// Looked up in libc.so.6 itself (base/sys.cpp's rule: not RTLD_NEXT).
+const Glibc& glibc() {
+  static const Glibc g = [] {
+    Glibc r{};
+    rt::sys::find_symbol(r.register_cancel, "libc.so.6", "__pthread_register_cancel");
+    rt::sys::find_symbol(r.unregister_cancel, "libc.so.6", "__pthread_unregister_cancel");
+    rt::sys::find_symbol(r.register_cancel_defer, "libc.so.6", "__pthread_register_cancel_defer");
+    rt::sys::find_symbol(r.unregister_cancel_restore, "libc.so.6", "__pthread_unregister_cancel_restore");
+    rt::sys::find_symbol(r.unwind_next, "libc.so.6", "__pthread_unwind_next");
+    rt::sys::find_symbol(r.cancel, "libc.so.6", "pthread_cancel");
+    rt::sys::find_symbol(r.self, "libc.so.6", "pthread_self");
+    rt::sys::find_symbol(r.testcancel, "libc.so.6", "pthread_testcancel");
+    rt::sys::find_symbol(r.setcancelstate, "libc.so.6", "pthread_setcancelstate");
+    rt::sys::find_symbol(r.setcanceltype, "libc.so.6", "pthread_setcanceltype");
+    return r;
+  }();
+  return g;
+}
+
+bool on_fibre() { return rt::this_fibre_or_null() != nullptr; }
+
+// ---- glibc's cleanup buffers ---------------------------------------------------------------
+//
+// __pthread_unwind_buf_t: a jmp_buf (set by the push macro with
+// __sigsetjmp(buf, 0): no signal mask saved) and four words glibc keeps for
+// itself; we use the first as the link to the next outer buffer and the
+// third for pthread_cleanup_push_defer_np's saved cancel type. The chain is
+// kept per fibre of loom_create (and main) in its record (capi.hpp,
+// GlibcCleanup).
+void*& link_of(__pthread_unwind_buf_t* b) { return b->__pad[0]; }
+
+// capi/thread.cpp's unwinding reached the innermost buffer's frame: back
+// into the push macro, whose `if` runs the handler and then calls
+// __pthread_unwind_next, which goes on unwinding. The buffer's tag has
+// glibc's jmp_buf layout up to __mask_was_saved, which is 0: longjmp reads
+// no further.
+void run_innermost(GlibcCleanup* g) {
+  auto* b = static_cast<__pthread_unwind_buf_t*>(g->chain);
+  g->chain = link_of(b);
+  longjmp(reinterpret_cast<__jmp_buf_tag*>(b->__cancel_jmp_buf), 1);
+}
+
+__attribute__((constructor)) void install() { run_glibc_cleanup = &run_innermost; }
+
+}  // namespace
+}  // namespace loom::capi::pthread_cancel
+
+using namespace loom;
+using namespace loom::capi;
+using namespace loom::capi::pthread_cancel;
+
+extern "C" {
+
+void __pthread_register_cancel(__pthread_unwind_buf_t* b) {
+  if (GlibcCleanup* g = glibc_cleanup()) {
+    link_of(b) = g->chain;
+    g->chain = b;
+  } else if (!on_fibre()) {
+    glibc().register_cancel(b);
+  }
+}
+
+void __pthread_unregister_cancel(__pthread_unwind_buf_t* b) {
+  if (GlibcCleanup* g = glibc_cleanup()) {
+    g->chain = link_of(b);
+  } else if (!on_fibre()) {
+    glibc().unregister_cancel(b);
+  }
+}
+
+void __pthread_register_cancel_defer(__pthread_unwind_buf_t* b) {
+  if (!glibc_cleanup() && !on_fibre()) return glibc().register_cancel_defer(b);
+  int old = PTHREAD_CANCEL_DEFERRED;
+  loom_setcanceltype(LOOM_CANCEL_DEFERRED, &old);
+  b->__pad[2] = reinterpret_cast<void*>(static_cast<std::intptr_t>(old));
+  __pthread_register_cancel(b);
+}
+
+void __pthread_unregister_cancel_restore(__pthread_unwind_buf_t* b) {
+  if (!glibc_cleanup() && !on_fibre()) return glibc().unregister_cancel_restore(b);
+  __pthread_unregister_cancel(b);
+  loom_setcanceltype(static_cast<int>(reinterpret_cast<std::intptr_t>(b->__pad[2])), nullptr);
+}
+
+// A buffer's handler ran (the unwinding longjmp'd into its frame): the
+// unwinding goes on from here, outwards.
+void __pthread_unwind_next(__pthread_unwind_buf_t* b) {
+  if (glibc_cleanup()) continue_exit();
+  glibc().unwind_next(b);
+  __builtin_unreachable();
+}
+
+// A caller that is not a fibre (a kernel thread: a fork child's threads,
+// its forking thread, threads made beneath the library) is glibc's: its
+// state, type and checks are glibc's, and its cancellation points are
+// glibc's own functions (io.cpp calls them for such callers).
+int pthread_setcancelstate(int state, int* old) {
+  return on_fibre() ? loom_setcancelstate(state, old) : glibc().setcancelstate(state, old);
+}
+int pthread_setcanceltype(int type, int* old) {
+  return on_fibre() ? loom_setcanceltype(type, old) : glibc().setcanceltype(type, old);
+}
+
+int pthread_cancel(pthread_t t) {
+  if (pthread_signal::glibc_thread_of_fork_child(t)) return glibc().cancel(t);
+  if (!on_fibre() && t == pthread_self()) return glibc().cancel(glibc().self());  // (a fork child's forking thread)
+  return loom_cancel(t);
+}
+
+void pthread_testcancel(void) {
+  if (on_fibre())
+    loom_testcancel();
+  else
+    glibc().testcancel();
+}
+
+}  // extern "C"
