@@ -18,6 +18,7 @@
 #include "io/poller.hpp"
 #include "loom/cluster.hpp"
 #include "loom/fibre.hpp"
+#include "sched/cancel.hpp"
 #include "sched/cluster.hpp"
 #include "sched/overflow.hpp"
 #include "sched/processor.hpp"
@@ -177,9 +178,18 @@ void Fibre::detach() {
 
 std::uint64_t Fibre::id() const noexcept { return f_ ? f_->id : 0; }
 
+void Fibre::request_stop() noexcept {
+  if (f_) rt::request_cancel(f_);  // (joinable: its control block stays until the join)
+}
+
 // ---- this_fibre ------------------------------------------------------------------
 
 namespace this_fibre {
+
+bool stop_requested() noexcept {
+  rt::Fibre* f = rt::this_fibre_or_null();
+  return f && (f->cancel.load(std::memory_order_relaxed) & rt::kCancelRequested);
+}
 
 void yield() {
   if (rt::Processor* p = rt::this_processor_at_entry())

@@ -119,6 +119,15 @@ class Fibre {
   void detach();
   // A process-unique id, never reused; 0 for a non-joinable handle.
   std::uint64_t id() const noexcept;
+  // Asks the fibre to stop (the mechanism under loom_cancel and
+  // pthread_cancel, without their unwinding): from then on
+  // this_fibre::stop_requested() is true in it, and its waits in loom's
+  // I/O (read, write, accept, connect, poll, select, epoll_wait, rest)
+  // end, or fail at once, with -1 and ECANCELED; it decides what to do.
+  // Its mutex, condvar and semaphore waits, sleeps and joins are not ended
+  // (look at stop_requested() around them). Nothing for a handle that is
+  // not joinable; a request to a fibre that has ended does nothing.
+  void request_stop() noexcept;
 
  private:
   template <typename Call>
@@ -150,6 +159,9 @@ void migrate(Cluster& to);
 // monitor started beside the processors (DESIGN.md, "Lost processors"):
 // processors() + its number among the spares.
 int processor_index();
+// Whether Fibre::request_stop was called for the calling fibre (false on a
+// kernel thread that is not a fibre).
+bool stop_requested() noexcept;
 }  // namespace this_fibre
 
 }  // namespace loom

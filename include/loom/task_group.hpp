@@ -18,10 +18,10 @@
 // nobody collected (a destructor must not throw). Calling join() from a
 // fibre of the same group waits for itself: a deadlock, as a self-join.
 //
-// Not yet: cancelling the others when one fails. loom has no cancellation of
-// blocked fibres today (issue 33 item 2 is adding it). The place is marked
-// HOOK(cancel) below: on the first failure, request a stop of every fibre
-// still running in the group; until then a failure is reported, not acted on.
+// The first failure asks every other fibre of the group, running or spawned
+// later, to stop (Fibre::request_stop: their waits in loom's I/O fail with
+// ECANCELED, this_fibre::stop_requested() says so), so that join() does not
+// wait for work nobody wants any more; what a fibre does then is its own.
 //
 // spawn, join and the queries may be called from fibres and from kernel
 // threads that are not loom processors.
@@ -107,6 +107,7 @@ class TaskGroup {
     }
     try {
       fibres_.push_back(std::move(f));
+      if (first_) fibres_.back().request_stop();  // spawned after a failure
     } catch (...) {
       m_.unlock();
       f.join();
@@ -124,9 +125,8 @@ class TaskGroup {
     m_.lock();
     if (!first_) {
       first_ = std::move(ex);
-      // HOOK(cancel): the first failure. Once loom can cancel a fibre, request
-      // a stop of every fibre still in fibres_ here, so join() does not wait
-      // for work nobody wants any more.
+      for (auto& f : fibres_) f.request_stop();
+      if (joining_) joining_->request_stop();
     }
     m_.unlock();
   }
@@ -136,16 +136,21 @@ class TaskGroup {
     while (!fibres_.empty()) {
       Fibre f = std::move(fibres_.back());
       fibres_.pop_back();
+      if (first_) f.request_stop();
+      joining_ = &f;  // a failure meanwhile asks it to stop too
       m_.unlock();
-      if (!t) {
+      bool joined = true;
+      if (!t)
         f.join();
-      } else if (!f.join_until(*t)) {
-        m_.lock();
+      else
+        joined = f.join_until(*t);
+      m_.lock();
+      joining_ = nullptr;
+      if (!joined) {
         fibres_.push_back(std::move(f));  // (no allocation: its slot is still there)
         m_.unlock();
         return false;
       }
-      m_.lock();
     }
     m_.unlock();
     return true;
@@ -161,6 +166,7 @@ class TaskGroup {
   FibreAttr attr_;
   mutable Mutex m_;
   std::vector<Fibre> fibres_;  // guarded by m_
+  Fibre* joining_ = nullptr;   // the one wait_all joins outside m_ (guarded by m_)
   std::size_t reap_at_ = 64;
   std::exception_ptr first_;
 };
