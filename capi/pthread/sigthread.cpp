@@ -110,6 +110,80 @@ void post(SignalState& s, int sig, const SignalInfo& i) {
   wake(s);
 }
 
+// Realtime signals pending for the process queue, as the kernel queues
+// them: each instance is taken once, in the order they came (up to kQueued
+// of one signal; more are dropped, where the kernel's RLIMIT_SIGPENDING
+// would have refused the sender). One lock, taken with every signal blocked
+// on the kernel thread (route pushes from a handler), and the signal's bit
+// of process_pending set while its queue is not empty, all under the lock.
+constexpr int kQueued = 32;
+struct RtQueue {
+  SignalInfo item[kQueued];
+  unsigned head = 0, n = 0;
+};
+RtQueue rt_queue[64];
+std::atomic_flag rt_lock = ATOMIC_FLAG_INIT;
+bool queued(int sig) { return sig >= SIGRTMIN; }
+
+class RtLocked {
+ public:
+  RtLocked() noexcept {
+    sigset_t all;
+    sigfillset(&all);
+    ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &saved_, _NSIG / 8);
+    while (rt_lock.test_and_set(std::memory_order_acquire)) {
+    }
+  }
+  ~RtLocked() {
+    rt_lock.clear(std::memory_order_release);
+    ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &saved_, nullptr, _NSIG / 8);
+  }
+
+ private:
+  sigset_t saved_;
+};
+
+// sig pending for the process (signal context too).
+void post_process(int sig, const SignalInfo& i) {
+  if (!queued(sig)) {
+    process_info[sig - 1] = i;
+    process_pending.fetch_or(bit(sig), std::memory_order_seq_cst);
+    return;
+  }
+  int e = *errno_slot();
+  {
+    RtLocked l;
+    RtQueue& q = rt_queue[sig - 1];
+    if (q.n < kQueued) q.item[(q.head + q.n++) % kQueued] = i;
+    process_pending.fetch_or(bit(sig), std::memory_order_seq_cst);
+  }
+  *errno_slot() = e;
+}
+
+bool take_process(int sig, SignalInfo* out) {
+  std::uint64_t b = bit(sig);
+  if (!(process_pending.load(std::memory_order_acquire) & b)) return false;
+  if (!queued(sig)) {
+    if (!(process_pending.fetch_and(~b, std::memory_order_acq_rel) & b)) return false;
+    *out = process_info[sig - 1];
+    return true;
+  }
+  int e = *errno_slot();
+  bool got = false;
+  {
+    RtLocked l;
+    RtQueue& q = rt_queue[sig - 1];
+    if (q.n) {
+      *out = q.item[q.head];
+      q.head = (q.head + 1) % kQueued;
+      got = true;
+      if (--q.n == 0) process_pending.fetch_and(~b, std::memory_order_acq_rel);
+    }
+  }
+  *errno_slot() = e;
+  return got;
+}
+
 // Takes sig out of s's pending set, or the process's: its info, or false
 // if another taker won.
 bool take(SignalState& s, int sig, SignalInfo* out) {
@@ -119,15 +193,11 @@ bool take(SignalState& s, int sig, SignalInfo* out) {
     *out = a ? a[sig - 1] : info_of(nullptr);
     return true;
   }
-  if (process_pending.fetch_and(~b, std::memory_order_acq_rel) & b) {
-    *out = process_info[sig - 1];
-    return true;
-  }
-  return false;
+  return take_process(sig, out);
 }
 
 std::uint64_t pending_for(const SignalState& s) {
-  return s.pending.load(std::memory_order_acquire) | process_pending.load(std::memory_order_acquire);
+  return s.pending.load(std::memory_order_seq_cst) | process_pending.load(std::memory_order_seq_cst);
 }
 
 // ---- delivery on the calling fibre --------------------------------------------------------
@@ -204,11 +274,16 @@ bool sleep_on(SignalState& s, std::int64_t deadline) {
   return !timed_out;
 }
 
-struct WaitScope {  // route() looks for waiters only while some exist
+// route() looks for waiters only while some exist. Registering is one
+// half of a pair with route's: the waiter stores `waits`, then reads the
+// pending sets; route sets process_pending, then reads every `waits` (both
+// sequentially consistent), so one of the two sees the other and no signal
+// is left pending while its waiter sleeps.
+struct WaitScope {
   SignalState& s;
   WaitScope(SignalState& st, std::uint64_t w) : s(st) {
-    waiters.fetch_add(1, std::memory_order_acq_rel);
-    s.waits.store(w, std::memory_order_release);
+    waiters.fetch_add(1, std::memory_order_seq_cst);
+    s.waits.store(w, std::memory_order_seq_cst);
   }
   ~WaitScope() {
     s.waits.store(0, std::memory_order_release);
@@ -266,6 +341,23 @@ bool post_to_waiter(SignalState& s, void* arg) {
   auto* r = static_cast<Routing*>(arg);
   if (!(s.waits.load(std::memory_order_acquire) & bit(r->sig))) return false;
   post(s, r->sig, r->info);
+  return true;
+}
+
+// After sig was made pending for the process: a thread that began waiting
+// for it, or unblocked it, while route looked elsewhere (the other half of
+// WaitScope's pair; set_mask's too). A waiter is woken to take it itself;
+// for a thread that unblocked it, the signal is moved to its pending set
+// unless it took it first.
+bool claim_process_pending(SignalState& s, void* arg) {
+  auto* r = static_cast<Routing*>(arg);
+  if (s.waits.load(std::memory_order_seq_cst) & bit(r->sig)) {
+    wake(s);
+    return true;
+  }
+  if (s.mask.load(std::memory_order_seq_cst) & bit(r->sig)) return false;
+  SignalInfo i;
+  if (take_process(r->sig, &i)) post(s, r->sig, i);
   return true;
 }
 
@@ -367,7 +459,7 @@ int set_mask(SignalState& s, int how, const sigset_t* set, sigset_t* old) {
     }
     now &= ~kUnblockable;
     for (std::uint64_t g = now & ~was; g; g &= g - 1) guard(lowest(g));
-    s.mask.store(now, std::memory_order_release);
+    s.mask.store(now, std::memory_order_seq_cst);  // then deliver_pending reads the pending sets: route's pair
   }
   if (old) to_set(was, old);
   deliver_pending();
@@ -416,8 +508,8 @@ bool route(int sig, const siginfo_t* si, bool by_default) noexcept {
   if (waiters.load(std::memory_order_acquire) > 0 && any_signal_state(&post_to_waiter, &r)) return true;
   if (cur && !(cur->mask.load(std::memory_order_acquire) & bit(sig))) return false;
   if (any_signal_state(&post_to_unblocked, &r)) return r.posted;  // else: the default action, here
-  process_info[sig - 1] = r.info;
-  process_pending.fetch_or(bit(sig), std::memory_order_acq_rel);
+  post_process(sig, r.info);
+  any_signal_state(&claim_process_pending, &r);
   return true;
 }
 
@@ -560,7 +652,7 @@ int sigsuspend(const sigset_t* set) {
     return -1;
   }
   for (std::uint64_t g = now & ~was; g; g &= g - 1) guard(lowest(g));
-  s->mask.store(now, std::memory_order_release);
+  s->mask.store(now, std::memory_order_seq_cst);
   {
     WaitScope w(*s, ~now);
     for (;;) {

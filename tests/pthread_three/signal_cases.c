@@ -76,7 +76,8 @@ static void* lost_waiter(void* arg) {
 
 // With by_tgkill, a helper process sends each signal with tgkill to one of
 // this process's kernel threads in turn (under loom: processors and loom's
-// own threads, whichever fibre runs there), as a signal from outside would.
+// own threads that do not block it in the kernel, whichever fibre runs
+// there), as a signal from outside would.
 static int lost(int by_tgkill) {
   block(SIG_BLOCK, SIGUSR1);  // every thread: the waiter inherits it
   sem_init(&taken, 0, 0);
@@ -105,8 +106,15 @@ static int lost(int by_tgkill) {
         char path[64];
         ntids = 0;
         for (pid_t t = getpid(); t < getpid() + 4096 && ntids < 64; ++t) {
-          snprintf(path, sizeof path, "/proc/self/task/%d", (int)t);
-          if (access(path, F_OK) == 0) tids[ntids++] = t;
+          snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)t);
+          FILE* f = fopen(path, "r");
+          if (!f) continue;
+          char line[256];
+          unsigned long long blk = ~0ull;
+          while (fgets(line, sizeof line, f))
+            if (sscanf(line, "SigBlk: %llx", &blk) == 1) break;
+          fclose(f);
+          if (!(blk & (1ull << (SIGUSR1 - 1)))) tids[ntids++] = t;  // its kernel mask lets it in
         }
       }
       pid_t t = tids[i % ntids];
