@@ -326,6 +326,15 @@ int siginterrupt(int sig, int interrupt) noexcept {
   return install(sig, &a, nullptr);
 }
 
+// System V's: sig ignored, through sigaction above (glibc's calls its own).
+int sigignore(int sig) noexcept {
+  struct sigaction a;
+  std::memset(&a, 0, sizeof a);
+  a.sa_handler = SIG_IGN;
+  sigemptyset(&a.sa_mask);
+  return install(sig, &a, nullptr);
+}
+
 // System V's: SIG_HOLD blocks the signal; anything else is installed with
 // no flags and unblocks it. Returns SIG_HOLD if it was blocked, else the
 // former disposition (glibc's sysdeps/posix/sigset.c).

@@ -680,4 +680,49 @@ int pause(void) {
   return sigsuspend(&now);
 }
 
+// glibc's other mask functions change the kernel thread's mask themselves
+// (its internal sigprocmask and sigsuspend): here they go through the ones
+// above, on a fibre its mask, elsewhere glibc's as before.
+int sighold(int sig) noexcept {
+  sigset_t one;
+  sigemptyset(&one);
+  if (sigaddset(&one, sig) < 0) return -1;
+  return sigprocmask(SIG_BLOCK, &one, nullptr);
+}
+
+int sigrelse(int sig) noexcept {
+  sigset_t one;
+  sigemptyset(&one);
+  if (sigaddset(&one, sig) < 0) return -1;
+  return sigprocmask(SIG_UNBLOCK, &one, nullptr);
+}
+
+// System V's sigpause(sig) (X/Open's, __xpg_sigpause), and the BSD one
+// (__sigpause(mask, 0)), whose argument is a mask of the first 32 signals.
+int __sigpause(int sig_or_mask, int is_sig) {
+  sigset_t set;
+  if (is_sig) {
+    if (sigprocmask(SIG_BLOCK, nullptr, &set) < 0) return -1;
+    if (sigdelset(&set, sig_or_mask) < 0) return -1;
+  } else {
+    to_set(std::uint32_t(sig_or_mask), &set);
+  }
+  return sigsuspend(&set);
+}
+int __xpg_sigpause(int sig) { return __sigpause(sig, 1); }
+// The symbol sigpause itself (<signal.h> maps the name to __xpg_sigpause).
+int loom_sigpause_symbol(int sig) __asm__("sigpause");
+int loom_sigpause_symbol(int sig) { return __sigpause(sig, 1); }
+
+// BSD's, deprecated but still in glibc: masks of the first 32 signals.
+static int bsd_mask(int how, int mask) {
+  sigset_t set, old;
+  to_set(std::uint32_t(mask), &set);
+  if (sigprocmask(how, &set, &old) < 0) return -1;
+  return int(std::uint32_t(to_bits(&old)));
+}
+int sigblock(int mask) noexcept { return bsd_mask(SIG_BLOCK, mask); }
+int sigsetmask(int mask) noexcept { return bsd_mask(SIG_SETMASK, mask); }
+int siggetmask(void) noexcept { return bsd_mask(SIG_BLOCK, 0); }
+
 }  // extern "C"
