@@ -513,6 +513,13 @@ bool route(int sig, const siginfo_t* si, bool by_default) noexcept {
   return true;
 }
 
+bool fibre_mask(std::uint64_t* out) noexcept {
+  SignalState* s = fibre_state();
+  if (!s) return false;
+  *out = s->mask.load(std::memory_order_relaxed);
+  return true;
+}
+
 void deliver_pending() noexcept {
   SignalState* s = fibre_state();
   if (!s) return;
