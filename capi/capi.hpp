@@ -162,6 +162,10 @@ struct SignalState {
   sem_t wake{};                            // its waits wait on it (all zero: a valid, empty semaphore)
   std::atomic<SignalInfo*> info{nullptr};  // [64], made at its first wait
 };
+// The mask the next thread the caller creates starts with, instead of the
+// caller's (pthread_attr_setsigmask_np): set just before loom_create, which
+// takes it; null clears it (after a loom_create that failed early).
+void next_thread_mask(const std::uint64_t* mask) noexcept;
 // The caller's (nullptr for a caller without a record); async-signal-safe.
 SignalState* signal_state() noexcept;
 // The live thread `id` names; nullptr for a stale or foreign handle.

@@ -129,6 +129,9 @@ Slot* slot_at(std::uint32_t index) {
 std::atomic<Thread*> main_record{nullptr};  // main_thread(), once made: for signal handlers
 SignalState* made_signal_state() noexcept;
 
+thread_local std::uint64_t next_mask = 0;  // next_thread_mask's, for new_record
+thread_local bool next_mask_set = false;
+
 // A fresh record in a free slot; nullptr when out of memory or slots.
 Thread* new_record() {
   Slot* s = nullptr;
@@ -152,9 +155,12 @@ Thread* new_record() {
   }
   auto* t = new (s->mem) Thread;
   // Signals: the creator's mask (POSIX), or the kernel thread's for main
-  // and callers without a record; nothing pending.
+  // and callers without a record, or the attribute's; nothing pending.
   std::uint64_t mask = 0;
-  if (SignalState* c = made_signal_state()) {
+  if (next_mask_set) {
+    mask = next_mask;
+    next_mask_set = false;
+  } else if (SignalState* c = made_signal_state()) {
     mask = c->mask.load(std::memory_order_relaxed);
   } else {
     sigset_t k;
@@ -403,6 +409,11 @@ GlibcCleanup* glibc_cleanup() noexcept {
 }
 
 SignalState* signal_state() noexcept { return made_signal_state(); }
+
+void next_thread_mask(const std::uint64_t* mask) noexcept {
+  if (mask) next_mask = *mask & ~((std::uint64_t(1) << 31) | (std::uint64_t(1) << 32));  // glibc's own two
+  next_mask_set = mask != nullptr;
+}
 
 SignalState* signal_state(loom_t id) noexcept {
   Thread* t = record_of(id);
