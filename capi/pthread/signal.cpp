@@ -192,6 +192,7 @@ int install(int sig, const struct sigaction* act, struct sigaction* oldact) {
   }
   if (act) slot.wrapped = wrap;
   errno = e;
+  if (wrap && slot.read().fn) enable_interrupts();
   return 0;
 }
 
@@ -246,6 +247,11 @@ void default_action(int sig) noexcept {
     system_sigaction()(sig, &k, nullptr);
   }
   errno = e;
+}
+
+bool restarts(int sig) noexcept {
+  struct sigaction a;
+  return sig > 0 && sig < _NSIG && install(sig, nullptr, &a) == 0 && (a.sa_flags & SA_RESTART);
 }
 
 Action action_of(int sig) noexcept {

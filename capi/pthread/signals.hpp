@@ -41,6 +41,13 @@ bool route(int sig, const siginfo_t* si, bool by_default) noexcept;
 // nothing is pending (two loads). No-op off a fibre and inside a handler.
 void deliver_pending() noexcept;
 
+// Whether the program's disposition of sig has SA_RESTART (signal.cpp).
+bool restarts(int sig) noexcept;
+
+// From the first handler the program installs (signal.cpp): a handler due
+// on a fibre parked in a wait cuts the wait short (sigthread.cpp).
+void enable_interrupts() noexcept;
+
 // The calling fibre's mask (sigthread.cpp): false off a fibre with a
 // record and inside a handler, where the kernel thread's mask is the
 // caller's.

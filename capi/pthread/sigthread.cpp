@@ -50,12 +50,14 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/futex.hpp"
 #include "base/sys.hpp"
 #include "capi.hpp"
 #include "loom/loom.h"
 #include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
 #include "signals.hpp"
+#include "sync/parking_lot.hpp"
 
 extern "C" int __register_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void), void* dso);
 extern "C" void* __dso_handle;
@@ -106,8 +108,55 @@ void wake(SignalState& s) {
 
 void post(SignalState& s, int sig, const SignalInfo& i) {
   if (SignalInfo* a = s.info.load(std::memory_order_acquire)) a[sig - 1] = i;
-  s.pending.fetch_or(bit(sig), std::memory_order_acq_rel);
+  s.pending.fetch_or(bit(sig), std::memory_order_seq_cst);
   wake(s);
+}
+
+// ---- interrupts: a handler due on a fibre parked in the parking lot ----------------------
+//
+// A handler posted to a thread whose fibre waits in a mutex, a condition
+// variable, a barrier, a semaphore or a futex runs on that fibre at once:
+// its wait is cut short (parking_lot::interrupt), the handler runs there,
+// and the wait goes on (SA_RESTART) or ends (sem_wait and futex waits give
+// EINTR; the others cannot fail so, and wake spuriously, as POSIX allows).
+// The cut is made by a kernel thread of its own (started with the first
+// handler the program installs), woken through a futex word: a poster may
+// be a signal handler, and interrupt() takes a bucket lock and schedules a
+// fibre, which are not async-signal-safe. The waiter notes its key in its
+// SignalState under the bucket lock (the parking hook) and then reads its
+// pending set; a poster sets the pending bit, then asks: one of the two
+// sees the other.
+std::atomic<int> interrupt_word{0};
+std::atomic<bool> interrupts_on{false};
+
+bool on_parking(const void* key, const rt::Fibre* f);
+bool on_interrupted();
+
+void ask_interrupt(SignalState& s) {
+  if (!interrupts_on.load(std::memory_order_acquire)) return;
+  s.interrupt.store(true, std::memory_order_seq_cst);
+  interrupt_word.fetch_add(1, std::memory_order_seq_cst);
+  rt::futex_wake(&interrupt_word, 1);
+}
+
+bool interrupt_one(SignalState& s, void*) {
+  if (!s.interrupt.exchange(false, std::memory_order_seq_cst)) return false;
+  const void* key = s.parked_key.load(std::memory_order_seq_cst);
+  const void* f = s.parked_fibre.load(std::memory_order_acquire);
+  if (key && f) rt::parking_lot::interrupt(key, static_cast<const rt::Fibre*>(f));
+  return false;  // on to the next
+}
+
+void* interrupter(void*) {
+  sigset_t all;
+  sigfillset(&all);
+  ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, nullptr, _NSIG / 8);
+  for (;;) {
+    int v = interrupt_word.load(std::memory_order_seq_cst);
+    any_signal_state(&interrupt_one, nullptr);
+    rt::futex_wait(&interrupt_word, v);
+  }
+  return nullptr;
 }
 
 // Realtime signals pending for the process queue, as the kernel queues
@@ -368,8 +417,13 @@ bool post_to_unblocked(SignalState& s, void* arg) {
   // at its next delivery point. Interrupting no fibre of the program (an
   // idle processor, one of loom's own threads): run here, at once, as a
   // thread that blocks nothing would. A default action acts here either way.
-  r->posted = !r->by_default && r->skip;
-  if (r->posted) post(s, r->sig, r->info);
+  // A thread parked in the parking lot takes it there (interrupts), even
+  // when no program fibre was interrupted here.
+  r->posted = !r->by_default && (r->skip || s.parked_key.load(std::memory_order_seq_cst));
+  if (r->posted) {
+    post(s, r->sig, r->info);
+    ask_interrupt(s);
+  }
   return true;
 }
 
@@ -487,6 +541,7 @@ int send(SignalState& s, int sig, const SignalInfo& i, bool self) {
     }
   }
   post(s, sig, i);
+  if (!blocked) ask_interrupt(s);
   return 0;
 }
 
@@ -511,6 +566,51 @@ bool route(int sig, const siginfo_t* si, bool by_default) noexcept {
   post_process(sig, r.info);
   any_signal_state(&claim_process_pending, &r);
   return true;
+}
+
+namespace {
+
+// Under the bucket lock of key (null: the fibre resumed).
+bool on_parking(const void* key, const rt::Fibre* f) {
+  SignalState* s = fibre_state();
+  if (!s) return false;
+  if (!key || key == &s->wake) {  // resumed; or a wait of this file's, which takes its signals itself
+    s->parked_key.store(nullptr, std::memory_order_relaxed);
+    return false;
+  }
+  s->parked_fibre.store(f, std::memory_order_relaxed);
+  s->parked_key.store(key, std::memory_order_seq_cst);
+  return (pending_for(*s) & ~s->mask.load(std::memory_order_relaxed)) != 0;
+}
+
+// deliver_pending's loop, telling whether the wait goes on.
+bool on_interrupted() {
+  SignalState* s = fibre_state();
+  if (!s) return true;
+  s->parked_key.store(nullptr, std::memory_order_relaxed);
+  bool go_on = true;
+  for (;;) {
+    std::uint64_t ready = pending_for(*s) & ~s->mask.load(std::memory_order_acquire);
+    if (!ready) return go_on;
+    int sig = lowest(ready);
+    SignalInfo i;
+    if (take(*s, sig, &i) && run_here(sig, i) && !restarts(sig)) go_on = false;
+  }
+}
+
+}  // namespace
+
+void enable_interrupts() noexcept {
+  if (interrupts_on.load(std::memory_order_acquire)) return;
+  static std::atomic_flag starting = ATOMIC_FLAG_INIT;
+  if (starting.test_and_set(std::memory_order_acq_rel)) return;
+  int (*create)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*) = nullptr;
+  rt::sys::find_symbol(create, "libc.so.6", "pthread_create");
+  pthread_t t;
+  if (!create || create(&t, nullptr, &interrupter, nullptr) != 0) return;  // handlers wait for a delivery point
+  rt::parking_lot::signal_hooks.interrupted.store(&on_interrupted, std::memory_order_release);
+  rt::parking_lot::signal_hooks.parking.store(&on_parking, std::memory_order_release);
+  interrupts_on.store(true, std::memory_order_release);
 }
 
 bool fibre_mask(std::uint64_t* out) noexcept {

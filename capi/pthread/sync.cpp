@@ -789,6 +789,10 @@ int sem_wait_fibre(sem_t* s, clockid_t clock, const timespec* abs) {
     if (!(d & kFibresParked) && !data.compare_exchange_weak(d, d | kFibresParked, std::memory_order_seq_cst)) continue;
     parking(s);
     rt::Parked r = pl::park(s, ops, dl);
+    if (r.result == ParkResult::Interrupted) {  // a handler without SA_RESTART ran (sigthread.cpp)
+      e = EINTR;
+      break;
+    }
     if (r.result == ParkResult::TimedOut) {
       if (abs && !reached(clock, *abs)) {
         dl = deadline(clock, abs);

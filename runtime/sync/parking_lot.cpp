@@ -40,6 +40,7 @@ struct ParkWaiter : Waiter {
   Bucket* bucket = nullptr;  // changed by a requeue, under both buckets' locks (lock_bucket)
   ParkToken token = 0;
   ParkToken park_token = 0;  // ParkOps::park_token
+  bool interrupted = false;  // interrupt() won: set before the fibre is scheduled
 };
 
 ParkWaiter* pw(Waiter* w) { return static_cast<ParkWaiter*>(w); }
@@ -97,7 +98,40 @@ bool is_fibre(Processor* p) {
   return f && f != &p->idle_fibre();
 }
 
+// After a wait was cut short for a signal handler (no lock held).
+Parked after_interrupt() {
+  auto h = signal_hooks.interrupted.load(std::memory_order_acquire);
+  bool go_on = !h || h();
+  return {go_on ? ParkResult::Invalid : ParkResult::Interrupted, 0};
+}
+
 }  // namespace
+
+SignalHooks signal_hooks;
+
+bool interrupt(const void* key, const Fibre* f) noexcept {
+  Bucket& b = bucket_of(key);
+  int tries = 0;
+  while (!b.lock.try_lock())
+    if (++tries == 100000) return false;
+  ParkWaiter* found = nullptr;
+  for (Waiter* w = WaitList::front(b.queue); w; w = w->next)
+    if (pw(w)->key == key && w->fibre == f) {
+      found = pw(w);
+      break;
+    }
+  int expected = kWaiting;
+  if (!found || !found->state.compare_exchange_strong(expected, kTimedOut, std::memory_order_acq_rel)) {
+    b.lock.unlock();
+    return false;
+  }
+  found->interrupted = true;
+  Fibre* target = found->fibre;
+  unqueue_timed_out(found);
+  b.lock.unlock();
+  schedule(target);  // from here on found may be gone
+  return true;
+}
 
 Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
   Bucket& b = bucket_of(key);
@@ -108,6 +142,13 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
   w.bucket = &b;
   w.lock = &b.lock;
   b.lock.lock();
+  if (auto h = signal_hooks.parking.load(std::memory_order_relaxed)) {
+    Processor* p = this_processor();
+    if (is_fibre(p) && h(key, p->current())) {
+      b.lock.unlock();
+      return after_interrupt();
+    }
+  }
   if (ops.validate && !ops.validate(ops.ctx)) {
     b.lock.unlock();
     return {ParkResult::Invalid, 0};
@@ -133,11 +174,16 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
     }
     note_wait(ops.wait_kind, key);
     p->suspend(&post_park, &w);
+    if (auto h = signal_hooks.parking.load(std::memory_order_relaxed)) h(nullptr, self);  // no longer parked
     // Resumed, perhaps on another processor: unparked, or timed out and
     // already unqueued by timer_complete.
     if (w.state.load(std::memory_order_acquire) == kSignalled) {
       if (deadline != kForever) w.cluster->timers.remove(&w.timer);
       return {ParkResult::Unparked, w.token};
+    }
+    if (w.interrupted) {  // interrupt() unqueued it; its timer, if any, is still armed
+      if (deadline != kForever) w.cluster->timers.remove(&w.timer);
+      return after_interrupt();
     }
     return {ParkResult::TimedOut, 0};
   }

@@ -88,6 +88,7 @@
 // idle fibre, or before a fibre runs on it, waits as a kernel thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "loom/sync.hpp"
@@ -97,7 +98,11 @@ namespace loom::rt {
 
 using ParkToken = std::uintptr_t;
 
-enum class ParkResult { Unparked, Invalid, TimedOut };
+// Interrupted: interrupt() ended the wait for a signal handler that ran on
+// the waiter before park returned, and the wait is not to go on (a handler
+// without SA_RESTART); a primitive that cannot fail with EINTR treats it as
+// a spurious wake-up. When it is to go on, park returns Invalid.
+enum class ParkResult { Unparked, Invalid, TimedOut, Interrupted };
 
 struct Parked {
   ParkResult result;
@@ -162,6 +167,30 @@ Parked park_if(const void* key, F&& validate, Deadline deadline, WaitKind kind =
   ops.wait_kind = kind;
   return park(key, ops, deadline);
 }
+
+// Signals (libloom-pthread's sigthread.cpp sets these, once a program
+// installs a handler; until then park() reads one null pointer more).
+//   parking(key, fibre)  runs in park() under the bucket lock, before
+//       validate, on a fibre: the signal side notes where the fibre waits,
+//       then returns true if a handler is already due on it (the fibre
+//       then does not sleep: park runs `interrupted` and returns). Called
+//       again with a null key when the fibre resumes (no lock held).
+//   interrupted()  runs on the fibre, outside any lock, when its wait was
+//       cut short for a handler: it runs the handlers due, and returns true
+//       if the wait is to go on (every one had SA_RESTART).
+struct SignalHooks {
+  std::atomic<bool (*)(const void* key, const Fibre* f)> parking{nullptr};
+  std::atomic<bool (*)()> interrupted{nullptr};
+};
+extern SignalHooks signal_hooks;
+
+// Ends fibre f's wait on key now (for a handler due on it): f leaves the
+// queue as if its deadline had passed (the primitive's timed_out hook runs)
+// and park() returns after signal_hooks.interrupted ran. False if f was not
+// parked on key, or the bucket lock stayed busy (tried a bounded number of
+// times: the caller may be a signal handler that interrupted its holder).
+// Never dereferences f.
+bool interrupt(const void* key, const Fibre* f) noexcept;
 
 // Statistics for tests: waiters queued now, across the table.
 unsigned queued_now();
