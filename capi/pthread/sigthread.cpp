@@ -106,9 +106,18 @@ void wake(SignalState& s) {
   *errno_slot() = e;
 }
 
+void post_process(int sig, const SignalInfo& i);
+
 void post(SignalState& s, int sig, const SignalInfo& i) {
-  if (SignalInfo* a = s.info.load(std::memory_order_acquire)) a[sig - 1] = i;
-  s.pending.fetch_or(bit(sig), std::memory_order_seq_cst);
+  // A realtime signal already pending for s: this instance queues for the
+  // process (a thread's pending set holds one of each), where s, which it
+  // was meant for, takes it at its next delivery point like the first.
+  if (sig >= SIGRTMIN && (s.pending.load(std::memory_order_acquire) & bit(sig))) {
+    post_process(sig, i);
+  } else {
+    if (SignalInfo* a = s.info.load(std::memory_order_acquire)) a[sig - 1] = i;
+    s.pending.fetch_or(bit(sig), std::memory_order_seq_cst);
+  }
   wake(s);
 }
 
@@ -384,6 +393,7 @@ struct Routing {
   bool by_default;
   SignalState* skip;
   bool posted;
+  bool parked_only = false;  // post_to_unblocked's first pass
 };
 
 bool post_to_waiter(SignalState& s, void* arg) {
@@ -395,9 +405,8 @@ bool post_to_waiter(SignalState& s, void* arg) {
 
 // After sig was made pending for the process: a thread that began waiting
 // for it, or unblocked it, while route looked elsewhere (the other half of
-// WaitScope's pair; set_mask's too). A waiter is woken to take it itself;
-// for a thread that unblocked it, the signal is moved to its pending set
-// unless it took it first.
+// WaitScope's pair; set_mask's too) is woken (or its wait cut short) to
+// take it itself.
 bool claim_process_pending(SignalState& s, void* arg) {
   auto* r = static_cast<Routing*>(arg);
   if (s.waits.load(std::memory_order_seq_cst) & bit(r->sig)) {
@@ -405,25 +414,29 @@ bool claim_process_pending(SignalState& s, void* arg) {
     return true;
   }
   if (s.mask.load(std::memory_order_seq_cst) & bit(r->sig)) return false;
-  SignalInfo i;
-  if (take_process(r->sig, &i)) post(s, r->sig, i);
+  wake(s);  // it takes it from the process's set at its next delivery point
+  ask_interrupt(s);
   return true;
 }
 
 bool post_to_unblocked(SignalState& s, void* arg) {
   auto* r = static_cast<Routing*>(arg);
   if (&s == r->skip || (s.mask.load(std::memory_order_acquire) & bit(r->sig))) return false;
+  // First pass (a handler, interrupts on): a thread parked in the parking
+  // lot, whose wait is cut short to run it there at once.
+  if (r->parked_only) {
+    if (!s.parked_key.load(std::memory_order_seq_cst)) return false;
+    r->posted = true;
+    post(s, r->sig, r->info);
+    ask_interrupt(s);
+    return true;
+  }
   // Interrupting a fibre that blocks it: posted to this one, which runs it
   // at its next delivery point. Interrupting no fibre of the program (an
   // idle processor, one of loom's own threads): run here, at once, as a
   // thread that blocks nothing would. A default action acts here either way.
-  // A thread parked in the parking lot takes it there (interrupts), even
-  // when no program fibre was interrupted here.
-  r->posted = !r->by_default && (r->skip || s.parked_key.load(std::memory_order_seq_cst));
-  if (r->posted) {
-    post(s, r->sig, r->info);
-    ask_interrupt(s);
-  }
+  r->posted = !r->by_default && r->skip;
+  if (r->posted) post(s, r->sig, r->info);
   return true;
 }
 
@@ -562,6 +575,11 @@ bool route(int sig, const siginfo_t* si, bool by_default) noexcept {
   }
   if (waiters.load(std::memory_order_acquire) > 0 && any_signal_state(&post_to_waiter, &r)) return true;
   if (cur && !(cur->mask.load(std::memory_order_acquire) & bit(sig))) return false;
+  if (!by_default && interrupts_on.load(std::memory_order_acquire)) {
+    r.parked_only = true;
+    if (any_signal_state(&post_to_unblocked, &r)) return true;
+    r.parked_only = false;
+  }
   if (any_signal_state(&post_to_unblocked, &r)) return r.posted;  // else: the default action, here
   post_process(sig, r.info);
   any_signal_state(&claim_process_pending, &r);
@@ -587,7 +605,8 @@ bool on_parking(const void* key, const rt::Fibre* f) {
 bool on_interrupted() {
   SignalState* s = fibre_state();
   if (!s) return true;
-  s->parked_key.store(nullptr, std::memory_order_relaxed);
+  // parked_key stays: the wait most likely goes on, and a signal routed
+  // meanwhile is better posted here than run on an idle processor.
   bool go_on = true;
   for (;;) {
     std::uint64_t ready = pending_for(*s) & ~s->mask.load(std::memory_order_acquire);

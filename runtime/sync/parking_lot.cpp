@@ -174,9 +174,11 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
     }
     note_wait(ops.wait_kind, key);
     p->suspend(&post_park, &w);
-    if (auto h = signal_hooks.parking.load(std::memory_order_relaxed)) h(nullptr, self);  // no longer parked
     // Resumed, perhaps on another processor: unparked, or timed out and
-    // already unqueued by timer_complete.
+    // already unqueued by timer_complete, or interrupted (then it will most
+    // likely park again: the signal side still counts it parked).
+    if (!w.interrupted)
+      if (auto h = signal_hooks.parking.load(std::memory_order_relaxed)) h(nullptr, self);  // no longer parked
     if (w.state.load(std::memory_order_acquire) == kSignalled) {
       if (deadline != kForever) w.cluster->timers.remove(&w.timer);
       return {ParkResult::Unparked, w.token};

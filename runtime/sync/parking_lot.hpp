@@ -174,7 +174,8 @@ Parked park_if(const void* key, F&& validate, Deadline deadline, WaitKind kind =
 //       validate, on a fibre: the signal side notes where the fibre waits,
 //       then returns true if a handler is already due on it (the fibre
 //       then does not sleep: park runs `interrupted` and returns). Called
-//       again with a null key when the fibre resumes (no lock held).
+//       again with a null key when the fibre resumes (no lock held),
+//       unless interrupt() woke it.
 //   interrupted()  runs on the fibre, outside any lock, when its wait was
 //       cut short for a handler: it runs the handlers due, and returns true
 //       if the wait is to go on (every one had SA_RESTART).
