@@ -1,7 +1,9 @@
 // capi/pthread/sigthread.cpp — POSIX's per-thread signals for fibres, by
 // glibc's names: pthread_sigmask, sigprocmask, pthread_kill,
 // pthread_sigqueue, raise, sigpending, sigwait, sigwaitinfo, sigtimedwait,
-// sigsuspend and pause.
+// sigsuspend and pause; glibc's other mask functions (sighold, sigrelse,
+// sigpause, __sigpause, __xpg_sigpause, sigblock, sigsetmask, siggetmask),
+// which glibc makes on the kernel thread's mask, on the fibre's instead.
 //
 // Each thread of loom_create (and main) has a mask and a pending set of its
 // own (capi.hpp, SignalState, kept in its record's slot); a new thread
@@ -30,6 +32,16 @@
 //    tgkill (rt_tgsigqueueinfo, with the siginfo kept) to its own kernel
 //    thread: the kernel runs the trampoline at once with the program's
 //    sa_mask and flags, and route() sees a fibre that takes it.
+//  - no lost wake-up between route and a waiter: route marks a signal
+//    pending for the process, then looks at every thread's wait set and
+//    mask again; a waiter publishes its set, then reads the pending sets
+//    (a sequentially consistent pair). Realtime signals pending for the
+//    process queue (kQueued of each), each instance taken once.
+//  - interrupts: once the program installs a handler, a handler due on a
+//    fibre parked in the parking lot (mutex, condvar, rwlock, barrier,
+//    semaphore, futex) runs on it at once: a kernel thread of this file's
+//    cuts the wait short (parking_lot::interrupt); sem_wait and futex
+//    waits then give EINTR unless the handler has SA_RESTART.
 // Delivery points (deliver_pending): pthread_sigmask/sigprocmask, the
 // waits, raise/pthread_kill to oneself, sched_yield, and the sleeps and
 // poll-family waits of io.cpp. A fibre that runs none of them (a tight loop,
@@ -40,6 +52,7 @@
 // processors, a fork child, C++ loom::Fibres) and handlers get glibc's calls.
 #include <semaphore.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -157,6 +170,7 @@ bool interrupt_one(SignalState& s, void*) {
 }
 
 void* interrupter(void*) {
+  ::prctl(PR_SET_NAME, "loom-interrupt", 0, 0, 0);
   sigset_t all;
   sigfillset(&all);
   ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, nullptr, _NSIG / 8);
