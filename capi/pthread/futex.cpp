@@ -182,10 +182,7 @@ long fibre_wait(const std::uint32_t* addr, std::uint32_t val, const timespec* t,
   }
   rt::Parked r = rt::parking_lot::park_if(
       addr, [addr, val] { return __atomic_load_n(addr, __ATOMIC_SEQ_CST) == val; }, d, rt::WaitKind::futex);
-  int e = r.result == rt::ParkResult::Invalid       ? EAGAIN
-          : r.result == rt::ParkResult::TimedOut    ? ETIMEDOUT
-          : r.result == rt::ParkResult::Interrupted ? EINTR  // a handler ran (sigthread.cpp)
-                                                    : 0;
+  int e = r.result == rt::ParkResult::Invalid ? EAGAIN : r.result == rt::ParkResult::TimedOut ? ETIMEDOUT : 0;
   k.done(e);
   return e ? -1 : 0;
 }

@@ -40,8 +40,8 @@
 //  - interrupts: once the program installs a handler, a handler due on a
 //    fibre parked in the parking lot (mutex, condvar, rwlock, barrier,
 //    semaphore, futex) runs on it at once: a kernel thread of this file's
-//    cuts the wait short (parking_lot::interrupt); sem_wait and futex
-//    waits then give EINTR unless the handler has SA_RESTART.
+//    cuts the wait short (parking_lot::interrupt); sem_wait then gives
+//    EINTR unless the handler has SA_RESTART, the others wait on.
 // Delivery points (deliver_pending): pthread_sigmask/sigprocmask, the
 // waits, raise/pthread_kill to oneself, sched_yield, and the sleeps and
 // poll-family waits of io.cpp. A fibre that runs none of them (a tight loop,
@@ -139,8 +139,8 @@ void post(SignalState& s, int sig, const SignalInfo& i) {
 // A handler posted to a thread whose fibre waits in a mutex, a condition
 // variable, a barrier, a semaphore or a futex runs on that fibre at once:
 // its wait is cut short (parking_lot::interrupt), the handler runs there,
-// and the wait goes on (SA_RESTART) or ends (sem_wait and futex waits give
-// EINTR; the others cannot fail so, and wake spuriously, as POSIX allows).
+// and the wait goes on, unseen by the primitive — except sem_wait's, which
+// ends with EINTR when the handler has no SA_RESTART, as glibc's does.
 // The cut is made by a kernel thread of its own (started with the first
 // handler the program installs), woken through a futex word: a poster may
 // be a signal handler, and interrupt() takes a bucket lock and schedules a
@@ -635,6 +635,7 @@ bool on_interrupted() {
 
 void enable_interrupts() noexcept {
   if (interrupts_on.load(std::memory_order_acquire)) return;
+  if (!rt::this_processor_at_entry()) return;  // no fibres here (a fork child's threads are glibc's)
   static std::atomic_flag starting = ATOMIC_FLAG_INIT;
   if (starting.test_and_set(std::memory_order_acq_rel)) return;
   int (*create)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*) = nullptr;

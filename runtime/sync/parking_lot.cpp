@@ -98,22 +98,13 @@ bool is_fibre(Processor* p) {
   return f && f != &p->idle_fibre();
 }
 
-// After a wait was cut short for a signal handler (no lock held).
-Parked after_interrupt() {
-  auto h = signal_hooks.interrupted.load(std::memory_order_acquire);
-  bool go_on = !h || h();
-  return {go_on ? ParkResult::Invalid : ParkResult::Interrupted, 0};
-}
-
 }  // namespace
 
 SignalHooks signal_hooks;
 
 bool interrupt(const void* key, const Fibre* f) noexcept {
   Bucket& b = bucket_of(key);
-  int tries = 0;
-  while (!b.lock.try_lock())
-    if (++tries == 100000) return false;
+  b.lock.lock();
   ParkWaiter* found = nullptr;
   for (Waiter* w = WaitList::front(b.queue); w; w = w->next)
     if (pw(w)->key == key && w->fibre == f) {
@@ -133,7 +124,9 @@ bool interrupt(const void* key, const Fibre* f) noexcept {
   return true;
 }
 
-Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
+// One wait; Interrupted when interrupt() cut it short (or a handler was
+// already due): park() runs the handlers and decides.
+Parked park_once(const void* key, const ParkOps& ops, Deadline deadline) {
   Bucket& b = bucket_of(key);
   ParkWaiter w;
   w.key = key;
@@ -146,7 +139,7 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
     Processor* p = this_processor();
     if (is_fibre(p) && h(key, p->current())) {
       b.lock.unlock();
-      return after_interrupt();
+      return {ParkResult::Interrupted, 0};
     }
   }
   if (ops.validate && !ops.validate(ops.ctx)) {
@@ -185,7 +178,7 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
     }
     if (w.interrupted) {  // interrupt() unqueued it; its timer, if any, is still armed
       if (deadline != kForever) w.cluster->timers.remove(&w.timer);
-      return after_interrupt();
+      return {ParkResult::Interrupted, 0};
     }
     return {ParkResult::TimedOut, 0};
   }
@@ -208,6 +201,19 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
       signalled = true;  // an unpark won meanwhile: wait for its release
     }
     futex_wait(&w.released, 0, signalled || deadline == kForever ? -1 : deadline);
+  }
+}
+
+Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
+  for (;;) {
+    Parked r = park_once(key, ops, deadline);
+    if (r.result != ParkResult::Interrupted) return r;
+    // The handlers due run here, on the fibre, no lock held; then the wait
+    // goes on (validate again) unless the primitive can fail with EINTR
+    // and a handler without SA_RESTART ran.
+    auto h = signal_hooks.interrupted.load(std::memory_order_acquire);
+    bool go_on = !h || h();
+    if (!go_on && ops.interruptible) return r;
   }
 }
 

@@ -98,10 +98,10 @@ namespace loom::rt {
 
 using ParkToken = std::uintptr_t;
 
-// Interrupted: interrupt() ended the wait for a signal handler that ran on
-// the waiter before park returned, and the wait is not to go on (a handler
-// without SA_RESTART); a primitive that cannot fail with EINTR treats it as
-// a spurious wake-up. When it is to go on, park returns Invalid.
+// Interrupted: interrupt() ended the wait of a waiter that parked with
+// ParkOps::interruptible for a signal handler, which ran on it before park
+// returned, and had no SA_RESTART. Any other interrupted wait goes on (park
+// validates again) once the handler ran: the primitive never sees it.
 enum class ParkResult { Unparked, Invalid, TimedOut, Interrupted };
 
 struct Parked {
@@ -128,6 +128,9 @@ struct ParkOps {
   ParkToken park_token = 0;  // the waiter's kind, for unpark_some (and was_last)
   // What the fibre listing says a parked fibre waits on (the object: key).
   WaitKind wait_kind = WaitKind::pthread;
+  // The primitive can fail with EINTR (sem_wait): a handler without
+  // SA_RESTART run by interrupt() ends the wait (ParkResult::Interrupted).
+  bool interruptible = false;
 };
 
 // unpark_some's choice: the oldest `limit` waiters whose park token & mask.
@@ -178,7 +181,7 @@ Parked park_if(const void* key, F&& validate, Deadline deadline, WaitKind kind =
 //       unless interrupt() woke it.
 //   interrupted()  runs on the fibre, outside any lock, when its wait was
 //       cut short for a handler: it runs the handlers due, and returns true
-//       if the wait is to go on (every one had SA_RESTART).
+//       if an interruptible wait is to go on (every one had SA_RESTART).
 struct SignalHooks {
   std::atomic<bool (*)(const void* key, const Fibre* f)> parking{nullptr};
   std::atomic<bool (*)()> interrupted{nullptr};
@@ -187,10 +190,11 @@ extern SignalHooks signal_hooks;
 
 // Ends fibre f's wait on key now (for a handler due on it): f leaves the
 // queue as if its deadline had passed (the primitive's timed_out hook runs)
-// and park() returns after signal_hooks.interrupted ran. False if f was not
-// parked on key, or the bucket lock stayed busy (tried a bounded number of
-// times: the caller may be a signal handler that interrupted its holder).
-// Never dereferences f.
+// and park() runs signal_hooks.interrupted, then waits again or returns
+// Interrupted (ParkOps::interruptible). False if f was not
+// parked on key. Never dereferences f. Not async-signal-safe (it takes the
+// bucket lock and schedules f): libloom-pthread calls it from a kernel
+// thread of its own.
 bool interrupt(const void* key, const Fibre* f) noexcept;
 
 // Statistics for tests: waiters queued now, across the table.
