@@ -12,7 +12,9 @@
 // record from the running rt::Fibre (fn, arg) without any per-fibre storage
 // of its own. main() has a record too; other callers (C++ loom::Fibre,
 // kernel threads) get a tagged id (low bits 1 or 3: never a slot handle)
-// that only loom_equal and loom_getattr_np understand.
+// that only loom_equal and loom_getattr_np understand. A new record's
+// signal state (capi.hpp) starts with its creator's mask, or the one
+// pthread_attr_setsigmask_np gave (next_thread_mask).
 //
 // Who frees a record. The state word has three bits: kClaimed (a join or
 // detach took it), kDetached, kExited (the trampoline is done with it). The
@@ -169,6 +171,8 @@ Thread* new_record() {
   s->signals.mask.store(mask, std::memory_order_relaxed);
   s->signals.pending.store(0, std::memory_order_relaxed);
   s->signals.waits.store(0, std::memory_order_relaxed);
+  s->signals.parked_key.store(nullptr, std::memory_order_relaxed);  // the slot's last thread's
+  s->signals.interrupt.store(false, std::memory_order_relaxed);
   std::uint32_t gen = s->gen.load(std::memory_order_relaxed) + 1;  // odd: live
   t->id = handle_of(gen, s->index);
   s->gen.store(gen, std::memory_order_release);

@@ -31,7 +31,10 @@
 // Waiting: a fibre parks in the parking lot, a kernel thread that is not a
 // processor (or a processor's thread outside a fibre) waits there on a
 // futex; calls before the runtime started are such kernel threads. The
-// blocking paths keep each fibre's errno across switches (capi.hpp).
+// blocking paths keep each fibre's errno across switches (capi.hpp). A
+// signal handler due on a parked fibre runs on it (sigthread.cpp, the
+// parking lot's interrupt); sem_wait then fails with EINTR when the handler
+// has no SA_RESTART, as glibc's does, and every other wait goes on.
 //
 // Not supported, by design (loom cannot block fibres of another process):
 // PTHREAD_PROCESS_SHARED mutexes, condition variables, rwlocks and barriers

@@ -38,6 +38,10 @@
 //       unpark of `to`, with their deadlines. A waiter whose timeout fires
 //       after the move unqueues itself from `to`'s bucket (the waiter's
 //       bucket is read again under its lock until it holds still).
+//   interrupt(key, fibre)
+//       For signals (libloom-pthread): ends one fibre's wait as its timeout
+//       would; park() runs the handler on it and waits again (see
+//       SignalHooks below).
 //   unpark_some(key, choose, callback)
 //       For primitives with two kinds of waiter on one key (a rwlock's
 //       readers and writers, told apart by the park token each parked
