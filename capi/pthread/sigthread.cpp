@@ -125,11 +125,14 @@ void post(SignalState& s, int sig, const SignalInfo& i) {
   // A realtime signal already pending for s: this instance queues for the
   // process (a thread's pending set holds one of each), where s, which it
   // was meant for, takes it at its next delivery point like the first.
-  if (sig >= SIGRTMIN && (s.pending.load(std::memory_order_acquire) & bit(sig))) {
+  // (Two posters at once may both find the bit clear: the second to set
+  // it queues its instance too, and the first's siginfo may be the one kept.)
+  bool queue = sig >= SIGRTMIN;
+  if (queue && (s.pending.load(std::memory_order_acquire) & bit(sig))) {
     post_process(sig, i);
   } else {
     if (SignalInfo* a = s.info.load(std::memory_order_acquire)) a[sig - 1] = i;
-    s.pending.fetch_or(bit(sig), std::memory_order_seq_cst);
+    if ((s.pending.fetch_or(bit(sig), std::memory_order_seq_cst) & bit(sig)) && queue) post_process(sig, i);
   }
   wake(s);
 }
@@ -606,8 +609,12 @@ namespace {
 bool on_parking(const void* key, const rt::Fibre* f) {
   SignalState* s = fibre_state();
   if (!s) return false;
-  if (!key || key == &s->wake) {  // resumed; or a wait of this file's, which takes its signals itself
+  if (key == &s->wake) {  // a wait of this file's, which takes its signals itself
     s->parked_key.store(nullptr, std::memory_order_relaxed);
+    return false;
+  }
+  if (!key) {  // resumed (no lock held): a delivery point, for what came as it woke
+    if (s->parked_key.exchange(nullptr, std::memory_order_seq_cst)) deliver_pending();
     return false;
   }
   s->parked_fibre.store(f, std::memory_order_relaxed);
