@@ -184,7 +184,17 @@ struct SignalState {
   std::atomic<std::uint64_t> waits{0};     // a wait ends when one of these arrives
   sem_t wake{};                            // its waits wait on it (all zero: a valid, empty semaphore)
   std::atomic<SignalInfo*> info{nullptr};  // [64], made at its first wait
+  // Where its fibre is parked in the parking lot (null: it is not), and
+  // that fibre, for a handler that must cut the wait short; and whether
+  // one was asked for (sigthread.cpp, "interrupts").
+  std::atomic<const void*> parked_key{nullptr};
+  std::atomic<const void*> parked_fibre{nullptr};
+  std::atomic<bool> interrupt{false};
 };
+// The mask the next thread the caller creates starts with, instead of the
+// caller's (pthread_attr_setsigmask_np): set just before loom_create, which
+// takes it; null clears it (after a loom_create that failed early).
+void next_thread_mask(const std::uint64_t* mask) noexcept;
 // The caller's (nullptr for a caller without a record); async-signal-safe.
 SignalState* signal_state() noexcept;
 // The live thread `id` names; nullptr for a stale or foreign handle.

@@ -12,7 +12,9 @@
 // record from the running rt::Fibre (fn, arg) without any per-fibre storage
 // of its own. main() has a record too; other callers (C++ loom::Fibre,
 // kernel threads) get a tagged id (low bits 1 or 3: never a slot handle)
-// that only loom_equal and loom_getattr_np understand.
+// that only loom_equal and loom_getattr_np understand. A new record's
+// signal state (capi.hpp) starts with its creator's mask, or the one
+// pthread_attr_setsigmask_np gave (next_thread_mask).
 //
 // Who frees a record. The state word has three bits: kClaimed (a join or
 // detach took it), kDetached, kExited (the trampoline is done with it). The
@@ -158,6 +160,9 @@ Slot* slot_at(std::uint32_t index) {
 std::atomic<Thread*> main_record{nullptr};  // main_thread(), once made: for signal handlers
 SignalState* made_signal_state() noexcept;
 
+thread_local std::uint64_t next_mask = 0;  // next_thread_mask's, for new_record
+thread_local bool next_mask_set = false;
+
 // A fresh record in a free slot; nullptr when out of memory or slots.
 Thread* new_record() {
   Slot* s = nullptr;
@@ -181,9 +186,12 @@ Thread* new_record() {
   }
   auto* t = new (s->mem) Thread;
   // Signals: the creator's mask (POSIX), or the kernel thread's for main
-  // and callers without a record; nothing pending.
+  // and callers without a record, or the attribute's; nothing pending.
   std::uint64_t mask = 0;
-  if (SignalState* c = made_signal_state()) {
+  if (next_mask_set) {
+    mask = next_mask;
+    next_mask_set = false;
+  } else if (SignalState* c = made_signal_state()) {
     mask = c->mask.load(std::memory_order_relaxed);
   } else {
     sigset_t k;
@@ -192,6 +200,8 @@ Thread* new_record() {
   s->signals.mask.store(mask, std::memory_order_relaxed);
   s->signals.pending.store(0, std::memory_order_relaxed);
   s->signals.waits.store(0, std::memory_order_relaxed);
+  s->signals.parked_key.store(nullptr, std::memory_order_relaxed);  // the slot's last thread's
+  s->signals.interrupt.store(false, std::memory_order_relaxed);
   std::uint32_t gen = s->gen.load(std::memory_order_relaxed) + 1;  // odd: live
   t->id = handle_of(gen, s->index);
   s->gen.store(gen, std::memory_order_release);
@@ -511,6 +521,11 @@ GlibcCleanup* glibc_cleanup() noexcept {
 }
 
 SignalState* signal_state() noexcept { return made_signal_state(); }
+
+void next_thread_mask(const std::uint64_t* mask) noexcept {
+  if (mask) next_mask = *mask & ~((std::uint64_t(1) << 31) | (std::uint64_t(1) << 32));  // glibc's own two
+  next_mask_set = mask != nullptr;
+}
 
 SignalState* signal_state(loom_t id) noexcept {
   Thread* t = record_of(id);

@@ -1,6 +1,6 @@
 // capi/pthread/signal.cpp — libloom-pthread's sigaction, signal, bsd_signal,
 // sysv_signal (__sysv_signal, which strict-C builds call for signal),
-// sigset and siginterrupt, by glibc's names: each forwards to glibc's own
+// sigset, sigignore and siginterrupt, by glibc's names: each forwards to glibc's own
 // sigaction (looked up in libc.so.6, base/sys.hpp), but installs a handler
 // the program gives (not SIG_DFL or SIG_IGN) as a trampoline that marks the
 // kernel thread as inside a handler while the program's handler runs
@@ -27,6 +27,11 @@
 // every signal blocked on the caller's kernel thread (a handler that calls
 // sigaction, as old code re-arming with signal() does, cannot deadlock on
 // it), so table and kernel change together.
+//
+// The first handler the program installs for an asynchronous signal turns
+// on sigthread.cpp's interrupts (a handler due on a fibre parked in a wait
+// cuts the wait short); the runtime's own handlers do not.
+#include <dlfcn.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -137,6 +142,15 @@ class Locked {
   sigset_t saved_;
 };
 
+// A handler of this library's own (the runtime's stall detector, its
+// statistics signals), not the program's.
+bool own(void* fn) {
+  Dl_info a, b;
+  return dladdr(fn, &a) && dladdr(reinterpret_cast<void*>(&trampoline), &b) && a.dli_fbase == b.dli_fbase;
+}
+
+bool catchable_async(int sig);
+
 // The flags the kernel gets for a guarded SIG_DFL: SA_NODEFER, so that the
 // trampoline's tgkill of the default action is delivered at once.
 constexpr int kGuardFlags = SA_SIGINFO | SA_RESTART | SA_NODEFER;
@@ -192,6 +206,7 @@ int install(int sig, const struct sigaction* act, struct sigaction* oldact) {
   }
   if (act) slot.wrapped = wrap;
   errno = e;
+  if (wrap && catchable_async(sig) && slot.read().fn && !own(slot.read().fn)) enable_interrupts();
   return 0;
 }
 
@@ -246,6 +261,11 @@ void default_action(int sig) noexcept {
     system_sigaction()(sig, &k, nullptr);
   }
   errno = e;
+}
+
+bool restarts(int sig) noexcept {
+  struct sigaction a;
+  return sig > 0 && sig < _NSIG && install(sig, nullptr, &a) == 0 && (a.sa_flags & SA_RESTART);
 }
 
 Action action_of(int sig) noexcept {
@@ -323,6 +343,15 @@ int siginterrupt(int sig, int interrupt) noexcept {
     a.sa_flags &= ~SA_RESTART;
   else
     a.sa_flags |= SA_RESTART;
+  return install(sig, &a, nullptr);
+}
+
+// System V's: sig ignored, through sigaction above (glibc's calls its own).
+int sigignore(int sig) noexcept {
+  struct sigaction a;
+  std::memset(&a, 0, sizeof a);
+  a.sa_handler = SIG_IGN;
+  sigemptyset(&a.sa_mask);
   return install(sig, &a, nullptr);
 }
 

@@ -1,7 +1,8 @@
 // capi/pthread/signals.hpp — between libloom-pthread's two signal files:
 // signal.cpp keeps the dispositions (sigaction and the trampoline the kernel
 // calls), sigthread.cpp the per-thread side (masks, pending sets, waits,
-// pthread_kill). docs/DESIGN.md, "Signals and fibres", has the whole story.
+// pthread_kill), sigexec.cpp the mask handed to the kernel before exec and
+// spawn. docs/DESIGN.md, "Signals and fibres", has the whole story.
 #pragma once
 
 #include <pthread.h>
@@ -39,6 +40,18 @@ bool route(int sig, const siginfo_t* si, bool by_default) noexcept;
 // (handlers, default actions): the fibre's "next switch". Cheap when
 // nothing is pending (two loads). No-op off a fibre and inside a handler.
 void deliver_pending() noexcept;
+
+// Whether the program's disposition of sig has SA_RESTART (signal.cpp).
+bool restarts(int sig) noexcept;
+
+// From the first handler the program installs (signal.cpp): a handler due
+// on a fibre parked in a wait cuts the wait short (sigthread.cpp).
+void enable_interrupts() noexcept;
+
+// The calling fibre's mask (sigthread.cpp): false off a fibre with a
+// record and inside a handler, where the kernel thread's mask is the
+// caller's.
+bool fibre_mask(std::uint64_t* out) noexcept;
 
 // thread.cpp's: `t` names a thread made in the child of a fork (a kernel
 // thread of glibc's, whose handle is glibc's), so pthread_kill and

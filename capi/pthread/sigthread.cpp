@@ -1,7 +1,9 @@
 // capi/pthread/sigthread.cpp — POSIX's per-thread signals for fibres, by
 // glibc's names: pthread_sigmask, sigprocmask, pthread_kill,
 // pthread_sigqueue, raise, sigpending, sigwait, sigwaitinfo, sigtimedwait,
-// sigsuspend and pause.
+// sigsuspend and pause; glibc's other mask functions (sighold, sigrelse,
+// sigpause, __sigpause, __xpg_sigpause, sigblock, sigsetmask, siggetmask),
+// which glibc makes on the kernel thread's mask, on the fibre's instead.
 //
 // Each thread of loom_create (and main) has a mask and a pending set of its
 // own (capi.hpp, SignalState, kept in its record's slot); a new thread
@@ -30,6 +32,16 @@
 //    tgkill (rt_tgsigqueueinfo, with the siginfo kept) to its own kernel
 //    thread: the kernel runs the trampoline at once with the program's
 //    sa_mask and flags, and route() sees a fibre that takes it.
+//  - no lost wake-up between route and a waiter: route marks a signal
+//    pending for the process, then looks at every thread's wait set and
+//    mask again; a waiter publishes its set, then reads the pending sets
+//    (a sequentially consistent pair). Realtime signals pending for the
+//    process queue (kQueued of each), each instance taken once.
+//  - interrupts: once the program installs a handler, a handler due on a
+//    fibre parked in the parking lot (mutex, condvar, rwlock, barrier,
+//    semaphore, futex) runs on it at once: a kernel thread of this file's
+//    cuts the wait short (parking_lot::interrupt); sem_wait then gives
+//    EINTR unless the handler has SA_RESTART, the others wait on.
 // Delivery points (deliver_pending): pthread_sigmask/sigprocmask, the
 // waits, raise/pthread_kill to oneself, sched_yield, and the sleeps and
 // poll-family waits of io.cpp. A fibre that runs none of them (a tight loop,
@@ -40,6 +52,7 @@
 // processors, a fork child, C++ loom::Fibres) and handlers get glibc's calls.
 #include <semaphore.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -50,12 +63,14 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/futex.hpp"
 #include "base/sys.hpp"
 #include "capi.hpp"
 #include "loom/loom.h"
 #include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
 #include "signals.hpp"
+#include "sync/parking_lot.hpp"
 
 extern "C" int __register_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void), void* dso);
 extern "C" void* __dso_handle;
@@ -104,10 +119,144 @@ void wake(SignalState& s) {
   *errno_slot() = e;
 }
 
+void post_process(int sig, const SignalInfo& i);
+
 void post(SignalState& s, int sig, const SignalInfo& i) {
-  if (SignalInfo* a = s.info.load(std::memory_order_acquire)) a[sig - 1] = i;
-  s.pending.fetch_or(bit(sig), std::memory_order_acq_rel);
+  // A realtime signal already pending for s: this instance queues for the
+  // process (a thread's pending set holds one of each), where s, which it
+  // was meant for, takes it at its next delivery point like the first.
+  // (Two posters at once may both find the bit clear: the second to set
+  // it queues its instance too, and the first's siginfo may be the one kept.)
+  bool queue = sig >= SIGRTMIN;
+  if (queue && (s.pending.load(std::memory_order_acquire) & bit(sig))) {
+    post_process(sig, i);
+  } else {
+    if (SignalInfo* a = s.info.load(std::memory_order_acquire)) a[sig - 1] = i;
+    if ((s.pending.fetch_or(bit(sig), std::memory_order_seq_cst) & bit(sig)) && queue) post_process(sig, i);
+  }
   wake(s);
+}
+
+// ---- interrupts: a handler due on a fibre parked in the parking lot ----------------------
+//
+// A handler posted to a thread whose fibre waits in a mutex, a condition
+// variable, a barrier, a semaphore or a futex runs on that fibre at once:
+// its wait is cut short (parking_lot::interrupt), the handler runs there,
+// and the wait goes on, unseen by the primitive — except sem_wait's, which
+// ends with EINTR when the handler has no SA_RESTART, as glibc's does.
+// The cut is made by a kernel thread of its own (started with the first
+// handler the program installs), woken through a futex word: a poster may
+// be a signal handler, and interrupt() takes a bucket lock and schedules a
+// fibre, which are not async-signal-safe. The waiter notes its key in its
+// SignalState under the bucket lock (the parking hook) and then reads its
+// pending set; a poster sets the pending bit, then asks: one of the two
+// sees the other.
+std::atomic<int> interrupt_word{0};
+std::atomic<bool> interrupts_on{false};
+
+bool on_parking(const void* key, const rt::Fibre* f);
+bool on_interrupted();
+
+void ask_interrupt(SignalState& s) {
+  if (!interrupts_on.load(std::memory_order_acquire)) return;
+  s.interrupt.store(true, std::memory_order_seq_cst);
+  interrupt_word.fetch_add(1, std::memory_order_seq_cst);
+  rt::futex_wake(&interrupt_word, 1);
+}
+
+bool interrupt_one(SignalState& s, void*) {
+  if (!s.interrupt.exchange(false, std::memory_order_seq_cst)) return false;
+  const void* key = s.parked_key.load(std::memory_order_seq_cst);
+  const void* f = s.parked_fibre.load(std::memory_order_acquire);
+  if (key && f) rt::parking_lot::interrupt(key, static_cast<const rt::Fibre*>(f));
+  return false;  // on to the next
+}
+
+void* interrupter(void*) {
+  ::prctl(PR_SET_NAME, "loom-interrupt", 0, 0, 0);
+  sigset_t all;
+  sigfillset(&all);
+  ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, nullptr, _NSIG / 8);
+  for (;;) {
+    int v = interrupt_word.load(std::memory_order_seq_cst);
+    any_signal_state(&interrupt_one, nullptr);
+    rt::futex_wait(&interrupt_word, v);
+  }
+  return nullptr;
+}
+
+// Realtime signals pending for the process queue, as the kernel queues
+// them: each instance is taken once, in the order they came (up to kQueued
+// of one signal; more are dropped, where the kernel's RLIMIT_SIGPENDING
+// would have refused the sender). One lock, taken with every signal blocked
+// on the kernel thread (route pushes from a handler), and the signal's bit
+// of process_pending set while its queue is not empty, all under the lock.
+constexpr int kQueued = 32;
+struct RtQueue {
+  SignalInfo item[kQueued];
+  unsigned head = 0, n = 0;
+};
+RtQueue rt_queue[64];
+std::atomic_flag rt_lock = ATOMIC_FLAG_INIT;
+bool queued(int sig) { return sig >= SIGRTMIN; }
+
+class RtLocked {
+ public:
+  RtLocked() noexcept {
+    sigset_t all;
+    sigfillset(&all);
+    ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &saved_, _NSIG / 8);
+    while (rt_lock.test_and_set(std::memory_order_acquire)) {
+    }
+  }
+  ~RtLocked() {
+    rt_lock.clear(std::memory_order_release);
+    ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &saved_, nullptr, _NSIG / 8);
+  }
+
+ private:
+  sigset_t saved_;
+};
+
+// sig pending for the process (signal context too).
+void post_process(int sig, const SignalInfo& i) {
+  if (!queued(sig)) {
+    process_info[sig - 1] = i;
+    process_pending.fetch_or(bit(sig), std::memory_order_seq_cst);
+    return;
+  }
+  int e = *errno_slot();
+  {
+    RtLocked l;
+    RtQueue& q = rt_queue[sig - 1];
+    if (q.n < kQueued) q.item[(q.head + q.n++) % kQueued] = i;
+    process_pending.fetch_or(bit(sig), std::memory_order_seq_cst);
+  }
+  *errno_slot() = e;
+}
+
+bool take_process(int sig, SignalInfo* out) {
+  std::uint64_t b = bit(sig);
+  if (!(process_pending.load(std::memory_order_acquire) & b)) return false;
+  if (!queued(sig)) {
+    if (!(process_pending.fetch_and(~b, std::memory_order_acq_rel) & b)) return false;
+    *out = process_info[sig - 1];
+    return true;
+  }
+  int e = *errno_slot();
+  bool got = false;
+  {
+    RtLocked l;
+    RtQueue& q = rt_queue[sig - 1];
+    if (q.n) {
+      *out = q.item[q.head];
+      q.head = (q.head + 1) % kQueued;
+      got = true;
+      if (--q.n == 0) process_pending.fetch_and(~b, std::memory_order_acq_rel);
+    }
+  }
+  *errno_slot() = e;
+  return got;
 }
 
 // Takes sig out of s's pending set, or the process's: its info, or false
@@ -119,15 +268,11 @@ bool take(SignalState& s, int sig, SignalInfo* out) {
     *out = a ? a[sig - 1] : info_of(nullptr);
     return true;
   }
-  if (process_pending.fetch_and(~b, std::memory_order_acq_rel) & b) {
-    *out = process_info[sig - 1];
-    return true;
-  }
-  return false;
+  return take_process(sig, out);
 }
 
 std::uint64_t pending_for(const SignalState& s) {
-  return s.pending.load(std::memory_order_acquire) | process_pending.load(std::memory_order_acquire);
+  return s.pending.load(std::memory_order_seq_cst) | process_pending.load(std::memory_order_seq_cst);
 }
 
 // ---- delivery on the calling fibre --------------------------------------------------------
@@ -204,11 +349,16 @@ bool sleep_on(SignalState& s, std::int64_t deadline) {
   return !timed_out;
 }
 
-struct WaitScope {  // route() looks for waiters only while some exist
+// route() looks for waiters only while some exist. Registering is one
+// half of a pair with route's: the waiter stores `waits`, then reads the
+// pending sets; route sets process_pending, then reads every `waits` (both
+// sequentially consistent), so one of the two sees the other and no signal
+// is left pending while its waiter sleeps.
+struct WaitScope {
   SignalState& s;
   WaitScope(SignalState& st, std::uint64_t w) : s(st) {
-    waiters.fetch_add(1, std::memory_order_acq_rel);
-    s.waits.store(w, std::memory_order_release);
+    waiters.fetch_add(1, std::memory_order_seq_cst);
+    s.waits.store(w, std::memory_order_seq_cst);
   }
   ~WaitScope() {
     s.waits.store(0, std::memory_order_release);
@@ -260,6 +410,7 @@ struct Routing {
   bool by_default;
   SignalState* skip;
   bool posted;
+  bool parked_only = false;  // post_to_unblocked's first pass
 };
 
 bool post_to_waiter(SignalState& s, void* arg) {
@@ -269,9 +420,34 @@ bool post_to_waiter(SignalState& s, void* arg) {
   return true;
 }
 
+// After sig was made pending for the process: a thread that began waiting
+// for it, or unblocked it, while route looked elsewhere (the other half of
+// WaitScope's pair; set_mask's too) is woken (or its wait cut short) to
+// take it itself.
+bool claim_process_pending(SignalState& s, void* arg) {
+  auto* r = static_cast<Routing*>(arg);
+  if (s.waits.load(std::memory_order_seq_cst) & bit(r->sig)) {
+    wake(s);
+    return true;
+  }
+  if (s.mask.load(std::memory_order_seq_cst) & bit(r->sig)) return false;
+  wake(s);  // it takes it from the process's set at its next delivery point
+  ask_interrupt(s);
+  return true;
+}
+
 bool post_to_unblocked(SignalState& s, void* arg) {
   auto* r = static_cast<Routing*>(arg);
   if (&s == r->skip || (s.mask.load(std::memory_order_acquire) & bit(r->sig))) return false;
+  // First pass (a handler, interrupts on): a thread parked in the parking
+  // lot, whose wait is cut short to run it there at once.
+  if (r->parked_only) {
+    if (!s.parked_key.load(std::memory_order_seq_cst)) return false;
+    r->posted = true;
+    post(s, r->sig, r->info);
+    ask_interrupt(s);
+    return true;
+  }
   // Interrupting a fibre that blocks it: posted to this one, which runs it
   // at its next delivery point. Interrupting no fibre of the program (an
   // idle processor, one of loom's own threads): run here, at once, as a
@@ -367,7 +543,7 @@ int set_mask(SignalState& s, int how, const sigset_t* set, sigset_t* old) {
     }
     now &= ~kUnblockable;
     for (std::uint64_t g = now & ~was; g; g &= g - 1) guard(lowest(g));
-    s.mask.store(now, std::memory_order_release);
+    s.mask.store(now, std::memory_order_seq_cst);  // then deliver_pending reads the pending sets: route's pair
   }
   if (old) to_set(was, old);
   deliver_pending();
@@ -395,6 +571,7 @@ int send(SignalState& s, int sig, const SignalInfo& i, bool self) {
     }
   }
   post(s, sig, i);
+  if (!blocked) ask_interrupt(s);
   return 0;
 }
 
@@ -415,9 +592,72 @@ bool route(int sig, const siginfo_t* si, bool by_default) noexcept {
   }
   if (waiters.load(std::memory_order_acquire) > 0 && any_signal_state(&post_to_waiter, &r)) return true;
   if (cur && !(cur->mask.load(std::memory_order_acquire) & bit(sig))) return false;
+  if (!by_default && interrupts_on.load(std::memory_order_acquire)) {
+    r.parked_only = true;
+    if (any_signal_state(&post_to_unblocked, &r)) return true;
+    r.parked_only = false;
+  }
   if (any_signal_state(&post_to_unblocked, &r)) return r.posted;  // else: the default action, here
-  process_info[sig - 1] = r.info;
-  process_pending.fetch_or(bit(sig), std::memory_order_acq_rel);
+  post_process(sig, r.info);
+  any_signal_state(&claim_process_pending, &r);
+  return true;
+}
+
+namespace {
+
+// Under the bucket lock of key (null: the fibre resumed).
+bool on_parking(const void* key, const rt::Fibre* f) {
+  SignalState* s = fibre_state();
+  if (!s) return false;
+  if (key == &s->wake) {  // a wait of this file's, which takes its signals itself
+    s->parked_key.store(nullptr, std::memory_order_relaxed);
+    return false;
+  }
+  if (!key) {  // resumed (no lock held): a delivery point, for what came as it woke
+    if (s->parked_key.exchange(nullptr, std::memory_order_seq_cst)) deliver_pending();
+    return false;
+  }
+  s->parked_fibre.store(f, std::memory_order_relaxed);
+  s->parked_key.store(key, std::memory_order_seq_cst);
+  return (pending_for(*s) & ~s->mask.load(std::memory_order_relaxed)) != 0;
+}
+
+// deliver_pending's loop, telling whether the wait goes on.
+bool on_interrupted() {
+  SignalState* s = fibre_state();
+  if (!s) return true;
+  // parked_key stays: the wait most likely goes on, and a signal routed
+  // meanwhile is better posted here than run on an idle processor.
+  bool go_on = true;
+  for (;;) {
+    std::uint64_t ready = pending_for(*s) & ~s->mask.load(std::memory_order_acquire);
+    if (!ready) return go_on;
+    int sig = lowest(ready);
+    SignalInfo i;
+    if (take(*s, sig, &i) && run_here(sig, i) && !restarts(sig)) go_on = false;
+  }
+}
+
+}  // namespace
+
+void enable_interrupts() noexcept {
+  if (interrupts_on.load(std::memory_order_acquire)) return;
+  if (!rt::this_processor_at_entry()) return;  // no fibres here (a fork child's threads are glibc's)
+  static std::atomic_flag starting = ATOMIC_FLAG_INIT;
+  if (starting.test_and_set(std::memory_order_acq_rel)) return;
+  int (*create)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*) = nullptr;
+  rt::sys::find_symbol(create, "libc.so.6", "pthread_create");
+  pthread_t t;
+  if (!create || create(&t, nullptr, &interrupter, nullptr) != 0) return;  // handlers wait for a delivery point
+  rt::parking_lot::signal_hooks.interrupted.store(&on_interrupted, std::memory_order_release);
+  rt::parking_lot::signal_hooks.parking.store(&on_parking, std::memory_order_release);
+  interrupts_on.store(true, std::memory_order_release);
+}
+
+bool fibre_mask(std::uint64_t* out) noexcept {
+  SignalState* s = fibre_state();
+  if (!s) return false;
+  *out = s->mask.load(std::memory_order_relaxed);
   return true;
 }
 
@@ -560,7 +800,7 @@ int sigsuspend(const sigset_t* set) {
     return -1;
   }
   for (std::uint64_t g = now & ~was; g; g &= g - 1) guard(lowest(g));
-  s->mask.store(now, std::memory_order_release);
+  s->mask.store(now, std::memory_order_seq_cst);
   {
     WaitScope w(*s, ~now);
     for (;;) {
@@ -587,5 +827,50 @@ int pause(void) {
   to_set(s->mask.load(std::memory_order_relaxed), &now);
   return sigsuspend(&now);
 }
+
+// glibc's other mask functions change the kernel thread's mask themselves
+// (its internal sigprocmask and sigsuspend): here they go through the ones
+// above, on a fibre its mask, elsewhere glibc's as before.
+int sighold(int sig) noexcept {
+  sigset_t one;
+  sigemptyset(&one);
+  if (sigaddset(&one, sig) < 0) return -1;
+  return sigprocmask(SIG_BLOCK, &one, nullptr);
+}
+
+int sigrelse(int sig) noexcept {
+  sigset_t one;
+  sigemptyset(&one);
+  if (sigaddset(&one, sig) < 0) return -1;
+  return sigprocmask(SIG_UNBLOCK, &one, nullptr);
+}
+
+// System V's sigpause(sig) (X/Open's, __xpg_sigpause), and the BSD one
+// (__sigpause(mask, 0)), whose argument is a mask of the first 32 signals.
+int __sigpause(int sig_or_mask, int is_sig) {
+  sigset_t set;
+  if (is_sig) {
+    if (sigprocmask(SIG_BLOCK, nullptr, &set) < 0) return -1;
+    if (sigdelset(&set, sig_or_mask) < 0) return -1;
+  } else {
+    to_set(std::uint32_t(sig_or_mask), &set);
+  }
+  return sigsuspend(&set);
+}
+int __xpg_sigpause(int sig) { return __sigpause(sig, 1); }
+// The symbol sigpause itself (<signal.h> maps the name to __xpg_sigpause).
+int loom_sigpause_symbol(int sig) __asm__("sigpause");
+int loom_sigpause_symbol(int sig) { return __sigpause(sig, 1); }
+
+// BSD's, deprecated but still in glibc: masks of the first 32 signals.
+static int bsd_mask(int how, int mask) {
+  sigset_t set, old;
+  to_set(std::uint32_t(mask), &set);
+  if (sigprocmask(how, &set, &old) < 0) return -1;
+  return int(std::uint32_t(to_bits(&old)));
+}
+int sigblock(int mask) noexcept { return bsd_mask(SIG_BLOCK, mask); }
+int sigsetmask(int mask) noexcept { return bsd_mask(SIG_SETMASK, mask); }
+int siggetmask(void) noexcept { return bsd_mask(SIG_BLOCK, 0); }
 
 }  // extern "C"

@@ -37,7 +37,10 @@
 // Waiting: a fibre parks in the parking lot, a kernel thread that is not a
 // processor (or a processor's thread outside a fibre) waits there on a
 // futex; calls before the runtime started are such kernel threads. The
-// blocking paths keep each fibre's errno across switches (capi.hpp).
+// blocking paths keep each fibre's errno across switches (capi.hpp). A
+// signal handler due on a parked fibre runs on it (sigthread.cpp, the
+// parking lot's interrupt); sem_wait then fails with EINTR when the handler
+// has no SA_RESTART, as glibc's does, and every other wait goes on.
 //
 // Process-shared, robust and priority-protocol objects are shared.cpp's
 // (they must work between processes and outlive their owner): init marks
@@ -836,6 +839,7 @@ int sem_wait_fibre(sem_t* s, clockid_t clock, const timespec* abs) {
   ops.ctx = s;
   ops.wait_kind = rt::WaitKind::semaphore;
   ops.cancellable = true;  // sem_wait's caller acts on ECANCELED (cancel_point)
+  ops.interruptible = true;  // EINTR after a handler without SA_RESTART (sigthread.cpp)
   ops.validate = [](void* c) {
     std::uint64_t v = sdata(static_cast<sem_t*>(c)).load(std::memory_order_seq_cst);
     return std::uint32_t(v) == 0 && (v & kFibresParked);
@@ -854,6 +858,10 @@ int sem_wait_fibre(sem_t* s, clockid_t clock, const timespec* abs) {
     rt::Parked r = pl::park(s, ops, dl);
     if (r.result == ParkResult::Cancelled) {
       e = ECANCELED;
+      break;
+    }
+    if (r.result == ParkResult::Interrupted) {  // a handler without SA_RESTART ran (sigthread.cpp)
+      e = EINTR;
       break;
     }
     if (r.result == ParkResult::TimedOut) {

@@ -37,7 +37,7 @@
 //  - signals: each fibre has its own mask and pending set (sigthread.cpp:
 //    pthread_sigmask, pthread_kill, the waits); loom changes no disposition
 //    (loom_pthread_routes below keeps the runtime's SIGPIPE default away).
-//    pthread_attr_setsigmask_np still gives ENOTSUP.
+//    pthread_attr_setsigmask_np gives the new thread its mask.
 //  - cancellation: cancel.cpp.
 //  - pthread_getcpuclockid: ENOENT (a fibre has no CPU-time clock).
 //  - callers that are not loom processors (before the runtime started, other
@@ -97,8 +97,11 @@ struct Attr {
   std::size_t stacksize;  // 0: loom's default
   std::size_t guardsize;
   void* stackaddr;  // lowest address; set by pthread_getattr_np only
-  std::uint64_t reserved;
+  // pthread_attr_setsigmask_np's mask (bit s-1: signal s), with kHasSigmask
+  // (signal 32's bit, glibc's own, never in a mask) set when there is one.
+  std::uint64_t sigmask;
 };
+constexpr std::uint64_t kHasSigmask = std::uint64_t(1) << 31;
 static_assert(sizeof(Attr) <= sizeof(pthread_attr_t), "libloom-pthread: Attr must fit glibc's pthread_attr_t");
 static_assert(alignof(Attr) <= alignof(pthread_attr_t), "libloom-pthread: pthread_attr_t under-aligned");
 
@@ -121,6 +124,7 @@ std::size_t page_size() {
 // pthread_setattr_default_np's stack and guard sizes (0: loom's defaults).
 std::atomic<std::size_t> default_stacksize{0};
 std::atomic<std::size_t> default_guardsize{0};
+std::atomic<std::uint64_t> default_sigmask{0};  // and its signal mask (kHasSigmask when set)
 
 void init_attr(Attr* r) {
   std::memset(static_cast<void*>(r), 0, sizeof(pthread_attr_t));
@@ -547,24 +551,43 @@ int pthread_attr_getaffinity_np(const pthread_attr_t* a, size_t n, cpu_set_t* se
   return errno_as_result([&] { return sched_getaffinity(0, n, set); });
 }
 
+// The new thread's mask (glibc's: SIGCANCEL and SIGSETXID left out when it
+// starts, kept in the attribute as given); null clears it.
 int pthread_attr_setsigmask_np(pthread_attr_t* a, const sigset_t* set) {
-  if (!attr_of(a)) return EINVAL;
-  return set ? ENOTSUP : 0;  // a fibre has no signal mask of its own
+  Attr* r = attr_of(a);
+  if (!r) return EINVAL;
+  if (!set) {
+    r->sigmask = 0;
+    return 0;
+  }
+  std::uint64_t m;
+  std::memcpy(&m, set, sizeof m);
+  r->sigmask = (m & ~(kHasSigmask | (kHasSigmask << 1))) | kHasSigmask;
+  return 0;
 }
 
 int pthread_attr_getsigmask_np(const pthread_attr_t* a, sigset_t* set) {
-  if (!attr_of(a) || !set) return EINVAL;
+  const Attr* r = attr_of(a);
+  if (!r || !set) return EINVAL;
   sigemptyset(set);
-  return PTHREAD_ATTR_NO_SIGMASK_NP;
+  if (!(r->sigmask & kHasSigmask)) return PTHREAD_ATTR_NO_SIGMASK_NP;
+  std::uint64_t m = r->sigmask & ~kHasSigmask;
+  std::memcpy(set, &m, sizeof m);
+  return 0;
 }
 
-int pthread_getattr_default_np(pthread_attr_t* a) { return pthread_attr_init(a); }
+int pthread_getattr_default_np(pthread_attr_t* a) {
+  int e = pthread_attr_init(a);
+  if (e == 0) attr_of(a)->sigmask = default_sigmask.load(std::memory_order_relaxed);
+  return e;
+}
 
 int pthread_setattr_default_np(const pthread_attr_t* a) {
   const Attr* r = attr_of(a);
   if (!r) return EINVAL;
   default_stacksize.store(r->stacksize, std::memory_order_relaxed);
   default_guardsize.store(r->guardsize, std::memory_order_relaxed);
+  default_sigmask.store(r->sigmask, std::memory_order_relaxed);
   return 0;
 }
 
@@ -576,6 +599,7 @@ int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)
   if (attr && !r) return EINVAL;
   if (!r) {
     init_attr(&defaults);
+    defaults.sigmask = default_sigmask.load(std::memory_order_relaxed);  // only without an attribute (glibc)
     r = &defaults;
   }
   if (forked_child.load(std::memory_order_relaxed)) return child_create(thread, r, start, arg);
@@ -584,7 +608,10 @@ int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)
   loom_attr_setdetachstate(&la, r->detach == PTHREAD_CREATE_DETACHED ? LOOM_CREATE_DETACHED : LOOM_CREATE_JOINABLE);
   loom_attr_setstacksize(&la, r->stacksize ? r->stacksize : thread_default_stack());
   loom_attr_setguardsize(&la, r->guardsize);
+  std::uint64_t mask = r->sigmask & ~kHasSigmask;
+  if (r->sigmask & kHasSigmask) next_thread_mask(&mask);  // taken by loom_create
   int e = loom_create(thread, &la, start, arg);
+  if (r->sigmask & kHasSigmask) next_thread_mask(nullptr);
   loom_attr_destroy(&la);
   return e;
 }

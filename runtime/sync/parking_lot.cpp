@@ -41,6 +41,7 @@ struct ParkWaiter : Waiter {
   Bucket* bucket = nullptr;  // changed by a requeue, under both buckets' locks (lock_bucket)
   ParkToken token = 0;
   ParkToken park_token = 0;  // ParkOps::park_token
+  bool interrupted = false;  // interrupt() won: set before the fibre is scheduled
 };
 
 ParkWaiter* pw(Waiter* w) { return static_cast<ParkWaiter*>(w); }
@@ -100,7 +101,33 @@ bool is_fibre(Processor* p) {
 
 }  // namespace
 
-Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
+SignalHooks signal_hooks;
+
+bool interrupt(const void* key, const Fibre* f) noexcept {
+  Bucket& b = bucket_of(key);
+  b.lock.lock();
+  ParkWaiter* found = nullptr;
+  for (Waiter* w = WaitList::front(b.queue); w; w = w->next)
+    if (pw(w)->key == key && w->fibre == f) {
+      found = pw(w);
+      break;
+    }
+  int expected = kWaiting;
+  if (!found || !found->state.compare_exchange_strong(expected, kTimedOut, std::memory_order_acq_rel)) {
+    b.lock.unlock();
+    return false;
+  }
+  found->interrupted = true;
+  Fibre* target = found->fibre;
+  unqueue_timed_out(found);
+  b.lock.unlock();
+  schedule(target);  // from here on found may be gone
+  return true;
+}
+
+// One wait; Interrupted when interrupt() cut it short (or a handler was
+// already due): park() runs the handlers and decides.
+Parked park_once(const void* key, const ParkOps& ops, Deadline deadline) {
   Bucket& b = bucket_of(key);
   ParkWaiter w;
   w.key = key;
@@ -109,6 +136,13 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
   w.bucket = &b;
   w.lock = &b.lock;
   b.lock.lock();
+  if (auto h = signal_hooks.parking.load(std::memory_order_relaxed)) {
+    Processor* p = this_processor();
+    if (is_fibre(p) && h(key, p->current())) {
+      b.lock.unlock();
+      return {ParkResult::Interrupted, 0};
+    }
+  }
   if (ops.validate && !ops.validate(ops.ctx)) {
     b.lock.unlock();
     return {ParkResult::Invalid, 0};
@@ -137,11 +171,16 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
     if (ops.cancellable && cancel_pending_here()) {  // the one load a cancellation point pays
       unqueue_timed_out(&w);
       b.lock.unlock();
+      if (auto h = signal_hooks.parking.load(std::memory_order_relaxed)) h(nullptr, self);  // not parked after all
       return {ParkResult::Cancelled, 0};
     }
     p->suspend(&post_park, &w);
     // Resumed, perhaps on another processor: unparked, timed out and
-    // already unqueued by timer_complete, or cancelled (cancel below).
+    // already unqueued by timer_complete, cancelled (cancel below), or
+    // interrupted (then it will most likely park again: the signal side
+    // still counts it parked).
+    if (!w.interrupted)
+      if (auto h = signal_hooks.parking.load(std::memory_order_relaxed)) h(nullptr, self);  // no longer parked
     int st = w.state.load(std::memory_order_acquire);
     if (st == kSignalled) {
       if (deadline != kForever) w.cluster->timers.remove(&w.timer);
@@ -150,6 +189,10 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
     if (st == kCancelled) {
       if (deadline != kForever) w.cluster->timers.remove(&w.timer);
       return {ParkResult::Cancelled, 0};
+    }
+    if (w.interrupted) {  // interrupt() unqueued it; its timer, if any, is still armed
+      if (deadline != kForever) w.cluster->timers.remove(&w.timer);
+      return {ParkResult::Interrupted, 0};
     }
     return {ParkResult::TimedOut, 0};
   }
@@ -195,6 +238,19 @@ bool cancel(const void* key, Fibre* f) noexcept {
   if (!won) return false;
   schedule(f);  // from here on the record may be gone
   return true;
+}
+
+Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
+  for (;;) {
+    Parked r = park_once(key, ops, deadline);
+    if (r.result != ParkResult::Interrupted) return r;
+    // The handlers due run here, on the fibre, no lock held; then the wait
+    // goes on (validate again) unless the primitive can fail with EINTR
+    // and a handler without SA_RESTART ran.
+    auto h = signal_hooks.interrupted.load(std::memory_order_acquire);
+    bool go_on = !h || h();
+    if (!go_on && ops.interruptible) return r;
+  }
 }
 
 UnparkResult unpark_one(const void* key, ParkToken (*callback)(void*, UnparkResult), void* ctx) {

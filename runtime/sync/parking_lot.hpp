@@ -38,6 +38,10 @@
 //       unpark of `to`, with their deadlines. A waiter whose timeout fires
 //       after the move unqueues itself from `to`'s bucket (the waiter's
 //       bucket is read again under its lock until it holds still).
+//   interrupt(key, fibre)
+//       For signals (libloom-pthread): ends one fibre's wait as its timeout
+//       would; park() runs the handler on it and waits again (see
+//       SignalHooks below).
 //   unpark_some(key, choose, callback)
 //       For primitives with two kinds of waiter on one key (a rwlock's
 //       readers and writers, told apart by the park token each parked
@@ -88,6 +92,7 @@
 // idle fibre, or before a fibre runs on it, waits as a kernel thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "loom/sync.hpp"
@@ -99,7 +104,11 @@ using ParkToken = std::uintptr_t;
 
 // Cancelled: the waiter's ParkOps were `cancellable` and a cancellation
 // request for its fibre was pending when it came or woke it (sched/cancel.hpp).
-enum class ParkResult { Unparked, Invalid, TimedOut, Cancelled };
+// Interrupted: interrupt() ended the wait of a waiter that parked with
+// ParkOps::interruptible for a signal handler, which ran on it before park
+// returned, and had no SA_RESTART. Any other interrupted wait goes on (park
+// validates again) once the handler ran: the primitive never sees it.
+enum class ParkResult { Unparked, Invalid, TimedOut, Cancelled, Interrupted };
 
 struct Parked {
   ParkResult result;
@@ -129,6 +138,9 @@ struct ParkOps {
   // not wait (Cancelled), and one that waits is woken by the request
   // (cancel below). Kernel threads that are not fibres ignore it.
   bool cancellable = false;
+  // The primitive can fail with EINTR (sem_wait): a handler without
+  // SA_RESTART run by interrupt() ends the wait (ParkResult::Interrupted).
+  bool interruptible = false;
 };
 
 // unpark_some's choice: the oldest `limit` waiters whose park token & mask.
@@ -176,6 +188,31 @@ Parked park_if(const void* key, F&& validate, Deadline deadline, WaitKind kind =
 // primitive's timed_out hook runs, as for a timeout) and wakes it with
 // Cancelled. True if it did.
 bool cancel(const void* key, Fibre* f) noexcept;
+// Signals (libloom-pthread's sigthread.cpp sets these, once a program
+// installs a handler; until then park() reads one null pointer more).
+//   parking(key, fibre)  runs in park() under the bucket lock, before
+//       validate, on a fibre: the signal side notes where the fibre waits,
+//       then returns true if a handler is already due on it (the fibre
+//       then does not sleep: park runs `interrupted` and returns). Called
+//       again with a null key when the fibre resumes (no lock held),
+//       unless interrupt() woke it.
+//   interrupted()  runs on the fibre, outside any lock, when its wait was
+//       cut short for a handler: it runs the handlers due, and returns true
+//       if an interruptible wait is to go on (every one had SA_RESTART).
+struct SignalHooks {
+  std::atomic<bool (*)(const void* key, const Fibre* f)> parking{nullptr};
+  std::atomic<bool (*)()> interrupted{nullptr};
+};
+extern SignalHooks signal_hooks;
+
+// Ends fibre f's wait on key now (for a handler due on it): f leaves the
+// queue as if its deadline had passed (the primitive's timed_out hook runs)
+// and park() runs signal_hooks.interrupted, then waits again or returns
+// Interrupted (ParkOps::interruptible). False if f was not
+// parked on key. Never dereferences f. Not async-signal-safe (it takes the
+// bucket lock and schedules f): libloom-pthread calls it from a kernel
+// thread of its own.
+bool interrupt(const void* key, const Fibre* f) noexcept;
 
 // Statistics for tests: waiters queued now, across the table.
 unsigned queued_now();

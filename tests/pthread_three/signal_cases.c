@@ -1,0 +1,442 @@
+// signal_cases.c — the signal cases of issue 32 (item 5), as glibc answers
+// them; three.sh compares each case's output with the plain glibc run's.
+// One case per run (argv[1]); an alarm bounds each, so a lost signal or a
+// hang fails the case instead of hanging the suite.
+//   lost      30,000 rounds of one signal at a time, sent by a thread that
+//             blocks it (kill, or with "tgkill" to its own kernel thread:
+//             loom's processor, not the waiter's) to a sigwait loop: none lost
+//   hold      sighold/sigrelse/sigset(SIG_HOLD)/sigignore/sigpause and the
+//             BSD sigblock/sigsetmask/siggetmask act on the thread's mask
+//   exec      a thread that blocks SIGUSR1 posix_spawns, then execs (execv,
+//             execl, execve, fexecve in a chain): each new image starts with
+//             SIGUSR1 blocked;
+//             posix_spawnattr_setsigmask still wins; system() gives its
+//             command the caller's mask too
+//   queue     three queued instances of one realtime signal: sigwaitinfo
+//             takes one, two stay pending, in order of their values
+//   samask    a signal blocked by the handler's sa_mask is pending inside the
+//             handler and runs after it
+//   storm     a thread calls pthread_kill in a loop while another thread
+//             storms it with a handled signal: no hang, no EINTR
+//   eintr     a handled signal without SA_RESTART ends sem_wait with EINTR
+//   attrmask  pthread_attr_setsigmask_np: the new thread starts with it
+#define _GNU_SOURCE
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char** environ;
+
+static void block(int how, int sig) {
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, sig);
+  pthread_sigmask(how, &s, NULL);
+}
+static int blocked(int sig) {
+  sigset_t s;
+  pthread_sigmask(SIG_BLOCK, NULL, &s);
+  return sigismember(&s, sig);
+}
+static int pending(int sig) {
+  sigset_t s;
+  sigpending(&s);
+  return sigismember(&s, sig);
+}
+
+// ---- lost: a sigwait loop, one signal at a time ------------------------------------------------
+
+enum { kRounds = 30000 };
+static sem_t taken;
+
+static void* lost_waiter(void* arg) {
+  (void)arg;
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGUSR1);
+  for (int i = 0; i < kRounds; ++i) {
+    int sig = 0;
+    if (sigwait(&s, &sig) != 0 || sig != SIGUSR1) break;
+    sem_post(&taken);
+  }
+  return NULL;
+}
+
+// With by_tgkill, a helper process sends each signal with tgkill to one of
+// this process's kernel threads in turn (under loom: processors and loom's
+// own threads that do not block it in the kernel, whichever fibre runs
+// there), as a signal from outside would.
+static int lost(int by_tgkill) {
+  block(SIG_BLOCK, SIGUSR1);  // every thread: the waiter inherits it
+  sem_init(&taken, 0, 0);
+  pthread_t w;
+  pthread_create(&w, NULL, lost_waiter, NULL);
+  int go[2] = {-1, -1};
+  pid_t helper = -1;
+  if (by_tgkill) {
+    if (pipe(go) != 0) return 1;
+    pid_t parent = getpid();
+    fflush(stdout);
+    helper = fork();
+    if (helper == 0) {  // sends the tid it reads to its parent
+      close(go[1]);
+      pid_t tid;
+      while (read(go[0], &tid, sizeof tid) == (ssize_t)sizeof tid) syscall(SYS_tgkill, parent, tid, SIGUSR1);
+      _exit(0);
+    }
+    close(go[0]);
+  }
+  pid_t tids[64];
+  int ntids = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    if (by_tgkill) {
+      if (i % 1000 == 0) {  // the kernel threads now
+        char path[64];
+        ntids = 0;
+        for (pid_t t = getpid(); t < getpid() + 4096 && ntids < 64; ++t) {
+          snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)t);
+          FILE* f = fopen(path, "r");
+          if (!f) continue;
+          char line[256];
+          unsigned long long blk = ~0ull;
+          while (fgets(line, sizeof line, f))
+            if (sscanf(line, "SigBlk: %llx", &blk) == 1) break;
+          fclose(f);
+          if (!(blk & (1ull << (SIGUSR1 - 1)))) tids[ntids++] = t;  // its kernel mask lets it in
+        }
+      }
+      pid_t t = tids[i % ntids];
+      if (write(go[1], &t, sizeof t) != (ssize_t)sizeof t) return 1;
+    } else {
+      kill(getpid(), SIGUSR1);
+    }
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_sec += 10;
+    if (sem_timedwait(&taken, &t) != 0) {
+      printf("lost: round %d lost its signal (pending %d)\n", i, pending(SIGUSR1));
+      fflush(stdout);
+      _exit(1);
+    }
+  }
+  pthread_join(w, NULL);
+  if (by_tgkill) {
+    close(go[1]);
+    waitpid(helper, NULL, 0);
+  }
+  printf("lost: %d rounds, none lost\n", kRounds);
+  return 0;
+}
+
+// ---- hold: glibc's other mask functions ---------------------------------------------------------
+
+static atomic_int ran_usr1, ran_usr2;
+static void on_usr1(int sig) {
+  (void)sig;
+  ran_usr1++;
+}
+static void on_usr2(int sig) {
+  (void)sig;
+  ran_usr2++;
+}
+
+static void* hold_thread(void* arg) {
+  (void)arg;
+  signal(SIGUSR1, on_usr1);
+  sighold(SIGUSR1);
+  printf("hold: sighold blocks %d\n", blocked(SIGUSR1));
+  raise(SIGUSR1);
+  printf("hold: held: ran %d, pending %d\n", ran_usr1, pending(SIGUSR1));
+  sigrelse(SIGUSR1);
+  printf("hold: sigrelse: ran %d, blocked %d, pending %d\n", ran_usr1, blocked(SIGUSR1), pending(SIGUSR1));
+  int was = sigset(SIGUSR1, SIG_HOLD) == SIG_HOLD;
+  printf("hold: sigset(SIG_HOLD) was held %d\n", was);
+  printf("hold: sigset blocks %d\n", blocked(SIGUSR1));
+  raise(SIGUSR1);
+  printf("hold: sigset-held: ran %d, pending %d\n", ran_usr1, pending(SIGUSR1));
+  sigset(SIGUSR1, on_usr1);  // unblocks: delivered
+  printf("hold: sigset(handler): ran %d, blocked %d\n", ran_usr1, blocked(SIGUSR1));
+  sigignore(SIGUSR1);
+  struct sigaction a;
+  sigaction(SIGUSR1, NULL, &a);
+  printf("hold: sigignore: SIG_IGN %d\n", a.sa_handler == SIG_IGN);
+  signal(SIGUSR1, on_usr1);
+  int old = sigblock((1 << (SIGUSR2 - 1)));
+  printf("hold: sigblock: was %d, blocks %d, siggetmask %d\n", (old & (1 << (SIGUSR2 - 1))) != 0, blocked(SIGUSR2),
+         (siggetmask() & (1 << (SIGUSR2 - 1))) != 0);
+  signal(SIGUSR2, on_usr2);
+  raise(SIGUSR2);
+  printf("hold: sigblock-held: ran %d, pending %d\n", ran_usr2, pending(SIGUSR2));
+  sigsetmask(old);
+  printf("hold: sigsetmask: ran %d, blocks %d\n", ran_usr2, blocked(SIGUSR2));
+  // sigpause(sig): sig unblocked while waiting for a signal; back blocked.
+  sighold(SIGUSR1);
+  raise(SIGUSR1);
+  int r = sigpause(SIGUSR1);
+  printf("hold: sigpause: %d EINTR %d, ran %d, blocked after %d\n", r, errno == EINTR, ran_usr1, blocked(SIGUSR1));
+  sigrelse(SIGUSR1);
+  return NULL;
+}
+
+static int hold(void) {
+  pthread_t t;  // on a thread of the program's own, not main
+  pthread_create(&t, NULL, hold_thread, NULL);
+  pthread_join(t, NULL);
+  return 0;
+}
+
+// ---- exec: the mask reaches the new image -----------------------------------------------------
+
+static const char* self_path;
+
+// exec (how: execv, execl, execve, fexecve) from a new thread that blocks
+// SIGUSR1, to "report how rest...": the process goes on in the new image.
+static void* exec_from(void* arg) {
+  char** v = arg;  // how, then the rest of the chain
+  const char* how = v[0];
+  block(SIG_BLOCK, SIGUSR1);
+  char* argv[16] = {(char*)self_path, "report"};
+  int n = 2;
+  for (char** p = v; *p && n < 15; ++p) argv[n++] = *p;
+  argv[n] = NULL;
+  fflush(stdout);
+  if (strcmp(how, "execv") == 0) {
+    execv(self_path, argv);
+  } else if (strcmp(how, "execl") == 0) {
+    execl(self_path, self_path, "report", how, v[1], v[1] ? v[2] : NULL, (char*)NULL);
+  } else if (strcmp(how, "fexecve") == 0) {
+    int fd = open(self_path, O_RDONLY | O_CLOEXEC);
+    fexecve(fd, argv, environ);
+  } else {
+    execve(self_path, argv, environ);
+  }
+  printf("exec: %s failed\n", how);
+  exit(1);
+}
+
+static int report_mask(char** rest) {  // the exec'd image: rest = how, next...
+  sigset_t s;
+  sigprocmask(SIG_BLOCK, NULL, &s);
+  printf("exec: %s: USR1 blocked %d, USR2 blocked %d\n", rest[0], sigismember(&s, SIGUSR1), sigismember(&s, SIGUSR2));
+  if (!rest[1]) return 0;
+  sigemptyset(&s);
+  sigprocmask(SIG_SETMASK, &s, NULL);
+  pthread_t t;
+  pthread_create(&t, NULL, exec_from, rest + 1);
+  pthread_join(t, NULL);
+  return 1;
+}
+
+static void* spawn_thread(void* arg) {
+  (void)arg;
+  block(SIG_BLOCK, SIGUSR1);
+  // posix_spawn: the caller's mask, or the attribute's.
+  fflush(stdout);
+  char* argv[] = {(char*)self_path, "report", "posix_spawn", NULL};
+  pid_t c;
+  int st;
+  if (posix_spawn(&c, self_path, NULL, NULL, argv, environ) == 0) waitpid(c, &st, 0);
+  posix_spawnattr_t a;
+  posix_spawnattr_init(&a);
+  sigset_t m;
+  sigemptyset(&m);
+  sigaddset(&m, SIGUSR2);
+  posix_spawnattr_setsigmask(&a, &m);
+  posix_spawnattr_setflags(&a, POSIX_SPAWN_SETSIGMASK);
+  char* argv2[] = {(char*)self_path, "report", "posix_spawn-setsigmask", NULL};
+  if (posix_spawnp(&c, self_path, NULL, &a, argv2, environ) == 0) waitpid(c, &st, 0);
+  posix_spawnattr_destroy(&a);
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "'%s' report system", self_path);
+  int r = system(cmd);
+  printf("exec: system: %d, USR1 still blocked %d, CHLD blocked %d\n", r, blocked(SIGUSR1), blocked(SIGCHLD));
+  return NULL;
+}
+
+static int exec_case(void) {
+  pthread_t t;
+  pthread_create(&t, NULL, spawn_thread, NULL);
+  pthread_join(t, NULL);
+  // exec from a thread that blocks SIGUSR1, four ways in a chain.
+  static char* chain[] = {"execv", "execl", "execve", "fexecve", NULL};
+  pthread_create(&t, NULL, exec_from, chain);
+  pthread_join(t, NULL);
+  return 1;
+}
+
+// ---- queue: realtime signals stay queued --------------------------------------------------------
+
+static int queue(void) {
+  int sig = SIGRTMIN + 2;
+  block(SIG_BLOCK, sig);
+  for (int i = 1; i <= 3; ++i) sigqueue(getpid(), sig, (union sigval){.sival_int = i});
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, sig);
+  for (int i = 0; i < 3; ++i) {
+    siginfo_t si;
+    int r = sigwaitinfo(&s, &si);
+    printf("queue: took %d value %d, still pending %d\n", r == sig, si.si_value.sival_int, pending(sig));
+  }
+  struct timespec zero = {0, 0};
+  int r = sigtimedwait(&s, NULL, &zero);
+  printf("queue: then %d EAGAIN %d\n", r, errno == EAGAIN);
+  return 0;
+}
+
+// ---- samask: pending inside the handler ---------------------------------------------------------
+
+static atomic_int usr2_in_handler = -1, usr2_pending_in_handler = -1;
+static void samask_usr1(int sig) {
+  (void)sig;
+  raise(SIGUSR2);
+  usr2_in_handler = ran_usr2;
+  usr2_pending_in_handler = pending(SIGUSR2);
+}
+
+static void* samask_thread(void* arg) {
+  (void)arg;
+  struct sigaction a;
+  memset(&a, 0, sizeof a);
+  a.sa_handler = samask_usr1;
+  sigemptyset(&a.sa_mask);
+  sigaddset(&a.sa_mask, SIGUSR2);
+  sigaction(SIGUSR1, &a, NULL);
+  signal(SIGUSR2, on_usr2);
+  raise(SIGUSR1);
+  printf("samask: in the handler: USR2 ran %d, pending %d; after: ran %d\n", usr2_in_handler,
+         usr2_pending_in_handler, ran_usr2);
+  return NULL;
+}
+
+static int samask(void) {
+  pthread_t t;
+  pthread_create(&t, NULL, samask_thread, NULL);
+  pthread_join(t, NULL);
+  return 0;
+}
+
+// ---- storm: pthread_kill in a loop while stormed ------------------------------------------------
+
+static atomic_int storm_stop, storm_eintr, storm_handled;
+static void on_storm(int sig) {
+  (void)sig;
+  storm_handled++;
+}
+static pthread_t storm_target;
+
+static void* storm_victim(void* arg) {  // sends, and is the storm's target
+  (void)arg;
+  for (int i = 0; i < 20000; ++i) {
+    int r = pthread_kill(pthread_self(), 0);
+    if (r == EINTR) storm_eintr++;
+    r = pthread_kill(pthread_self(), SIGUSR2);
+    if (r != 0) storm_eintr++;
+  }
+  storm_stop = 1;
+  return NULL;
+}
+static void* stormer(void* arg) {
+  (void)arg;
+  while (!storm_stop) {
+    if (pthread_kill(storm_target, SIGUSR1) != 0) break;
+    sched_yield();
+  }
+  return NULL;
+}
+
+static int storm(void) {
+  signal(SIGUSR1, on_storm);
+  signal(SIGUSR2, on_storm);
+  pthread_t s;
+  pthread_create(&storm_target, NULL, storm_victim, NULL);
+  pthread_create(&s, NULL, stormer, NULL);
+  pthread_join(storm_target, NULL);
+  pthread_join(s, NULL);
+  printf("storm: ended, EINTR or errors %d, handled some %d\n", storm_eintr, storm_handled > 0);
+  return 0;
+}
+
+// ---- eintr: a handled signal without SA_RESTART ends sem_wait ------------------------------------
+
+static void on_alarm(int sig) { (void)sig; }
+
+static int eintr(void) {
+  struct sigaction a;
+  memset(&a, 0, sizeof a);
+  a.sa_handler = on_alarm;
+  sigemptyset(&a.sa_mask);
+  sigaction(SIGALRM, &a, NULL);
+  sem_t s;
+  sem_init(&s, 0, 0);
+  alarm(1);
+  int r = sem_wait(&s);
+  printf("eintr: sem_wait %d EINTR %d\n", r, errno == EINTR);
+  return 0;
+}
+
+// ---- attrmask: pthread_attr_setsigmask_np -------------------------------------------------------
+
+static void* attr_thread(void* arg) {
+  (void)arg;
+  printf("attrmask: thread: USR1 blocked %d, USR2 blocked %d\n", blocked(SIGUSR1), blocked(SIGUSR2));
+  return NULL;
+}
+
+static int attrmask(void) {
+  block(SIG_BLOCK, SIGUSR1);
+  pthread_attr_t a;
+  pthread_attr_init(&a);
+  sigset_t m, got;
+  printf("attrmask: none set: %d\n", pthread_attr_getsigmask_np(&a, &got) == PTHREAD_ATTR_NO_SIGMASK_NP);
+  sigemptyset(&m);
+  sigaddset(&m, SIGUSR2);
+  printf("attrmask: set %d\n", pthread_attr_setsigmask_np(&a, &m));
+  int g = pthread_attr_getsigmask_np(&a, &got);
+  printf("attrmask: get %d, has USR2 %d\n", g, sigismember(&got, SIGUSR2));
+  pthread_t t;
+  pthread_create(&t, &a, attr_thread, NULL);
+  pthread_join(t, NULL);
+  pthread_attr_setsigmask_np(&a, NULL);
+  printf("attrmask: cleared: %d\n", pthread_attr_getsigmask_np(&a, &got) == PTHREAD_ATTR_NO_SIGMASK_NP);
+  pthread_create(&t, &a, attr_thread, NULL);  // the creator's mask
+  pthread_join(t, NULL);
+  pthread_attr_destroy(&a);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  self_path = "/proc/self/exe";
+  static char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = 0;
+    self_path = exe;
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc > 2 && strcmp(argv[1], "report") == 0) return report_mask(argv + 2);
+  alarm(60);
+  const char* c = argc > 1 ? argv[1] : "";
+  if (strcmp(c, "lost") == 0) return lost(argc > 2 && strcmp(argv[2], "tgkill") == 0);
+  if (strcmp(c, "hold") == 0) return hold();
+  if (strcmp(c, "exec") == 0) return exec_case();
+  if (strcmp(c, "queue") == 0) return queue();
+  if (strcmp(c, "samask") == 0) return samask();
+  if (strcmp(c, "storm") == 0) return storm();
+  if (strcmp(c, "eintr") == 0) return eintr();
+  if (strcmp(c, "attrmask") == 0) return attrmask();
+  fprintf(stderr, "usage: signal_cases lost [tgkill]|hold|exec|queue|samask|storm|eintr|attrmask\n");
+  return 2;
+}
