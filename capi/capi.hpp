@@ -191,5 +191,13 @@ int fibre_attr_of(const loom_attr_t* a, FibreAttr* out) noexcept;
 // start routine returns) before the process exits with status 0; set by
 // libloom-pthread, whose threads made in the child must end first.
 extern void (*fork_child_thread_end)();
+// The child of a fork: the thread that forked (`id`, its handle from before
+// the fork) ends there with pthread_exit(retval); if it is main, a thread
+// joining it gets retval (only main's record can be joined without its
+// fibre's own exit).
+void record_exit_value(loom_t id, void* retval) noexcept;
+// `id` is main's, and its name is still loom's default ("main"): glibc's
+// answer is the process's name (libloom-pthread's pthread_getname_np).
+bool unnamed_main(loom_t id) noexcept;
 
 }  // namespace loom::capi

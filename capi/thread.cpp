@@ -88,6 +88,7 @@ struct Thread {
   std::size_t guardsize = 0;
   int priority = LOOM_PRIORITY_NORMAL;
   bool main = false;
+  bool named = false;  // loom_setname_np was called
   int cancel_state = LOOM_CANCEL_ENABLE;
   int cancel_type = LOOM_CANCEL_DEFERRED;
   loom_cleanup_frame* cleanup = nullptr;  // innermost first
@@ -277,6 +278,15 @@ void finish(Thread* t, rt::Fibre* self) {
   // From here on t may be gone.
 }
 
+// main's value for its joiner, once: on its exit, or in a fork child when
+// the forking thread ends there (record_exit_value).
+void main_ended(Thread* m, void* retval) {
+  if (m->state.load(std::memory_order_acquire) & kExited) return;
+  m->retval = retval;
+  m->state.fetch_or(kExited, std::memory_order_acq_rel);
+  m->finished.release_errno();
+}
+
 void trampoline(void* p) {
   auto* t = static_cast<Thread*>(p);
   rt::Fibre* self = rt::this_fibre_or_null();
@@ -303,8 +313,12 @@ void trampoline(void* p) {
   finish(t, now);
 }
 
-[[noreturn]] void exit_main() {
+// main ends with loom_exit (pthread_exit): its key destructors run, a thread
+// joining it gets the value, and the process lives on until the last thread
+// ends, as on glibc.
+[[noreturn]] void exit_main(Thread* m, void* retval) {
   destroy_keys(rt::this_fibre_or_null());
+  main_ended(m, retval);
   while (live_threads.load(std::memory_order_acquire) != 0) all_done().acquire();
   std::exit(0);
 }
@@ -318,7 +332,12 @@ int claim(Thread* t) {
   return 0;
 }
 
-void reap(Thread* t, void** retval) {
+void reap(Thread* t, void** retval, bool waited = false) {
+  if (t->main) {  // no fibre to join: main's record stays (main_thread() holds it)
+    if (!waited) t->finished.acquire();
+    if (retval) *retval = t->retval;
+    return;
+  }
   t->handle().join();
   t->handle().~Fibre();
   if (retval) *retval = t->retval;
@@ -326,12 +345,12 @@ void reap(Thread* t, void** retval) {
 }
 
 // ESRCH: a null or stale handle (joined, or detached and finished); EINVAL:
-// an id loom_create did not make, or main's.
+// an id loom_create did not make; EDEADLK: the caller itself. main may be
+// joined: it ends with loom_exit (pthread_exit), as glibc allows.
 int check_joinable(loom_t id, Thread** out) {
   if (id == 0) return ESRCH;
   Thread* t = record_of(id);
   if (!t) return is_slot_handle(id) ? ESRCH : EINVAL;
-  if (t->main) return EINVAL;
   // A detached thread joining itself: EINVAL before EDEADLK, as glibc.
   if (t->state.load(std::memory_order_acquire) & kDetached) return EINVAL;
   if (t == current_record()) return EDEADLK;
@@ -422,6 +441,16 @@ bool any_signal_state(bool (*fn)(SignalState&, void*), void* arg) noexcept {
 long fibres_created() noexcept { return threads_created.load(std::memory_order_relaxed); }
 
 void (*fork_child_thread_end)() = nullptr;
+
+bool unnamed_main(loom_t id) noexcept {
+  Thread* t = record_of(id);
+  return t && t->main && !t->named;
+}
+
+void record_exit_value(loom_t id, void* retval) noexcept {
+  if (Thread* t = record_of(id))
+    if (t->main) main_ended(t, retval);
+}
 
 }  // namespace loom::capi
 
@@ -620,13 +649,15 @@ int loom_tryjoin_np(loom_t id, void** retval) {
 }
 
 int loom_clockjoin_np(loom_t id, void** retval, clockid_t clock, const struct timespec* abstime) {
+  // No time: wait as long as it takes (glibc), on a clock a time could use.
+  if (!abstime) return clock == CLOCK_REALTIME || clock == CLOCK_MONOTONIC ? loom_join(id, retval) : EINVAL;
   Thread* t = nullptr;
   if (int e = check_joinable(id, &t)) return e;
   if (int e = claim(t)) return e;
   ErrnoKeeper k;
   int e = timed(clock, abstime, EAGAIN, [t](Deadline d) { return t->finished.acquire_errno(d); });
   if (e == 0) {
-    reap(t, retval);
+    reap(t, retval, true);
   } else {
     t->state.fetch_and(~unsigned(kClaimed), std::memory_order_acq_rel);  // someone may join later
   }
@@ -706,7 +737,7 @@ int loom_yield(void) {
 void loom_exit(void* retval) {
   if (Thread* t = current_record()) {
     run_cleanups(t);
-    if (t->main) exit_main();
+    if (t->main) exit_main(t, retval);
     t->retval = retval;
     throw ExitUnwind{};
   }
@@ -741,6 +772,7 @@ int loom_getattr_np(loom_t id, loom_attr_t* a) {
   if (Thread* t = record_of(id)) {
     if (t->main) {
       main_stack(&a->_loom_stackaddr, &a->_loom_stacksize);
+      a->_loom_guardsize = 0;  // the initial thread has none (glibc)
       f = t->fibre.load(std::memory_order_relaxed);
       if (f) a->_loom_cluster = reinterpret_cast<loom_cluster_t*>(f->cluster->facade);
       return 0;
@@ -773,6 +805,7 @@ int loom_setname_np(loom_t id, const char* name) {
   if (n >= sizeof t->name) return ERANGE;
   rt::SpinGuard g(names_lock);
   std::memcpy(t->name, name, n + 1);
+  t->named = true;
   return 0;
 }
 

@@ -49,12 +49,25 @@
 //    kernel threads, a fork child) may call pthread_self, pthread_equal, the
 //    key and attribute calls; pthread_create from a kernel thread that is not
 //    a processor makes a fibre in the default cluster (in a fork child, a
-//    kernel thread of glibc's).
+//    kernel thread of glibc's). Such a thread's pthread_self() is glibc's
+//    handle, and the calls by handle on itself (getattr, names, CPU clock,
+//    kill) are glibc's: glibc's own helper threads (SIGEV_THREAD timers,
+//    mq_notify) answer as on glibc. The forking thread of a fork child keeps
+//    its handle from before the fork (its stack, its name; main can be
+//    joined there after its pthread_exit).
+//  - join and detach: glibc's errors (EDEADLK joining oneself, EINVAL for a
+//    second detach, also in a fork child); main may be joined once it has
+//    called pthread_exit; a timed join without a time waits. A thread
+//    naming itself names its kernel thread too (a fibre's processor, until
+//    another fibre there names itself), so /proc shows it as on glibc; main
+//    unnamed answers with the process's name. Not done: a circular join of
+//    two other threads (glibc's EDEADLK when the target joins the caller).
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -196,15 +209,18 @@ struct Glibc {
   int (*timedjoin_np)(pthread_t, void**, const struct timespec*);
   int (*clockjoin_np)(pthread_t, void**, clockid_t, const struct timespec*);
   int (*detach)(pthread_t);
-  pthread_t (*self)();
   int (*getattr_np)(pthread_t, pthread_attr_t*);
   int (*setname_np)(pthread_t, const char*);
   int (*getname_np)(pthread_t, char*, size_t);
   int (*attr_init)(pthread_attr_t*);
   int (*attr_setdetachstate)(pthread_attr_t*, int);
   int (*attr_setstacksize)(pthread_attr_t*, size_t);
+  int (*attr_setguardsize)(pthread_attr_t*, size_t);
   int (*attr_destroy)(pthread_attr_t*);
   int (*attr_getstack)(const pthread_attr_t*, void**, size_t*);
+  int (*attr_getguardsize)(const pthread_attr_t*, size_t*);
+  int (*attr_getdetachstate)(const pthread_attr_t*, int*);
+  int (*getcpuclockid)(pthread_t, clockid_t*);
 };
 
 // Looked up in libc.so.6 itself, as base/sys.cpp does (not RTLD_NEXT: what
@@ -224,18 +240,32 @@ const Glibc& glibc() {
     rt::sys::find_symbol(r.timedjoin_np, "libc.so.6", "pthread_timedjoin_np");
     rt::sys::find_symbol(r.clockjoin_np, "libc.so.6", "pthread_clockjoin_np");
     rt::sys::find_symbol(r.detach, "libc.so.6", "pthread_detach");
-    rt::sys::find_symbol(r.self, "libc.so.6", "pthread_self");
     rt::sys::find_symbol(r.getattr_np, "libc.so.6", "pthread_getattr_np");
     rt::sys::find_symbol(r.setname_np, "libc.so.6", "pthread_setname_np");
     rt::sys::find_symbol(r.getname_np, "libc.so.6", "pthread_getname_np");
     rt::sys::find_symbol(r.attr_init, "libc.so.6", "pthread_attr_init");
     rt::sys::find_symbol(r.attr_setdetachstate, "libc.so.6", "pthread_attr_setdetachstate");
     rt::sys::find_symbol(r.attr_setstacksize, "libc.so.6", "pthread_attr_setstacksize");
+    rt::sys::find_symbol(r.attr_setguardsize, "libc.so.6", "pthread_attr_setguardsize");
     rt::sys::find_symbol(r.attr_destroy, "libc.so.6", "pthread_attr_destroy");
     rt::sys::find_symbol(r.attr_getstack, "libc.so.6", "pthread_attr_getstack");
+    rt::sys::find_symbol(r.attr_getguardsize, "libc.so.6", "pthread_attr_getguardsize");
+    rt::sys::find_symbol(r.attr_getdetachstate, "libc.so.6", "pthread_attr_getdetachstate");
+    rt::sys::find_symbol(r.getcpuclockid, "libc.so.6", "pthread_getcpuclockid");
     return r;
   }();
   return g;
+}
+
+// glibc's pthread_self(), without a call through glibc(): it may be asked
+// before anything is looked up, by a malloc's initialisation (jemalloc asks
+// inside its init lock, and looking a symbol up mallocs). glibc's pthread_t
+// is its thread block, which keeps its own address at %fs:16 on x86-64
+// (only kernel threads loom did not make ask: a fibre's %fs is its own).
+pthread_t glibc_self() {
+  pthread_t r;
+  asm("mov %%fs:16, %0" : "=r"(r));
+  return r;
 }
 
 // ---- fork ----------------------------------------------------------------------------
@@ -257,9 +287,16 @@ std::atomic<bool> forked_child{false};
 // the parent's threads still reaches loom, which knows it). `live` counts
 // those whose start routine has not ended: the forking thread's own end
 // waits for them, since the process ends with its last thread.
+// Detached ones are listed too, until they end, so that a second detach
+// gives EINVAL as glibc's does (not ESRCH: loom does not know the handle).
+struct ChildThread {
+  pthread_t handle;
+  bool detached;  // by its attribute or pthread_detach
+  bool ended;     // its start routine is done (joinable: until joined)
+};
 struct ChildThreads {
   rt::SpinLock lock;
-  std::vector<pthread_t> handles;
+  std::vector<ChildThread> handles;
   std::atomic<int> live{0};
 };
 ChildThreads& child_threads() {
@@ -267,28 +304,80 @@ ChildThreads& child_threads() {
   return *c;
 }
 thread_local bool is_child_thread = false;
+// The forking thread's handle from before the fork: its pthread_self() in
+// the child, so that the calls by handle keep answering for it (its stack,
+// name, joining main) as they did in the parent.
+pthread_t fork_self = 0;
+
+bool on_fibre() { return rt::this_fibre_or_null() != nullptr; }
+
+// A kernel thread loom knows nothing of: not a fibre, and not the forking
+// thread of a fork child (which keeps its handle from before the fork).
+bool foreign_caller() {
+  return !on_fibre() && !(forked_child.load(std::memory_order_relaxed) && !is_child_thread);
+}
+
+// The forking thread of a fork child joining itself: EDEADLK (loom sees no
+// fibre there to compare).
+bool joins_itself(pthread_t t) {
+  return forked_child.load(std::memory_order_relaxed) && !is_child_thread && t == fork_self;
+}
 
 bool child_handle(pthread_t t) {
   if (!forked_child.load(std::memory_order_relaxed)) return false;
   ChildThreads& c = child_threads();
   rt::SpinGuard g(c.lock);
-  for (pthread_t h : c.handles)
-    if (h == t) return true;
+  for (const ChildThread& h : c.handles)
+    if (h.handle == t) return true;
   return false;
+}
+
+// Under the list's lock.
+ChildThread* find_child(ChildThreads& c, pthread_t t) {
+  for (ChildThread& h : c.handles)
+    if (h.handle == t) return &h;
+  return nullptr;
+}
+void drop_child(ChildThreads& c, ChildThread* h) {
+  *h = c.handles.back();
+  c.handles.pop_back();
 }
 
 void forget_child_handle(pthread_t t) {
   ChildThreads& c = child_threads();
   rt::SpinGuard g(c.lock);
-  for (auto& h : c.handles)
-    if (h == t) {
-      h = c.handles.back();
-      c.handles.pop_back();
-      return;
-    }
+  if (ChildThread* h = find_child(c, t)) drop_child(c, h);
+}
+
+// pthread_detach of a thread made in the child: glibc's, but a second one
+// gives EINVAL without reaching glibc (the thread may be gone).
+int detach_child(pthread_t t) {
+  ChildThreads& c = child_threads();
+  rt::SpinGuard g(c.lock);
+  ChildThread* h = find_child(c, t);
+  if (!h) return ESRCH;
+  if (h->detached) return EINVAL;
+  int e = glibc().detach(t);
+  if (e == 0) {
+    if (h->ended)
+      drop_child(c, h);
+    else
+      h->detached = true;
+  }
+  return e;
 }
 
 void child_thread_ended() {
+  {
+    ChildThreads& c = child_threads();
+    rt::SpinGuard g(c.lock);
+    if (ChildThread* h = find_child(c, glibc_self())) {
+      if (h->detached)
+        drop_child(c, h);
+      else
+        h->ended = true;
+    }
+  }
   ChildThreads& c = child_threads();
   if (c.live.fetch_sub(1, std::memory_order_acq_rel) == 1) rt::futex_wake(&c.live, INT_MAX);
 }
@@ -324,6 +413,7 @@ int child_create(pthread_t* thread, const Attr* r, void* (*start)(void*), void* 
   g.attr_init(&ga);
   g.attr_setdetachstate(&ga, r->detach);
   if (r->stacksize) g.attr_setstacksize(&ga, r->stacksize);
+  g.attr_setguardsize(&ga, r->guardsize);
   auto* s = new (std::nothrow) ChildStart{start, arg};
   ChildThreads& c = child_threads();
   int e = s ? 0 : EAGAIN;
@@ -336,8 +426,8 @@ int child_create(pthread_t* thread, const Attr* r, void* (*start)(void*), void* 
     if (e) {
       c.live.fetch_sub(1, std::memory_order_relaxed);
       delete s;
-    } else if (r->detach != PTHREAD_CREATE_DETACHED) {
-      c.handles.push_back(*thread);
+    } else {
+      c.handles.push_back(ChildThread{*thread, r->detach == PTHREAD_CREATE_DETACHED, false});
     }
   }
   g.attr_destroy(&ga);
@@ -352,6 +442,7 @@ void after_fork_in_child() {
   if (rt::Processor* p = rt::tls_processor) rt::tls::forget_kernel_rseq(p->kernel_tcb());
   keys_after_fork_in_child();  // the registry's lock may have been held by a processor at the fork
   keys_move_to_kernel_thread(rt::this_fibre_or_null());
+  fork_self = loom_self();  // while it is still the fibre that forked
   rt::tls_processor = nullptr;
   // Waiters queued in the parking lot are the parent's, and a bucket lock
   // may have been held by one of its processors at the fork.
@@ -367,9 +458,12 @@ void after_fork_in_child() {
 }  // namespace
 }  // namespace loom::capi::pthread_lib
 
+// A thread of glibc's: made in a fork child, or the caller itself when it
+// is a kernel thread loom did not make (glibc's own helper threads, such as
+// SIGEV_THREAD timers', which its pthread_create makes without the PLT).
 bool loom::capi::pthread_signal::glibc_thread_of_fork_child(pthread_t t) noexcept {
   using namespace loom::capi::pthread_lib;
-  return child_handle(t) || (is_child_thread && t == glibc().self());
+  return child_handle(t) || (foreign_caller() && t == glibc_self());
 }
 
 namespace loom::capi::pthread_lib {
@@ -423,7 +517,6 @@ bool exists(pthread_t t) {
   return e == 0;
 }
 
-bool on_fibre() { return rt::this_fibre_or_null() != nullptr; }
 
 }  // namespace
 }  // namespace loom::capi::pthread_lib
@@ -626,37 +719,39 @@ int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)
 
 // A thread made in a fork child is glibc's (see "fork" above); every other
 // handle is loom's.
+
 int pthread_join(pthread_t t, void** retval) {
-  if (!child_handle(t)) return loom_join(t, retval);
+  if (!child_handle(t)) return joins_itself(t) ? EDEADLK : loom_join(t, retval);
   int e = glibc().join(t, retval);
   if (e == 0) forget_child_handle(t);
   return e;
 }
 int pthread_tryjoin_np(pthread_t t, void** retval) {
-  if (!child_handle(t)) return loom_tryjoin_np(t, retval);
+  if (!child_handle(t)) return joins_itself(t) ? EDEADLK : loom_tryjoin_np(t, retval);
   int e = glibc().tryjoin_np(t, retval);
   if (e == 0) forget_child_handle(t);
   return e;
 }
 int pthread_timedjoin_np(pthread_t t, void** retval, const struct timespec* abstime) {
-  if (!child_handle(t)) return loom_timedjoin_np(t, retval, abstime);
+  if (!child_handle(t)) return joins_itself(t) ? EDEADLK : loom_timedjoin_np(t, retval, abstime);
   int e = glibc().timedjoin_np(t, retval, abstime);
   if (e == 0) forget_child_handle(t);
   return e;
 }
 int pthread_clockjoin_np(pthread_t t, void** retval, clockid_t clock, const struct timespec* abstime) {
-  if (!child_handle(t)) return loom_clockjoin_np(t, retval, clock, abstime);
+  if (!child_handle(t)) return joins_itself(t) ? EDEADLK : loom_clockjoin_np(t, retval, clock, abstime);
   int e = glibc().clockjoin_np(t, retval, clock, abstime);
   if (e == 0) forget_child_handle(t);
   return e;
 }
-int pthread_detach(pthread_t t) {
-  if (!child_handle(t)) return loom_detach(t);
-  int e = glibc().detach(t);
-  if (e == 0) forget_child_handle(t);
-  return e;
+int pthread_detach(pthread_t t) { return child_handle(t) ? detach_child(t) : loom_detach(t); }
+// A fibre's handle is loom's; the forking thread of a fork child keeps its
+// own; any other kernel thread (a thread made in the child, glibc's own
+// helper threads) is glibc's and answers with glibc's handle.
+pthread_t pthread_self(void) {
+  if (on_fibre()) return loom_self();
+  return foreign_caller() ? glibc_self() : fork_self;
 }
-pthread_t pthread_self(void) { return is_child_thread ? glibc().self() : loom_self(); }
 int pthread_equal(pthread_t a, pthread_t b) { return a == b; }
 
 void pthread_exit(void* retval) {
@@ -667,7 +762,9 @@ void pthread_exit(void* retval) {
       glibc().exit(retval);
     }
     // The forking thread (cleanup handlers pushed before the fork are not
-    // run there): the process ends with the last of the child's threads.
+    // run there): a thread joining it gets retval; the process ends with the
+    // last of the child's threads.
+    record_exit_value(fork_self, retval);
     forking_thread_ends();
     std::exit(0);
   }
@@ -732,6 +829,8 @@ int pthread_getattr_np(pthread_t t, pthread_attr_t* a) {
       r->stackaddr = addr;
       r->stacksize = size;
     }
+    glibc().attr_getguardsize(&ga, &r->guardsize);
+    glibc().attr_getdetachstate(&ga, &r->detach);
     glibc().attr_destroy(&ga);
     return 0;
   }
@@ -758,10 +857,24 @@ int pthread_getattr_np(pthread_t t, pthread_attr_t* a) {
 
 int pthread_setname_np(pthread_t t, const char* name) {
   if (pthread_signal::glibc_thread_of_fork_child(t)) return glibc().setname_np(t, name);
-  return loom_setname_np(t, name);
+  int e = loom_setname_np(t, name);
+  // A thread naming itself names its kernel thread too, as glibc's does
+  // (/proc/self/task/TID/comm): a fibre's is its processor's, until the
+  // next fibre there names itself.
+  if (e == 0 && t == pthread_self()) prctl(PR_SET_NAME, name);
+  return e;
 }
 int pthread_getname_np(pthread_t t, char* name, size_t len) {
   if (pthread_signal::glibc_thread_of_fork_child(t)) return glibc().getname_np(t, name, len);
+  if (name && unnamed_main(t)) {
+    // glibc's initial thread is named after the process (its comm); loom's
+    // listing keeps calling it "main".
+    char comm[16] = {};
+    if (int e = errno_as_result([&] { return prctl(PR_GET_NAME, comm); })) return e;
+    if (len <= std::strlen(comm)) return ERANGE;
+    std::memcpy(name, comm, std::strlen(comm) + 1);
+    return 0;
+  }
   return loom_getname_np(t, name, len);
 }
 int pthread_getconcurrency(void) { return loom_getconcurrency(); }

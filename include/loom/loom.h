@@ -345,10 +345,12 @@ int loom_create(loom_t* LOOM_RESTRICT thread, const loom_attr_t* LOOM_RESTRICT a
 /* EDEADLK: joining oneself; EINVAL: not joinable (detached, already being
  * joined, or not made by loom_create); ESRCH: a null or stale handle (the
  * thread was joined, or was detached and has finished: a loom_t carries a
- * generation count, so an old handle never names a newer thread). */
+ * generation count, so an old handle never names a newer thread). main's
+ * handle may be joined: the joiner gets the value main passes to loom_exit. */
 int loom_join(loom_t thread, void** retval);
 /* GNU extensions: EBUSY if it has not finished; ETIMEDOUT at abstime
- * (CLOCK_REALTIME for timedjoin; clockjoin takes REALTIME or MONOTONIC). */
+ * (CLOCK_REALTIME for timedjoin; clockjoin takes REALTIME or MONOTONIC);
+ * a null abstime waits as long as loom_join does. */
 int loom_tryjoin_np(loom_t thread, void** retval);
 int loom_timedjoin_np(loom_t thread, void** retval, const struct timespec* abstime);
 int loom_clockjoin_np(loom_t thread, void** retval, clockid_t clock, const struct timespec* abstime);
@@ -363,7 +365,8 @@ int loom_yield(void);
 /* Ends the calling fibre: cleanup handlers run (innermost first), then, as
  * the stack unwinds (C++ destructors run; C frames need unwind tables,
  * which GCC and Clang emit by default on x86-64), key destructors; retval
- * goes to the joiner. Called from main(), it waits for every fibre made by
+ * goes to the joiner. Called from main(), it hands retval to main's joiner
+ * (if any), waits for every fibre made by
  * loom_create to finish, then ends the process with status 0, as POSIX
  * says. Only for fibres made by loom_create, and main (a C++ loom::Fibre
  * that calls it aborts the process with a message); on a kernel thread that
