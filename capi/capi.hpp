@@ -199,5 +199,7 @@ void record_exit_value(loom_t id, void* retval) noexcept;
 // `id` is main's, and its name is still loom's default ("main"): glibc's
 // answer is the process's name (libloom-pthread's pthread_getname_np).
 bool unnamed_main(loom_t id) noexcept;
+// `id` is main's (libloom-pthread asks glibc about the initial thread's stack).
+bool is_main_thread(loom_t id) noexcept;
 
 }  // namespace loom::capi

@@ -86,6 +86,10 @@ struct Thread {
   std::atomic<std::uint64_t> fibre_id{0};
   Semaphore finished{0, 1};                // released once it has exited
   std::size_t guardsize = 0;
+  // The stack size asked for: what getattr reports (loom's stack holds the
+  // thread's own thread-locals on top of it, as glibc's does, but is larger
+  // by them).
+  std::size_t stack_asked = 0;
   int priority = LOOM_PRIORITY_NORMAL;
   bool main = false;
   bool named = false;  // loom_setname_np was called
@@ -442,6 +446,11 @@ long fibres_created() noexcept { return threads_created.load(std::memory_order_r
 
 void (*fork_child_thread_end)() = nullptr;
 
+bool is_main_thread(loom_t id) noexcept {
+  Thread* t = record_of(id);
+  return t && t->main;
+}
+
 bool unnamed_main(loom_t id) noexcept {
   Thread* t = record_of(id);
   return t && t->main && !t->named;
@@ -514,6 +523,13 @@ int loom_attr_getguardsize(const loom_attr_t* a, size_t* size) {
   return 0;
 }
 
+int loom_attr_setstack(loom_attr_t* a, void* addr, size_t size) {
+  if (!valid_attr(a) || !addr || size < LOOM_STACK_MIN || size > LOOM_STACK_MAX) return EINVAL;
+  a->_loom_stackaddr = addr;
+  a->_loom_stacksize = size;
+  return 0;
+}
+
 int loom_attr_getstack(const loom_attr_t* a, void** addr, size_t* size) {
   if (!valid_attr(a) || !addr || !size || !a->_loom_stackaddr) return EINVAL;
   *addr = a->_loom_stackaddr;
@@ -580,11 +596,13 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
     attr = &defaults;
   }
   if (!thread || !start || !valid_attr(attr)) return EINVAL;
+  if (attr->_loom_stackaddr && attr->_loom_restable) return EINVAL;  // the caller's stack stays
   Thread* t = new_record();
   if (!t) return EAGAIN;
   t->start = start;
   t->arg = arg;
   t->guardsize = attr->_loom_guardsize;
+  t->stack_asked = attr->_loom_stacksize ? attr->_loom_stacksize : default_stack(attr);
   t->priority = attr->_loom_priority;
   FibreAttr fa;
   fibre_attr_of(attr, &fa);  // (valid: see above)
@@ -698,6 +716,7 @@ void record_moved(rt::Fibre* from, rt::Fibre* to) {
 int loom::capi::fibre_attr_of(const loom_attr_t* a, FibreAttr* out) noexcept {
   if (!valid_attr(a)) return EINVAL;
   out->stack_size = a->_loom_stacksize;
+  out->stack_addr = a->_loom_stackaddr;
   out->priority = static_cast<Priority>(a->_loom_priority);
   out->cluster = reinterpret_cast<loom::Cluster*>(a->_loom_cluster);
   out->color = a->_loom_color;  // loom_attr_setcolor (capi/color.cpp)
@@ -791,6 +810,11 @@ int loom_getattr_np(loom_t id, loom_attr_t* a) {
     rt::Stack s = f->stack.loaded();
     a->_loom_stackaddr = s ? s.lo() : nullptr;
     a->_loom_stacksize = f->stack.size;
+    if (Thread* t = record_of(id); t && t->stack_asked && t->stack_asked < s.size) {
+      // The top stack_asked bytes: the thread's frames and its blocks.
+      a->_loom_stacksize = t->stack_asked;
+      if (s) a->_loom_stackaddr = s.hi() - t->stack_asked;
+    }
     a->_loom_priority = f->priority;
     a->_loom_cluster = reinterpret_cast<loom_cluster_t*>(f->cluster->facade);
   }

@@ -181,7 +181,7 @@ typedef struct {
   loom_cluster_t* _loom_cluster; /* null: the creator's cluster */
   int _loom_priority;
   int _loom_scope;
-  void* _loom_stackaddr; /* set by loom_getattr_np only */
+  void* _loom_stackaddr; /* loom_attr_setstack, loom_getattr_np */
   uint32_t _loom_color;  /* 0: uncolored (loom_attr_setcolor) */
   int _loom_color_shared;
   int _loom_restable; /* loom_attr_setrestable_np */
@@ -312,8 +312,14 @@ int loom_attr_setstacksize(loom_attr_t* attr, size_t size);
 int loom_attr_getstacksize(const loom_attr_t* LOOM_RESTRICT attr, size_t* LOOM_RESTRICT size);
 int loom_attr_setguardsize(loom_attr_t* attr, size_t size);
 int loom_attr_getguardsize(const loom_attr_t* LOOM_RESTRICT attr, size_t* LOOM_RESTRICT size);
-/* The stack of a running fibre, after loom_getattr_np (EINVAL before: loom
- * places stacks itself, so there is no loom_attr_setstack). */
+/* A stack of the caller's: the new fibre runs on [addr, addr+size), which
+ * must stay mapped until it has ended (EINVAL: a null addr, or a size
+ * outside LOOM_STACK_MIN..LOOM_STACK_MAX). loom adds no guard page there,
+ * puts the fibre's control block at its top, and the fibre may not
+ * loom_rest (nor be made restable: loom_create gives EINVAL). getstack
+ * reports it, or a running fibre's after loom_getattr_np (EINVAL when
+ * neither). */
+int loom_attr_setstack(loom_attr_t* attr, void* addr, size_t size);
 int loom_attr_getstack(const loom_attr_t* LOOM_RESTRICT attr, void** LOOM_RESTRICT addr, size_t* LOOM_RESTRICT size);
 int loom_attr_setscope(loom_attr_t* attr, int scope);
 int loom_attr_getscope(const loom_attr_t* LOOM_RESTRICT attr, int* LOOM_RESTRICT scope);
