@@ -105,19 +105,29 @@ namespace {
 
 // ---- the attribute object ----------------------------------------------------------
 
-// loom's settings inside glibc's pthread_attr_t (56 bytes on x86-64).
+// loom's settings inside glibc's pthread_attr_t (56 bytes on x86-64), laid
+// out as glibc's own struct pthread_attr: glibc's functions that make
+// threads with a program's attribute themselves (SIGEV_THREAD timers,
+// mq_notify) read it as theirs, and find what the program set. loom's mark
+// sits in glibc's padding; the extension (an affinity set) is glibc's shape.
+struct AttrExt {  // glibc's struct pthread_attr_extension
+  cpu_set_t* cpuset;
+  std::size_t cpusetsize;
+  sigset_t sigmask;
+  bool sigmask_set;
+};
 struct Attr {
-  std::uint32_t magic;
-  std::int32_t detach;
-  std::int32_t inherit;
-  std::int32_t policy;
   std::int32_t priority;  // sched_param.sched_priority
-  std::int32_t scope;
-  std::size_t stacksize;  // 0: loom's default
+  std::int32_t policy;
+  std::int32_t flags;  // glibc's bits, kFlag* below
+  std::uint32_t magic;
   std::size_t guardsize;
-  void* stackaddr;  // lowest address; set by pthread_getattr_np only
+  void* stackaddr;        // the top of the stack (glibc's convention), with kFlagStackAddr
+  std::size_t stacksize;  // 0: the default
+  AttrExt* ext;           // null: no affinity set
   std::uint64_t reserved;
 };
+constexpr std::int32_t kFlagDetached = 0x1, kFlagExplicitSched = 0x2, kFlagScopeProcess = 0x4, kFlagStackAddr = 0x8;
 static_assert(sizeof(Attr) <= sizeof(pthread_attr_t), "libloom-pthread: Attr must fit glibc's pthread_attr_t");
 static_assert(alignof(Attr) <= alignof(pthread_attr_t), "libloom-pthread: pthread_attr_t under-aligned");
 
@@ -137,21 +147,23 @@ std::size_t page_size() {
   return n;
 }
 
-// pthread_setattr_default_np's stack and guard sizes (0: loom's defaults).
+// pthread_setattr_default_np's stack and guard sizes (0: loom's defaults)
+// and detach state: what a thread made without an attribute gets.
 std::atomic<std::size_t> default_stacksize{0};
 std::atomic<std::size_t> default_guardsize{0};
+std::atomic<bool> default_detached{false};
 
 void init_attr(Attr* r) {
   std::memset(static_cast<void*>(r), 0, sizeof(pthread_attr_t));
   r->magic = kAttrMagic;
-  r->detach = PTHREAD_CREATE_JOINABLE;
-  r->inherit = PTHREAD_INHERIT_SCHED;
   r->policy = SCHED_OTHER;
-  r->scope = PTHREAD_SCOPE_SYSTEM;
   r->stacksize = default_stacksize.load(std::memory_order_relaxed);
   std::size_t g = default_guardsize.load(std::memory_order_relaxed);
   r->guardsize = g ? g : page_size();
 }
+
+int detach_of(const Attr* r) { return r->flags & kFlagDetached ? PTHREAD_CREATE_DETACHED : PTHREAD_CREATE_JOINABLE; }
+void set_flag(Attr* r, std::int32_t f, bool on) { r->flags = on ? r->flags | f : r->flags & ~f; }
 
 std::size_t loom_default_stack() {
   loom_attr_t a;
@@ -216,6 +228,7 @@ struct Glibc {
   int (*attr_setdetachstate)(pthread_attr_t*, int);
   int (*attr_setstacksize)(pthread_attr_t*, size_t);
   int (*attr_setguardsize)(pthread_attr_t*, size_t);
+  int (*attr_setstack)(pthread_attr_t*, void*, size_t);
   int (*attr_destroy)(pthread_attr_t*);
   int (*attr_getstack)(const pthread_attr_t*, void**, size_t*);
   int (*attr_getguardsize)(const pthread_attr_t*, size_t*);
@@ -247,6 +260,7 @@ const Glibc& glibc() {
     rt::sys::find_symbol(r.attr_setdetachstate, "libc.so.6", "pthread_attr_setdetachstate");
     rt::sys::find_symbol(r.attr_setstacksize, "libc.so.6", "pthread_attr_setstacksize");
     rt::sys::find_symbol(r.attr_setguardsize, "libc.so.6", "pthread_attr_setguardsize");
+    rt::sys::find_symbol(r.attr_setstack, "libc.so.6", "pthread_attr_setstack");
     rt::sys::find_symbol(r.attr_destroy, "libc.so.6", "pthread_attr_destroy");
     rt::sys::find_symbol(r.attr_getstack, "libc.so.6", "pthread_attr_getstack");
     rt::sys::find_symbol(r.attr_getguardsize, "libc.so.6", "pthread_attr_getguardsize");
@@ -308,6 +322,9 @@ thread_local bool is_child_thread = false;
 // the child, so that the calls by handle keep answering for it (its stack,
 // name, joining main) as they did in the parent.
 pthread_t fork_self = 0;
+// glibc's handle of the initial thread, taken before main's fibre has a
+// thread block of its own.
+pthread_t initial_thread = 0;
 
 bool on_fibre() { return rt::this_fibre_or_null() != nullptr; }
 
@@ -411,8 +428,13 @@ int child_create(pthread_t* thread, const Attr* r, void* (*start)(void*), void* 
   const Glibc& g = glibc();
   pthread_attr_t ga;
   g.attr_init(&ga);
-  g.attr_setdetachstate(&ga, r->detach);
-  if (r->stacksize) g.attr_setstacksize(&ga, r->stacksize);
+  g.attr_setdetachstate(&ga, detach_of(r));
+  if (r->flags & kFlagStackAddr) {
+    const std::size_t size = r->stacksize ? r->stacksize : glibc_default_stack();
+    g.attr_setstack(&ga, static_cast<char*>(r->stackaddr) - size, size);
+  } else if (r->stacksize) {
+    g.attr_setstacksize(&ga, r->stacksize);
+  }
   g.attr_setguardsize(&ga, r->guardsize);
   auto* s = new (std::nothrow) ChildStart{start, arg};
   ChildThreads& c = child_threads();
@@ -427,7 +449,7 @@ int child_create(pthread_t* thread, const Attr* r, void* (*start)(void*), void* 
       c.live.fetch_sub(1, std::memory_order_relaxed);
       delete s;
     } else {
-      c.handles.push_back(ChildThread{*thread, r->detach == PTHREAD_CREATE_DETACHED, false});
+      c.handles.push_back(ChildThread{*thread, detach_of(r) == PTHREAD_CREATE_DETACHED, false});
     }
   }
   g.attr_destroy(&ga);
@@ -470,6 +492,7 @@ namespace loom::capi::pthread_lib {
 namespace {
 
 __attribute__((constructor(110))) void register_fork_handler() {
+  initial_thread = glibc_self();  // (before thread-locals are per fibre, just below)
   child_threads();
   __register_atfork(nullptr, nullptr, &after_fork_in_child, &__dso_handle);
 }
@@ -518,6 +541,31 @@ bool exists(pthread_t t) {
 }
 
 
+// What pthread_create refuses in an attribute, as glibc's does: a priority
+// outside its policy's range (EINVAL: the policy changed after the
+// priority was set), a realtime policy asked for explicitly (EPERM, as for
+// pthread_setschedparam), an affinity set with no CPU the process may use
+// (EINVAL, the kernel's answer to glibc).
+int check_create_attr(const Attr* r) {
+  if (r->flags & kFlagExplicitSched) {
+    if (r->priority < sched_get_priority_min(r->policy) || r->priority > sched_get_priority_max(r->policy))
+      return EINVAL;
+    if (r->policy != SCHED_OTHER) return EPERM;
+  }
+  if (r->ext && r->ext->cpuset) {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 0;
+    const auto* want = reinterpret_cast<const unsigned char*>(r->ext->cpuset);
+    const auto* have = reinterpret_cast<const unsigned char*>(&allowed);
+    const std::size_t n = r->ext->cpusetsize < sizeof allowed ? r->ext->cpusetsize : sizeof allowed;
+    bool any = false;
+    for (std::size_t i = 0; i < n && !any; ++i) any = (want[i] & have[i]) != 0;
+    if (!any) return EINVAL;
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace loom::capi::pthread_lib
 
@@ -538,6 +586,10 @@ int pthread_attr_init(pthread_attr_t* a) {
 int pthread_attr_destroy(pthread_attr_t* a) {
   Attr* r = attr_of(a);
   if (!r) return EINVAL;
+  if (r->ext) {
+    std::free(r->ext->cpuset);
+    std::free(r->ext);
+  }
   r->magic = 0;
   return 0;
 }
@@ -545,14 +597,14 @@ int pthread_attr_destroy(pthread_attr_t* a) {
 int pthread_attr_setdetachstate(pthread_attr_t* a, int state) {
   Attr* r = attr_of(a);
   if (!r || (state != PTHREAD_CREATE_JOINABLE && state != PTHREAD_CREATE_DETACHED)) return EINVAL;
-  r->detach = state;
+  set_flag(r, kFlagDetached, state == PTHREAD_CREATE_DETACHED);
   return 0;
 }
 
 int pthread_attr_getdetachstate(const pthread_attr_t* a, int* state) {
   const Attr* r = attr_of(a);
   if (!r || !state) return EINVAL;
-  *state = r->detach;
+  *state = detach_of(r);
   return 0;
 }
 
@@ -584,23 +636,38 @@ int pthread_attr_getguardsize(const pthread_attr_t* a, size_t* size) {
   return 0;
 }
 
-int pthread_attr_setstack(pthread_attr_t* a, void*, size_t) { return attr_of(a) ? ENOTSUP : EINVAL; }
+// A caller's stack: the thread's fibre runs on it (loom_attr_setstack);
+// glibc's checks (a size below PTHREAD_STACK_MIN: EINVAL).
+int pthread_attr_setstack(pthread_attr_t* a, void* addr, size_t size) {
+  Attr* r = attr_of(a);
+  if (!r || size < std::size_t(PTHREAD_STACK_MIN) || size > (std::size_t(1) << 30)) return EINVAL;
+  r->stacksize = size;
+  r->stackaddr = static_cast<char*>(addr) + size;
+  r->flags |= kFlagStackAddr;
+  return 0;
+}
 
 int pthread_attr_getstack(const pthread_attr_t* a, void** addr, size_t* size) {
   const Attr* r = attr_of(a);
   if (!r || !addr || !size) return EINVAL;
-  *addr = r->stackaddr;  // null unless the attribute came from pthread_getattr_np
   *size = r->stacksize ? r->stacksize : thread_default_stack();
+  *addr = r->flags & kFlagStackAddr ? static_cast<char*>(r->stackaddr) - *size : nullptr;
   return 0;
 }
 
-int pthread_attr_setstackaddr(pthread_attr_t* a, void*) { return attr_of(a) ? ENOTSUP : EINVAL; }
+// The deprecated pair speaks of the top of the stack (the stack grows down).
+int pthread_attr_setstackaddr(pthread_attr_t* a, void* addr) {
+  Attr* r = attr_of(a);
+  if (!r) return EINVAL;
+  r->stackaddr = addr;
+  r->flags |= kFlagStackAddr;
+  return 0;
+}
 
 int pthread_attr_getstackaddr(const pthread_attr_t* a, void** addr) {
   const Attr* r = attr_of(a);
   if (!r || !addr) return EINVAL;
-  // The deprecated call reports the top of the stack, as glibc's does.
-  *addr = r->stackaddr ? static_cast<char*>(r->stackaddr) + r->stacksize : nullptr;
+  *addr = r->stackaddr;
   return 0;
 }
 
@@ -609,28 +676,27 @@ int pthread_attr_setscope(pthread_attr_t* a, int scope) {
   if (!r) return EINVAL;
   if (scope == PTHREAD_SCOPE_PROCESS) return ENOTSUP;  // as glibc
   if (scope != PTHREAD_SCOPE_SYSTEM) return EINVAL;
-  r->scope = scope;
   return 0;
 }
 
 int pthread_attr_getscope(const pthread_attr_t* a, int* scope) {
   const Attr* r = attr_of(a);
   if (!r || !scope) return EINVAL;
-  *scope = r->scope;
+  *scope = PTHREAD_SCOPE_SYSTEM;
   return 0;
 }
 
 int pthread_attr_setinheritsched(pthread_attr_t* a, int inherit) {
   Attr* r = attr_of(a);
   if (!r || (inherit != PTHREAD_INHERIT_SCHED && inherit != PTHREAD_EXPLICIT_SCHED)) return EINVAL;
-  r->inherit = inherit;
+  set_flag(r, kFlagExplicitSched, inherit == PTHREAD_EXPLICIT_SCHED);
   return 0;
 }
 
 int pthread_attr_getinheritsched(const pthread_attr_t* a, int* inherit) {
   const Attr* r = attr_of(a);
   if (!r || !inherit) return EINVAL;
-  *inherit = r->inherit;
+  *inherit = r->flags & kFlagExplicitSched ? PTHREAD_EXPLICIT_SCHED : PTHREAD_INHERIT_SCHED;
   return 0;
 }
 
@@ -648,6 +714,8 @@ int pthread_attr_getschedpolicy(const pthread_attr_t* a, int* policy) {
   return 0;
 }
 
+// As glibc: checked against the policy the attribute has now; a later
+// policy change is checked by pthread_create.
 int pthread_attr_setschedparam(pthread_attr_t* a, const struct sched_param* p) {
   Attr* r = attr_of(a);
   if (!r || !p) return EINVAL;
@@ -665,14 +733,45 @@ int pthread_attr_getschedparam(const pthread_attr_t* a, struct sched_param* p) {
   return 0;
 }
 
+// Affinity: kept (a copy, as glibc keeps it) and reported back; a thread
+// made with it runs on its cluster's processors wherever they are, but a
+// set with no CPU the process may use is refused by pthread_create with
+// EINVAL, as the kernel makes glibc's refuse it.
 int pthread_attr_setaffinity_np(pthread_attr_t* a, size_t n, const cpu_set_t* set) {
-  if (!attr_of(a)) return EINVAL;
-  return set == nullptr || n == 0 ? 0 : ENOSYS;  // clearing it is what every thread has
+  Attr* r = attr_of(a);
+  if (!r) return EINVAL;
+  if (!set || n == 0) {
+    if (r->ext) {
+      std::free(r->ext->cpuset);
+      r->ext->cpuset = nullptr;
+      r->ext->cpusetsize = 0;
+    }
+    return 0;
+  }
+  if (!r->ext && !(r->ext = static_cast<AttrExt*>(std::calloc(1, sizeof(AttrExt))))) return ENOMEM;
+  auto* copy = static_cast<cpu_set_t*>(std::malloc(n));
+  if (!copy) return ENOMEM;
+  std::memcpy(copy, set, n);
+  std::free(r->ext->cpuset);
+  r->ext->cpuset = copy;
+  r->ext->cpusetsize = n;
+  return 0;
 }
 
 int pthread_attr_getaffinity_np(const pthread_attr_t* a, size_t n, cpu_set_t* set) {
-  if (!attr_of(a) || !set) return EINVAL;
-  return errno_as_result([&] { return sched_getaffinity(0, n, set); });
+  const Attr* r = attr_of(a);
+  if (!r || !set) return EINVAL;
+  if (!r->ext || !r->ext->cpuset) {
+    std::memset(set, 0xff, n);  // every CPU, as glibc says of an attribute without a set
+    return 0;
+  }
+  const std::size_t have = r->ext->cpusetsize;
+  const auto* from = reinterpret_cast<const unsigned char*>(r->ext->cpuset);
+  for (std::size_t i = n; i < have; ++i)
+    if (from[i]) return EINVAL;  // a CPU beyond the caller's buffer is set
+  std::memcpy(set, from, n < have ? n : have);
+  if (n > have) std::memset(reinterpret_cast<unsigned char*>(set) + have, 0, n - have);
+  return 0;
 }
 
 int pthread_attr_setsigmask_np(pthread_attr_t* a, const sigset_t* set) {
@@ -686,13 +785,19 @@ int pthread_attr_getsigmask_np(const pthread_attr_t* a, sigset_t* set) {
   return PTHREAD_ATTR_NO_SIGMASK_NP;
 }
 
-int pthread_getattr_default_np(pthread_attr_t* a) { return pthread_attr_init(a); }
+int pthread_getattr_default_np(pthread_attr_t* a) {
+  if (int e = pthread_attr_init(a)) return e;
+  if (default_detached.load(std::memory_order_relaxed)) reinterpret_cast<Attr*>(a)->flags |= kFlagDetached;
+  return 0;
+}
 
 int pthread_setattr_default_np(const pthread_attr_t* a) {
   const Attr* r = attr_of(a);
   if (!r) return EINVAL;
+  if (r->flags & kFlagStackAddr) return EINVAL;  // glibc: no stack address in the default
   default_stacksize.store(r->stacksize, std::memory_order_relaxed);
   default_guardsize.store(r->guardsize, std::memory_order_relaxed);
+  default_detached.store(r->flags & kFlagDetached, std::memory_order_relaxed);
   return 0;
 }
 
@@ -704,15 +809,19 @@ int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)
   if (attr && !r) return EINVAL;
   if (!r) {
     init_attr(&defaults);
+    if (default_detached.load(std::memory_order_relaxed)) defaults.flags |= kFlagDetached;
     r = &defaults;
   }
+  if (int e = check_create_attr(r)) return e;
   if (forked_child.load(std::memory_order_relaxed)) return child_create(thread, r, start, arg);
   loom_attr_t la;
   loom_attr_init(&la);
-  loom_attr_setdetachstate(&la, r->detach == PTHREAD_CREATE_DETACHED ? LOOM_CREATE_DETACHED : LOOM_CREATE_JOINABLE);
-  loom_attr_setstacksize(&la, r->stacksize ? r->stacksize : thread_default_stack());
+  loom_attr_setdetachstate(&la, r->flags & kFlagDetached ? LOOM_CREATE_DETACHED : LOOM_CREATE_JOINABLE);
+  const std::size_t size = r->stacksize ? r->stacksize : thread_default_stack();
+  int e = r->flags & kFlagStackAddr ? loom_attr_setstack(&la, static_cast<char*>(r->stackaddr) - size, size)
+                                    : loom_attr_setstacksize(&la, size);
   loom_attr_setguardsize(&la, r->guardsize);
-  int e = loom_create(thread, &la, start, arg);
+  if (!e) e = loom_create(thread, &la, start, arg);
   loom_attr_destroy(&la);
   return e;
 }
@@ -815,22 +924,41 @@ void __pthread_unwind_next(__pthread_unwind_buf_t* b) {
 
 // ---- names, concurrency, cancellation -------------------------------------------------------
 
+static int getattr_np(pthread_t t, pthread_attr_t* a);
+
 int pthread_getattr_np(pthread_t t, pthread_attr_t* a) {
   if (!a) return EINVAL;
-  if (pthread_signal::glibc_thread_of_fork_child(t)) {
-    // glibc's answer, in loom's attribute object.
+  int e = getattr_np(t, a);
+  if (e == 0) {
+    // The CPUs it may run on, as glibc's reports them: its cluster's
+    // processors move about the process's.
+    cpu_set_t cpus;
+    if (sched_getaffinity(0, sizeof cpus, &cpus) == 0) pthread_attr_setaffinity_np(a, sizeof cpus, &cpus);
+  }
+  return e;
+}
+
+static int getattr_np(pthread_t t, pthread_attr_t* a) {
+  const bool main_thread = is_main_thread(t) && initial_thread;
+  if (main_thread || pthread_signal::glibc_thread_of_fork_child(t)) {
+    // glibc's answer, in loom's attribute object: for main, glibc's of the
+    // initial thread, whose stack main's fibre runs on (its top from
+    // __libc_stack_end, its size from RLIMIT_STACK as it is now).
     pthread_attr_t ga;
-    if (int e = glibc().getattr_np(t, &ga)) return e;
+    if (int e = glibc().getattr_np(main_thread ? initial_thread : t, &ga)) return e;
     Attr* r = reinterpret_cast<Attr*>(a);
     init_attr(r);
     void* addr = nullptr;
     size_t size = 0;
     if (glibc().attr_getstack(&ga, &addr, &size) == 0) {
-      r->stackaddr = addr;
+      r->stackaddr = static_cast<char*>(addr) + size;
       r->stacksize = size;
+      r->flags |= kFlagStackAddr;
     }
     glibc().attr_getguardsize(&ga, &r->guardsize);
-    glibc().attr_getdetachstate(&ga, &r->detach);
+    int detach = PTHREAD_CREATE_JOINABLE;
+    glibc().attr_getdetachstate(&ga, &detach);
+    set_flag(r, kFlagDetached, detach == PTHREAD_CREATE_DETACHED);
     glibc().attr_destroy(&ga);
     return 0;
   }
@@ -841,13 +969,14 @@ int pthread_getattr_np(pthread_t t, pthread_attr_t* a) {
   init_attr(r);
   int detach = LOOM_CREATE_JOINABLE;
   loom_attr_getdetachstate(&la, &detach);
-  r->detach = detach == LOOM_CREATE_DETACHED ? PTHREAD_CREATE_DETACHED : PTHREAD_CREATE_JOINABLE;
+  set_flag(r, kFlagDetached, detach == LOOM_CREATE_DETACHED);
   loom_attr_getguardsize(&la, &r->guardsize);
   void* addr = nullptr;
   std::size_t size = 0;
   if (loom_attr_getstack(&la, &addr, &size) == 0) {
-    r->stackaddr = addr;
+    r->stackaddr = static_cast<char*>(addr) + size;
     r->stacksize = size;
+    r->flags |= kFlagStackAddr;
   } else {
     loom_attr_getstacksize(&la, &r->stacksize);
   }
