@@ -39,6 +39,7 @@
 #include "loom/cluster.hpp"
 #include "loom/fibre.hpp"
 #include "sched/cluster.hpp"
+#include "sched/cpu_clock.hpp"
 #include "sched/processor.hpp"
 #include "sched/tls.hpp"
 
@@ -93,6 +94,7 @@ struct Thread {
   int priority = LOOM_PRIORITY_NORMAL;
   bool main = false;
   bool named = false;  // loom_setname_np was called
+  std::atomic<bool> cpu_clock_wanted{false};  // its CPU clock was asked for before it started
   int cancel_state = LOOM_CANCEL_ENABLE;
   int cancel_type = LOOM_CANCEL_DEFERRED;
   loom_cleanup_frame* cleanup = nullptr;  // innermost first
@@ -296,6 +298,7 @@ void trampoline(void* p) {
   rt::Fibre* self = rt::this_fibre_or_null();
   t->fibre_id.store(self->id, std::memory_order_relaxed);
   t->fibre.store(self, std::memory_order_release);
+  if (t->cpu_clock_wanted.load(std::memory_order_acquire)) rt::cpu_clock_start(self);
   try {
     if (void (*fn)(void*) = t->rest_fn)
       fn(t->rest_arg);  // continued after loom_rest
@@ -445,6 +448,48 @@ bool any_signal_state(bool (*fn)(SignalState&, void*), void* arg) noexcept {
 long fibres_created() noexcept { return threads_created.load(std::memory_order_relaxed); }
 
 void (*fork_child_thread_end)() = nullptr;
+
+// A thread's CPU clock: a clock id the kernel would take for a thread's
+// (negative, per thread, CPUCLOCK_SCHED) of a thread id no kernel thread
+// can have (above PID_MAX_LIMIT), carrying the record's slot. A clock of a
+// thread that ended reads the slot's next thread (no generation fits).
+namespace {
+constexpr std::uint32_t kClockTid = 0x08000000u;  // (slots < 2^24: ~tid * 8 fits an int)
+constexpr clockid_t kClockPerThreadSched = 6;
+}  // namespace
+
+int thread_cpu_clock(loom_t id, clockid_t* out) noexcept {
+  Thread* t = record_of(id);
+  if (!t) return ESRCH;
+  if (t->main) current_record();  // (main's record learns its fibre on its first use)
+  std::uint32_t index = std::uint32_t((id & 0xffffffffu) >> 3) - 1;
+  t->cpu_clock_wanted.store(true, std::memory_order_release);
+  if (rt::Fibre* f = t->fibre.load(std::memory_order_acquire)) rt::cpu_clock_start(f);
+  *out = clockid_t(~std::int32_t(kClockTid | index) * 8) | kClockPerThreadSched;
+  return 0;
+}
+
+bool fibre_cpu_clock(clockid_t c, std::uint64_t* ns) noexcept {
+  rt::Fibre* f = nullptr;
+  if (c == CLOCK_THREAD_CPUTIME_ID) {
+    Thread* t = current_record();
+    if (!t) return false;  // a kernel thread's own: the kernel's
+    f = t->fibre.load(std::memory_order_relaxed);
+    if (f) rt::cpu_clock_start(f);  // the first read starts it
+  } else {
+    if (c >= 0 || (c & 7) != kClockPerThreadSched) return false;
+    std::uint32_t tid = ~std::uint32_t(c >> 3);
+    if (!(tid & kClockTid)) return false;
+    Slot* s = slot_at(tid & ~kClockTid);
+    if (!s || !(s->gen.load(std::memory_order_acquire) & 1)) {
+      *ns = ~std::uint64_t(0);  // no such thread (now)
+      return true;
+    }
+    f = s->thread()->fibre.load(std::memory_order_acquire);
+  }
+  *ns = f ? rt::cpu_clock_ns(f) : 0;
+  return true;
+}
 
 bool is_main_thread(loom_t id) noexcept {
   Thread* t = record_of(id);

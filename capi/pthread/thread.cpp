@@ -29,22 +29,32 @@
 //    (LOOM_STACK_DEFAULT = 64 KiB, or LOOM_STACK_SIZE), not glibc's
 //    RLIMIT_STACK (8 MiB): 10,000 threads then take 640 MiB of address
 //    space, not 80 GiB. A size the program sets (>= PTHREAD_STACK_MIN) is
-//    used as given. Caller-supplied stacks (setstack, setstackaddr): ENOTSUP.
+//    used as given. Caller-supplied stacks (setstack, setstackaddr) are where
+//    the fibre runs (loom_attr_setstack), without a guard page (as glibc).
+//  - pthread_attr_t is laid out as glibc's struct pthread_attr (flags,
+//    sizes, stack top, extension), so glibc's own thread-making functions
+//    (SIGEV_THREAD, mq_notify) read the program's settings from it.
 //  - scheduling: inheritsched, policy, priority and scope are kept in the
 //    attribute and reported back as set (scope SYSTEM as glibc; PROCESS gives
 //    ENOTSUP as glibc's does), but a fibre has no POSIX policy: they do not
 //    change how it runs. pthread_setschedparam accepts SCHED_OTHER, BATCH and
 //    IDLE at priority 0 and refuses FIFO and RR with EPERM (as glibc does
 //    for an unprivileged process).
-//  - affinity: a fibre moves between processors; setting it gives ENOSYS,
-//    getting it reports the process's CPUs (where a fibre may run).
+//  - affinity: a fibre moves between its cluster's processors. A set is
+//    checked (EINVAL without a CPU the process may use, at pthread_create
+//    and pthread_setaffinity_np, as the kernel makes glibc's answer) and
+//    kept in the attribute, not applied; getting a thread's reports the
+//    process's CPUs (where a fibre may run). A bad scheduling attribute
+//    (a priority outside its policy's range) is refused at create.
 //  - signals: each fibre has its own mask and pending set (sigthread.cpp:
 //    pthread_sigmask, pthread_kill, the waits); loom changes no disposition
 //    (loom_pthread_routes below keeps the runtime's SIGPIPE default away).
 //    pthread_attr_setsigmask_np still gives ENOTSUP.
 //  - cancellation: pthread_cancel gives ENOTSUP (loom.h); the cancel state
 //    and type are kept.
-//  - pthread_getcpuclockid: ENOENT (a fibre has no CPU-time clock).
+//  - pthread_getcpuclockid: a clock of the fibre's own CPU time, counted
+//    from this first ask on (clock.cpp; docs/DESIGN.md, "Per-thread CPU
+//    clocks"); glibc's for threads of glibc's.
 //  - callers that are not loom processors (before the runtime started, other
 //    kernel threads, a fork child) may call pthread_self, pthread_equal, the
 //    key and attribute calls; pthread_create from a kernel thread that is not
@@ -234,6 +244,7 @@ struct Glibc {
   int (*attr_getguardsize)(const pthread_attr_t*, size_t*);
   int (*attr_getdetachstate)(const pthread_attr_t*, int*);
   int (*getcpuclockid)(pthread_t, clockid_t*);
+  int (*setaffinity_np)(pthread_t, size_t, const cpu_set_t*);
 };
 
 // Looked up in libc.so.6 itself, as base/sys.cpp does (not RTLD_NEXT: what
@@ -266,6 +277,7 @@ const Glibc& glibc() {
     rt::sys::find_symbol(r.attr_getguardsize, "libc.so.6", "pthread_attr_getguardsize");
     rt::sys::find_symbol(r.attr_getdetachstate, "libc.so.6", "pthread_attr_getdetachstate");
     rt::sys::find_symbol(r.getcpuclockid, "libc.so.6", "pthread_getcpuclockid");
+    rt::sys::find_symbol(r.setaffinity_np, "libc.so.6", "pthread_setaffinity_np");
     return r;
   }();
   return g;
@@ -1036,14 +1048,30 @@ int pthread_setschedprio(pthread_t t, int prio) {
   return prio == 0 ? 0 : EINVAL;
 }
 
-int pthread_setaffinity_np(pthread_t t, size_t, const cpu_set_t*) { return exists(t) ? ENOSYS : ESRCH; }
+int pthread_setaffinity_np(pthread_t t, size_t n, const cpu_set_t* set) {
+  if (pthread_signal::glibc_thread_of_fork_child(t)) return glibc().setaffinity_np(t, n, set);
+  if (!exists(t)) return ESRCH;
+  if (!set) return EFAULT;
+  Attr probe;  // the same check as pthread_create's
+  init_attr(&probe);
+  AttrExt ext{const_cast<cpu_set_t*>(set), n, {}, false};
+  probe.ext = &ext;
+  return check_create_attr(&probe);  // accepted, not applied: the fibre keeps its cluster's processors
+}
 
 int pthread_getaffinity_np(pthread_t t, size_t n, cpu_set_t* set) {
   if (!exists(t)) return ESRCH;
   return errno_as_result([&] { return sched_getaffinity(0, n, set); });
 }
 
-int pthread_getcpuclockid(pthread_t t, clockid_t*) { return exists(t) ? ENOENT : ESRCH; }
+// A thread of loom's: a clock of its fibre's own CPU time (clock.cpp); a
+// thread of glibc's (a fork child's, glibc's helpers): glibc's.
+int pthread_getcpuclockid(pthread_t t, clockid_t* clock) {
+  if (!clock) return EINVAL;
+  if (pthread_signal::glibc_thread_of_fork_child(t)) return glibc().getcpuclockid(t, clock);
+  if (joins_itself(t)) return glibc().getcpuclockid(glibc_self(), clock);  // the forking thread, now a kernel thread
+  return thread_cpu_clock(t, clock);
+}
 
 // ---- signals -------------------------------------------------------------------------------
 // pthread_kill, pthread_sigqueue and pthread_sigmask: sigthread.cpp.

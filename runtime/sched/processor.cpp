@@ -1,4 +1,5 @@
 #include "sched/processor.hpp"
+#include "sched/cpu_clock.hpp"
 #include "base/check.hpp"
 #include "base/chaos.hpp"
 #include "sched/checks.hpp"
@@ -303,6 +304,8 @@ void Processor::switch_to(Fibre* next, PostFn post, void* arg, bool dying) {
       installed_tcb_ = want;
     }
   }
+  if (__builtin_expect(self->cpu_timed.load(std::memory_order_relaxed) | next->cpu_timed.load(std::memory_order_relaxed), 0))
+    cpu_clock_switch(self, next, tid.load(std::memory_order_relaxed));
   transfer_t t = context_jump(self->ctx, next->ctx, &note, dying);
   // Resumed, perhaps on another kernel thread: `this` is stale from here.
   self->wait_kind.store(WaitKind::none, std::memory_order_relaxed);

@@ -122,6 +122,8 @@ static void affinity(void) {
   e = pthread_create(&t, &a, nothing, NULL);
   if (e == 0) pthread_join(t, NULL);
   printf("create with only a CPU beyond the machine's: %s\n", err(e));
+  printf("thread setaffinity, only a CPU beyond: %s\n", err(pthread_setaffinity_np(pthread_self(), n, bad)));
+  printf("thread setaffinity, its own CPUs: %s\n", err(pthread_setaffinity_np(pthread_self(), sizeof mine, &mine)));
   CPU_FREE(bad);
   cpu_set_t* none = NULL;
   printf("attr setaffinity cleared: %s\n", err(pthread_attr_setaffinity_np(&a, 0, none)));
