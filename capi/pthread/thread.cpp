@@ -79,6 +79,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <threads.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -1121,5 +1122,18 @@ int pthread_setspecific(pthread_key_t key, const void* value) { return loom_sets
 int __pthread_key_create(pthread_key_t* key, void (*destructor)(void*)) { return loom_key_create(key, destructor); }
 void* __pthread_getspecific(pthread_key_t key) { return loom_getspecific(key); }
 int __pthread_setspecific(pthread_key_t key, const void* value) { return loom_setspecific(key, value); }
+
+// C11's thread-specific storage is glibc's pthread keys under other names;
+// glibc calls its own inside, which would reach glibc's keys (where loom's
+// own key for kernel threads is key 0), so they are loom's here too.
+int tss_create(tss_t* key, tss_dtor_t destructor) {
+  pthread_key_t k = 0;
+  if (loom_key_create(&k, destructor) != 0) return thrd_error;
+  *key = k;
+  return thrd_success;
+}
+void* tss_get(tss_t key) { return loom_getspecific(key); }
+int tss_set(tss_t key, void* value) { return loom_setspecific(key, value) == 0 ? thrd_success : thrd_error; }
+void tss_delete(tss_t key) { loom_key_delete(key); }
 
 }  // extern "C"

@@ -109,7 +109,7 @@ struct timeval;
 #define LOOM_STACK_MIN 16384         /* = loom::kStackMin */
 #define LOOM_STACK_MAX 1073741824    /* = loom::kStackMax (1 GiB) */
 #define LOOM_STACK_DEFAULT 65536     /* unless LOOM_STACK_SIZE says otherwise */
-#define LOOM_KEYS_MAX 128            /* = loom::kKeysMax */
+#define LOOM_KEYS_MAX 1024           /* = loom::kKeysMax, glibc's PTHREAD_KEYS_MAX */
 #define LOOM_DESTRUCTOR_ITERATIONS 4 /* = loom::kKeyDestructorRounds */
 #define LOOM_SEM_VALUE_MAX 0x7fffffff
 #define LOOM_BARRIER_SERIAL_THREAD (-1)

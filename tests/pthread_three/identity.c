@@ -6,11 +6,14 @@
  * and a thread joins the forking thread after its pthread_exit; a
  * SIGEV_THREAD timer's thread (made by glibc itself) answers getattr on
  * itself; and at the end a thread joins main, which left with
- * pthread_exit, and gets its value. Each line is glibc's answer. */
+ * pthread_exit, and gets its value. Also: all PTHREAD_KEYS_MAX keys can be
+ * made, and C11's tss_set on a key never made fails. Each line is glibc's
+ * answer. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,6 +21,7 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <threads.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -158,6 +162,21 @@ static void timer_thread(void) {
   timer_delete(id);
 }
 
+static void keys(void) {
+  static pthread_key_t k[PTHREAD_KEYS_MAX + 1];
+  int n = 0;
+  while (n <= PTHREAD_KEYS_MAX && pthread_key_create(&k[n], NULL) == 0) ++n;
+  printf("keys made: %d (PTHREAD_KEYS_MAX %d)\n", n, PTHREAD_KEYS_MAX);
+  for (int i = 0; i < n; ++i) pthread_key_delete(k[i]);
+  tss_t never = 3;
+  printf("tss_set on a key never made: %s\n", tss_set(never, &n) == thrd_success ? "success" : "error");
+  tss_t t;
+  int made = tss_create(&t, NULL) == thrd_success;
+  int set = tss_set(t, &n) == thrd_success;
+  printf("tss_create %d, set %d, get back %d\n", made, set, tss_get(t) == &n);
+  tss_delete(t);
+}
+
 static pthread_t main_thread;
 
 static void* join_main(void* arg) {
@@ -171,6 +190,7 @@ static void* join_main(void* arg) {
 
 int main(void) {
   main_thread = pthread_self();
+  keys();
   printf("main: join self %s\n", err(pthread_join(pthread_self(), NULL)));
   pthread_attr_t a;
   size_t guard = 1;
