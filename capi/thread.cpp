@@ -685,6 +685,10 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
     live_threads.fetch_sub(1, std::memory_order_relaxed);
     threads_created.fetch_sub(1, std::memory_order_relaxed);
     destroy(t);
+    // No memory for its stack: the threads whose end would give some back
+    // may be waiting behind the caller, which is likely to try again at
+    // once (glibc's would be preempted): let them run first.
+    if (rt::this_processor()) this_fibre::yield();
     return EAGAIN;
   }
   return 0;

@@ -314,12 +314,13 @@ std::atomic<bool> forked_child{false};
 // the parent's threads still reaches loom, which knows it). `live` counts
 // those whose start routine has not ended: the forking thread's own end
 // waits for them, since the process ends with its last thread.
-// Detached ones are listed too, until they end, so that a second detach
-// gives EINVAL as glibc's does (not ESRCH: loom does not know the handle).
+// Detached ones are listed too, so that a second detach gives EINVAL as
+// glibc's does (not ESRCH: loom does not know the handle). Their entries
+// stay after they end (an end takes no lock: 100,000 short threads) until
+// glibc hands the same handle to a new thread, whose entry replaces it.
 struct ChildThread {
   pthread_t handle;
   bool detached;  // by its attribute or pthread_detach
-  bool ended;     // its start routine is done (joinable: until joined)
 };
 struct ChildThreads {
   rt::SpinLock lock;
@@ -388,26 +389,11 @@ int detach_child(pthread_t t) {
   if (!h) return ESRCH;
   if (h->detached) return EINVAL;
   int e = glibc().detach(t);
-  if (e == 0) {
-    if (h->ended)
-      drop_child(c, h);
-    else
-      h->detached = true;
-  }
+  if (e == 0) h->detached = true;
   return e;
 }
 
 void child_thread_ended() {
-  {
-    ChildThreads& c = child_threads();
-    rt::SpinGuard g(c.lock);
-    if (ChildThread* h = find_child(c, glibc_self())) {
-      if (h->detached)
-        drop_child(c, h);
-      else
-        h->ended = true;
-    }
-  }
   ChildThreads& c = child_threads();
   if (c.live.fetch_sub(1, std::memory_order_acq_rel) == 1) rt::futex_wake(&c.live, INT_MAX);
 }
@@ -462,7 +448,11 @@ int child_create(pthread_t* thread, const Attr* r, void* (*start)(void*), void* 
       c.live.fetch_sub(1, std::memory_order_relaxed);
       delete s;
     } else {
-      c.handles.push_back(ChildThread{*thread, detach_of(r) == PTHREAD_CREATE_DETACHED, false});
+      ChildThread n{*thread, detach_of(r) == PTHREAD_CREATE_DETACHED};
+      if (ChildThread* old = find_child(c, *thread))
+        *old = n;  // a detached thread's that ended: glibc reuses its handle
+      else
+        c.handles.push_back(n);
     }
   }
   g.attr_destroy(&ga);

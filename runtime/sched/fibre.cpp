@@ -36,6 +36,18 @@ void post_register_joiner(Processor&, Fibre* joiner, void* arg) {
     schedule(joiner);  // it finished meanwhile: nobody else will wake us
 }
 
+// A stack from p's cache, or a new one; when the kernel refuses a new one
+// (RLIMIT_AS, vm.max_map_count), the cache's stacks of other sizes are given
+// back first and the mapping tried once more.
+Stack cached_stack(Processor& p, std::size_t size) {
+  try {
+    return p.stacks().get(size);
+  } catch (const std::bad_alloc&) {
+    p.stacks().trim(0);
+    return p.stacks().get(size);
+  }
+}
+
 }  // namespace
 
 void (*fibre_exit_hook)(Fibre*) = nullptr;
@@ -71,7 +83,7 @@ Fibre* create_fibre(const FibreAttr& attr, std::size_t payload, std::size_t alig
   const std::size_t tls_bytes = attr.own_tls ? tls::reserve() : 0;
   const bool heap_tls = tls_bytes && (attr.tls_on_heap || caller_stack);  // (the caller's size is all its own)
   if (tls_bytes && !heap_tls) size += tls_bytes;
-  Stack s = caller_stack ? stack_adopt(attr.stack_addr, size) : p ? p->stacks().get(size) : stack_allocate(size);
+  Stack s = caller_stack ? stack_adopt(attr.stack_addr, size) : p ? cached_stack(*p, size) : stack_allocate(size);
   auto* f = new (align_down(s.hi() - sizeof(Fibre), 64)) Fibre;
   char* below = reinterpret_cast<char*>(f);
   if (tls_bytes) {

@@ -209,6 +209,13 @@ Processor::Processor(Cluster& cluster, unsigned index, bool adopt, bool spare)
       active_since_.store(now_ns(), std::memory_order_relaxed);
     }
     if (int e = sys::pthread().create(&thread_, nullptr, &Processor::thread_main, this)) {
+      if (spare) {
+        // No kernel thread to spare (out of memory or threads: RLIMIT_AS,
+        // RLIMIT_NPROC): the cluster goes on without it (start_failed).
+        cluster.leave(*this);
+        start_error_ = e;
+        return;
+      }
       std::fprintf(stderr, "loom: cannot start a processor thread for cluster %u: error %d\n", cluster.id(), e);
       std::abort();
     }
