@@ -25,11 +25,11 @@
 //
 // Choices where glibc's threads and fibres differ (README: "Three ways to
 // run a pthread program on loom"):
-//  - stack size: a thread without a size gets loom's default
-//    (LOOM_STACK_DEFAULT = 64 KiB, or LOOM_STACK_SIZE), not glibc's
-//    RLIMIT_STACK (8 MiB): 10,000 threads then take 640 MiB of address
-//    space, not 80 GiB. A size the program sets (>= PTHREAD_STACK_MIN) is
-//    used as given. Caller-supplied stacks (setstack, setstackaddr) are where
+//  - stack size: a thread without a size gets glibc's default (the
+//    RLIMIT_STACK soft limit, reserved, committed where touched), or
+//    LOOM_STACK_SIZE's; a size the program sets (>= PTHREAD_STACK_MIN) is
+//    used as given, and getattr reports it (the thread's own TLS block sits
+//    above it). Caller-supplied stacks (setstack, setstackaddr) are where
 //    the fibre runs (loom_attr_setstack), without a guard page (as glibc).
 //  - pthread_attr_t is laid out as glibc's struct pthread_attr (flags,
 //    sizes, stack top, extension), so glibc's own thread-making functions
@@ -72,6 +72,12 @@
 //    another fibre there names itself), so /proc shows it as on glibc; main
 //    unnamed answers with the process's name. Not done: a circular join of
 //    two other threads (glibc's EDEADLK when the target joins the caller).
+//    In a fork child, glibc's stack cache holds the parent's processor
+//    threads' stacks, so a thread made there may get a larger one than asked
+//    (glibc's own behaviour with a cache, unlike a fresh glibc process).
+//  - keys: all PTHREAD_KEYS_MAX (1,024); C11's tss_* are loom's keys too.
+//  - a thread that cannot be made (no memory for its stack) gives EAGAIN,
+//    after letting the threads that could give memory back run.
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
