@@ -298,6 +298,8 @@ void trampoline(void* p) {
   rt::Fibre* self = rt::this_fibre_or_null();
   t->fibre_id.store(self->id, std::memory_order_relaxed);
   t->fibre.store(self, std::memory_order_release);
+  // (No fence on this path of every thread: an ask that races the start and
+  // misses takes effect at the clock's next read, which starts it too.)
   if (t->cpu_clock_wanted.load(std::memory_order_acquire)) rt::cpu_clock_start(self);
   try {
     if (void (*fn)(void*) = t->rest_fn)
@@ -463,8 +465,11 @@ int thread_cpu_clock(loom_t id, clockid_t* out) noexcept {
   if (!t) return ESRCH;
   if (t->main) current_record();  // (main's record learns its fibre on its first use)
   std::uint32_t index = std::uint32_t((id & 0xffffffffu) >> 3) - 1;
-  t->cpu_clock_wanted.store(true, std::memory_order_release);
-  if (rt::Fibre* f = t->fibre.load(std::memory_order_acquire)) rt::cpu_clock_start(f);
+  // Against the trampoline's store of its fibre, then load of this flag:
+  // both may miss (no fence there), and then the clock's first read starts
+  // the timing (fibre_cpu_clock).
+  t->cpu_clock_wanted.store(true, std::memory_order_seq_cst);
+  if (rt::Fibre* f = t->fibre.load(std::memory_order_seq_cst)) rt::cpu_clock_start(f);
   *out = clockid_t(~std::int32_t(kClockTid | index) * 8) | kClockPerThreadSched;
   return 0;
 }
@@ -486,6 +491,9 @@ bool fibre_cpu_clock(clockid_t c, std::uint64_t* ns) noexcept {
       return true;
     }
     f = s->thread()->fibre.load(std::memory_order_acquire);
+    // Reading it wants it kept (a thread whose clock was asked for as it
+    // started may have missed the ask: see thread_cpu_clock).
+    if (f) rt::cpu_clock_start(f);
   }
   *ns = f ? rt::cpu_clock_ns(f) : 0;
   return true;

@@ -2,8 +2,10 @@
 #include "sched/monitor.hpp"
 #include "base/sys.hpp"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 
 namespace loom::rt {
 
@@ -90,8 +92,15 @@ bool Cluster::activate_spare() {
   // its Processor: threads may still hold its address).
   static std::atomic<std::int64_t> failed_at{0};
   if (std::int64_t f = failed_at.load(std::memory_order_relaxed); f && now_ns() - f < 1000000000) return false;
-  auto* s = new Processor(*this, unsigned(kMaxProcessors + k), /*adopt=*/false, /*spare=*/true);
-  if (int e = s->start_error()) {
+  Processor* s = nullptr;
+  int e = ENOMEM;
+  try {
+    s = new Processor(*this, unsigned(kMaxProcessors + k), /*adopt=*/false, /*spare=*/true);
+    e = s->start_error();
+  } catch (const std::bad_alloc&) {  // (the monitor's thread: nothing above it would catch it)
+    s = nullptr;
+  }
+  if (!s || e) {
     static std::atomic<bool> told{false};
     if (!told.exchange(true))
       std::fprintf(stderr,
