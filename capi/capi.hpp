@@ -224,5 +224,24 @@ int fibre_attr_of(const loom_attr_t* a, FibreAttr* out) noexcept;
 // start routine returns) before the process exits with status 0; set by
 // libloom-pthread, whose threads made in the child must end first.
 extern void (*fork_child_thread_end)();
+// The child of a fork: the thread that forked (`id`, its handle from before
+// the fork) ends there with pthread_exit(retval); if it is main, a thread
+// joining it gets retval (only main's record can be joined without its
+// fibre's own exit).
+void record_exit_value(loom_t id, void* retval) noexcept;
+// `id` is main's, and its name is still loom's default ("main"): glibc's
+// answer is the process's name (libloom-pthread's pthread_getname_np).
+bool unnamed_main(loom_t id) noexcept;
+// `id` is main's (libloom-pthread asks glibc about the initial thread's stack).
+bool is_main_thread(loom_t id) noexcept;
+// A thread's CPU clock (pthread_getcpuclockid): a clock id of loom's, and
+// from now on its fibre's CPU time is kept (sched/cpu_clock.hpp). ESRCH:
+// not a live thread of loom_create (or main).
+int thread_cpu_clock(loom_t id, clockid_t* out) noexcept;
+// clock_gettime of a clock that is loom's: a thread's CPU clock, or
+// CLOCK_THREAD_CPUTIME_ID on a thread of loom's (its fibre's own time, kept
+// from this first read on). False: the kernel's clock. *ns = all ones: the
+// thread is gone (EINVAL, as the kernel says of a dead thread's clock).
+bool fibre_cpu_clock(clockid_t c, std::uint64_t* ns) noexcept;
 
 }  // namespace loom::capi

@@ -63,6 +63,7 @@
 #include "loom/fibre.hpp"
 #include "sched/cancel.hpp"
 #include "sched/cluster.hpp"
+#include "sched/cpu_clock.hpp"
 #include "sched/processor.hpp"
 #include "sched/tls.hpp"
 
@@ -108,8 +109,14 @@ struct Thread {
   std::atomic<std::uint64_t> fibre_id{0};
   Semaphore finished{0, 1};                // released once it has exited
   std::size_t guardsize = 0;
+  // The stack size asked for: what getattr reports (loom's stack holds the
+  // thread's own thread-locals on top of it, as glibc's does, but is larger
+  // by them).
+  std::size_t stack_asked = 0;
   int priority = LOOM_PRIORITY_NORMAL;
   bool main = false;
+  bool named = false;  // loom_setname_np was called
+  std::atomic<bool> cpu_clock_wanted{false};  // its CPU clock was asked for before it started
   int cancel_state = LOOM_CANCEL_ENABLE;
   int cancel_type = LOOM_CANCEL_DEFERRED;
   loom_cleanup_frame* cleanup = nullptr;  // innermost first
@@ -308,7 +315,7 @@ void not_rethrown(_Unwind_Reason_Code, _Unwind_Exception*) {
   std::abort();
 }
 
-[[noreturn]] void exit_main();
+[[noreturn]] void exit_main(Thread* m);
 [[noreturn]] void unwind_thread(Thread* t);
 
 // Called before each frame is unwound. A cleanup frame or glibc buffer
@@ -333,7 +340,7 @@ _Unwind_Reason_Code unwind_stop(int, _Unwind_Action actions, _Unwind_Exception_C
     }
   }
   if (actions & _UA_END_OF_STACK) {
-    if (t->main) exit_main();  // past main(): the thread ends, the process goes on
+    if (t->main) exit_main(t);  // past main(): the thread ends, the process goes on
     std::fprintf(stderr, "loom: loom_exit's unwinding found no way back to its thread's start\n");
     std::abort();
   }
@@ -369,6 +376,15 @@ void finish(Thread* t, rt::Fibre* self) {
   // From here on t may be gone.
 }
 
+// main's value for its joiner, once: on its exit, or in a fork child when
+// the forking thread ends there (record_exit_value).
+void main_ended(Thread* m, void* retval) {
+  if (m->state.load(std::memory_order_acquire) & kExited) return;
+  m->retval = retval;
+  m->state.fetch_or(kExited, std::memory_order_acq_rel);
+  m->finished.release_errno();
+}
+
 void trampoline(void* p) {
   auto* t = static_cast<Thread*>(p);
   rt::Fibre* self = rt::this_fibre_or_null();
@@ -376,6 +392,10 @@ void trampoline(void* p) {
   t->fibre.store(self, std::memory_order_seq_cst);  // then cancel_early: loom_cancel does the converse
   if (__builtin_expect(t->cancel_early.load(std::memory_order_seq_cst), 0))
     self->cancel.fetch_or(rt::kCancelRequested, std::memory_order_relaxed);
+  // (No fence for the clock on this path of every thread: an ask that races
+  // the start and misses takes effect at the clock's next read, which starts
+  // it too.)
+  if (t->cpu_clock_wanted.load(std::memory_order_acquire)) rt::cpu_clock_start(self);
   try {
     if (void (*fn)(void*) = t->rest_fn)
       fn(t->rest_arg);  // continued after loom_rest
@@ -402,8 +422,14 @@ void trampoline(void* p) {
   finish(t, now);
 }
 
-[[noreturn]] void exit_main() {
+// main ends with loom_exit (pthread_exit): its key destructors run, a thread
+// joining it gets the value, and the process lives on until the last thread
+// ends, as on glibc.
+// main's end by loom_exit (its unwinding's end): retval to main's joiner,
+// then the process waits for its threads and exits with status 0.
+[[noreturn]] void exit_main(Thread* m) {
   destroy_keys(rt::this_fibre_or_null());
+  main_ended(m, m->retval);
   while (live_threads.load(std::memory_order_acquire) != 0) all_done().acquire();
   std::exit(0);
 }
@@ -417,7 +443,12 @@ int claim(Thread* t) {
   return 0;
 }
 
-void reap(Thread* t, void** retval) {
+void reap(Thread* t, void** retval, bool waited = false) {
+  if (t->main) {  // no fibre to join: main's record stays (main_thread() holds it)
+    if (!waited) t->finished.acquire();
+    if (retval) *retval = t->retval;
+    return;
+  }
   t->handle().join();
   t->handle().~Fibre();
   if (retval) *retval = t->retval;
@@ -425,12 +456,12 @@ void reap(Thread* t, void** retval) {
 }
 
 // ESRCH: a null or stale handle (joined, or detached and finished); EINVAL:
-// an id loom_create did not make, or main's.
+// an id loom_create did not make; EDEADLK: the caller itself. main may be
+// joined: it ends with loom_exit (pthread_exit), as glibc allows.
 int check_joinable(loom_t id, Thread** out) {
   if (id == 0) return ESRCH;
   Thread* t = record_of(id);
   if (!t) return is_slot_handle(id) ? ESRCH : EINVAL;
-  if (t->main) return EINVAL;
   // A detached thread joining itself: EINVAL before EDEADLK, as glibc.
   if (t->state.load(std::memory_order_acquire) & kDetached) return EINVAL;
   if (t == current_record()) return EDEADLK;
@@ -546,6 +577,69 @@ long fibres_created() noexcept { return threads_created.load(std::memory_order_r
 
 void (*fork_child_thread_end)() = nullptr;
 
+// A thread's CPU clock: a clock id the kernel would take for a thread's
+// (negative, per thread, CPUCLOCK_SCHED) of a thread id no kernel thread
+// can have (above PID_MAX_LIMIT), carrying the record's slot. A clock of a
+// thread that ended reads the slot's next thread (no generation fits).
+namespace {
+constexpr std::uint32_t kClockTid = 0x08000000u;  // (slots < 2^24: ~tid * 8 fits an int)
+constexpr clockid_t kClockPerThreadSched = 6;
+}  // namespace
+
+int thread_cpu_clock(loom_t id, clockid_t* out) noexcept {
+  Thread* t = record_of(id);
+  if (!t) return ESRCH;
+  if (t->main) current_record();  // (main's record learns its fibre on its first use)
+  std::uint32_t index = std::uint32_t((id & 0xffffffffu) >> 3) - 1;
+  // Against the trampoline's store of its fibre, then load of this flag:
+  // both may miss (no fence there), and then the clock's first read starts
+  // the timing (fibre_cpu_clock).
+  t->cpu_clock_wanted.store(true, std::memory_order_seq_cst);
+  if (rt::Fibre* f = t->fibre.load(std::memory_order_seq_cst)) rt::cpu_clock_start(f);
+  *out = clockid_t(~std::int32_t(kClockTid | index) * 8) | kClockPerThreadSched;
+  return 0;
+}
+
+bool fibre_cpu_clock(clockid_t c, std::uint64_t* ns) noexcept {
+  rt::Fibre* f = nullptr;
+  if (c == CLOCK_THREAD_CPUTIME_ID) {
+    Thread* t = current_record();
+    if (!t) return false;  // a kernel thread's own: the kernel's
+    f = t->fibre.load(std::memory_order_relaxed);
+    if (f) rt::cpu_clock_start(f);  // the first read starts it
+  } else {
+    if (c >= 0 || (c & 7) != kClockPerThreadSched) return false;
+    std::uint32_t tid = ~std::uint32_t(c >> 3);
+    if (!(tid & kClockTid)) return false;
+    Slot* s = slot_at(tid & ~kClockTid);
+    if (!s || !(s->gen.load(std::memory_order_acquire) & 1)) {
+      *ns = ~std::uint64_t(0);  // no such thread (now)
+      return true;
+    }
+    f = s->thread()->fibre.load(std::memory_order_acquire);
+    // Reading it wants it kept (a thread whose clock was asked for as it
+    // started may have missed the ask: see thread_cpu_clock).
+    if (f) rt::cpu_clock_start(f);
+  }
+  *ns = f ? rt::cpu_clock_ns(f) : 0;
+  return true;
+}
+
+bool is_main_thread(loom_t id) noexcept {
+  Thread* t = record_of(id);
+  return t && t->main;
+}
+
+bool unnamed_main(loom_t id) noexcept {
+  Thread* t = record_of(id);
+  return t && t->main && !t->named;
+}
+
+void record_exit_value(loom_t id, void* retval) noexcept {
+  if (Thread* t = record_of(id))
+    if (t->main) main_ended(t, retval);
+}
+
 }  // namespace loom::capi
 
 using namespace loom;
@@ -605,6 +699,13 @@ int loom_attr_setguardsize(loom_attr_t* a, size_t size) {
 int loom_attr_getguardsize(const loom_attr_t* a, size_t* size) {
   if (!valid_attr(a) || !size) return EINVAL;
   *size = a->_loom_guardsize;
+  return 0;
+}
+
+int loom_attr_setstack(loom_attr_t* a, void* addr, size_t size) {
+  if (!valid_attr(a) || !addr || size < LOOM_STACK_MIN || size > LOOM_STACK_MAX) return EINVAL;
+  a->_loom_stackaddr = addr;
+  a->_loom_stacksize = size;
   return 0;
 }
 
@@ -674,11 +775,13 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
     attr = &defaults;
   }
   if (!thread || !start || !valid_attr(attr)) return EINVAL;
+  if (attr->_loom_stackaddr && attr->_loom_restable) return EINVAL;  // the caller's stack stays
   Thread* t = new_record();
   if (!t) return EAGAIN;
   t->start = start;
   t->arg = arg;
   t->guardsize = attr->_loom_guardsize;
+  t->stack_asked = attr->_loom_stacksize ? attr->_loom_stacksize : default_stack(attr);
   t->priority = attr->_loom_priority;
   FibreAttr fa;
   fibre_attr_of(attr, &fa);  // (valid: see above)
@@ -716,6 +819,10 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
     live_threads.fetch_sub(1, std::memory_order_relaxed);
     threads_created.fetch_sub(1, std::memory_order_relaxed);
     destroy(t);
+    // No memory for its stack: the threads whose end would give some back
+    // may be waiting behind the caller, which is likely to try again at
+    // once (glibc's would be preempted): let them run first.
+    if (rt::this_processor()) this_fibre::yield();
     return EAGAIN;
   }
   return 0;
@@ -744,6 +851,8 @@ int loom_tryjoin_np(loom_t id, void** retval) {
 }
 
 int loom_clockjoin_np(loom_t id, void** retval, clockid_t clock, const struct timespec* abstime) {
+  // No time: wait as long as it takes (glibc), on a clock a time could use.
+  if (!abstime) return clock == CLOCK_REALTIME || clock == CLOCK_MONOTONIC ? loom_join(id, retval) : EINVAL;
   Thread* t = nullptr;
   if (int e = check_joinable(id, &t)) return e;
   cancel_point();
@@ -751,7 +860,7 @@ int loom_clockjoin_np(loom_t id, void** retval, clockid_t clock, const struct ti
   ErrnoKeeper k;
   int e = timed(clock, abstime, EAGAIN, [t](Deadline d) { return t->finished.acquire_errno(d); });
   if (e == 0) {
-    reap(t, retval);
+    reap(t, retval, true);
   } else {
     t->state.fetch_and(~unsigned(kClaimed), std::memory_order_acq_rel);  // someone may join later
   }
@@ -792,6 +901,7 @@ void record_moved(rt::Fibre* from, rt::Fibre* to) {
 int loom::capi::fibre_attr_of(const loom_attr_t* a, FibreAttr* out) noexcept {
   if (!valid_attr(a)) return EINVAL;
   out->stack_size = a->_loom_stacksize;
+  out->stack_addr = a->_loom_stackaddr;
   out->priority = static_cast<Priority>(a->_loom_priority);
   out->cluster = reinterpret_cast<loom::Cluster*>(a->_loom_cluster);
   out->color = a->_loom_color;  // loom_attr_setcolor (capi/color.cpp)
@@ -866,6 +976,7 @@ int loom_getattr_np(loom_t id, loom_attr_t* a) {
   if (Thread* t = record_of(id)) {
     if (t->main) {
       main_stack(&a->_loom_stackaddr, &a->_loom_stacksize);
+      a->_loom_guardsize = 0;  // the initial thread has none (glibc)
       f = t->fibre.load(std::memory_order_relaxed);
       if (f) a->_loom_cluster = reinterpret_cast<loom_cluster_t*>(f->cluster->facade);
       return 0;
@@ -884,6 +995,11 @@ int loom_getattr_np(loom_t id, loom_attr_t* a) {
     rt::Stack s = f->stack.loaded();
     a->_loom_stackaddr = s ? s.lo() : nullptr;
     a->_loom_stacksize = f->stack.size;
+    if (Thread* t = record_of(id); t && t->stack_asked && t->stack_asked < s.size) {
+      // The top stack_asked bytes: the thread's frames and its blocks.
+      a->_loom_stacksize = t->stack_asked;
+      if (s) a->_loom_stackaddr = s.hi() - t->stack_asked;
+    }
     a->_loom_priority = f->priority;
     a->_loom_cluster = reinterpret_cast<loom_cluster_t*>(f->cluster->facade);
   }
@@ -898,6 +1014,7 @@ int loom_setname_np(loom_t id, const char* name) {
   if (n >= sizeof t->name) return ERANGE;
   rt::SpinGuard g(names_lock);
   std::memcpy(t->name, name, n + 1);
+  t->named = true;
   return 0;
 }
 

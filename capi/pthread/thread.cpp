@@ -21,35 +21,65 @@
 //
 // Choices where glibc's threads and fibres differ (README: "Three ways to
 // run a pthread program on loom"):
-//  - stack size: a thread without a size gets loom's default
-//    (LOOM_STACK_DEFAULT = 64 KiB, or LOOM_STACK_SIZE), not glibc's
-//    RLIMIT_STACK (8 MiB): 10,000 threads then take 640 MiB of address
-//    space, not 80 GiB. A size the program sets (>= PTHREAD_STACK_MIN) is
-//    used as given. Caller-supplied stacks (setstack, setstackaddr): ENOTSUP.
+//  - stack size: a thread without a size gets glibc's default (the
+//    RLIMIT_STACK soft limit, reserved, committed where touched), or
+//    LOOM_STACK_SIZE's; a size the program sets (>= PTHREAD_STACK_MIN) is
+//    used as given, and getattr reports it (the thread's own TLS block sits
+//    above it). Caller-supplied stacks (setstack, setstackaddr) are where
+//    the fibre runs (loom_attr_setstack), without a guard page (as glibc).
+//  - pthread_attr_t is laid out as glibc's struct pthread_attr (flags,
+//    sizes, stack top, extension), so glibc's own thread-making functions
+//    (SIGEV_THREAD, mq_notify) read the program's settings from it.
 //  - scheduling: inheritsched, policy, priority and scope are kept in the
 //    attribute and reported back as set (scope SYSTEM as glibc; PROCESS gives
 //    ENOTSUP as glibc's does), but a fibre has no POSIX policy: they do not
 //    change how it runs. pthread_setschedparam accepts SCHED_OTHER, BATCH and
 //    IDLE at priority 0 and refuses FIFO and RR with EPERM (as glibc does
 //    for an unprivileged process).
-//  - affinity: a fibre moves between processors; setting it gives ENOSYS,
-//    getting it reports the process's CPUs (where a fibre may run).
+//  - affinity: a fibre moves between its cluster's processors. A set is
+//    checked (EINVAL without a CPU the process may use, at pthread_create
+//    and pthread_setaffinity_np, as the kernel makes glibc's answer) and
+//    kept in the attribute, not applied; getting a thread's reports the
+//    process's CPUs (where a fibre may run). A bad scheduling attribute
+//    (a priority outside its policy's range) is refused at create.
 //  - signals: each fibre has its own mask and pending set (sigthread.cpp:
 //    pthread_sigmask, pthread_kill, the waits); loom changes no disposition
 //    (loom_pthread_routes below keeps the runtime's SIGPIPE default away).
 //    pthread_attr_setsigmask_np gives the new thread its mask.
 //  - cancellation: cancel.cpp.
-//  - pthread_getcpuclockid: ENOENT (a fibre has no CPU-time clock).
+//  - pthread_getcpuclockid: a clock of the fibre's own CPU time, counted
+//    from this first ask on (clock.cpp; docs/DESIGN.md, "Per-thread CPU
+//    clocks"); glibc's for threads of glibc's.
 //  - callers that are not loom processors (before the runtime started, other
 //    kernel threads, a fork child) may call pthread_self, pthread_equal, the
 //    key and attribute calls; pthread_create from a kernel thread that is not
 //    a processor makes a fibre in the default cluster (in a fork child, a
-//    kernel thread of glibc's).
+//    kernel thread of glibc's). Such a thread's pthread_self() is glibc's
+//    handle, and the calls by handle on itself (getattr, names, CPU clock,
+//    kill) are glibc's: glibc's own helper threads (SIGEV_THREAD timers,
+//    mq_notify) answer as on glibc. The forking thread of a fork child keeps
+//    its handle from before the fork (its stack, its name; main can be
+//    joined there after its pthread_exit).
+//  - join and detach: glibc's errors (EDEADLK joining oneself, EINVAL for a
+//    second detach, also in a fork child); main may be joined once it has
+//    called pthread_exit; a timed join without a time waits. A thread
+//    naming itself names its kernel thread too (a fibre's processor, until
+//    another fibre there names itself), so /proc shows it as on glibc; main
+//    unnamed answers with the process's name. Not done: a circular join of
+//    two other threads (glibc's EDEADLK when the target joins the caller).
+//    In a fork child, glibc's stack cache holds the parent's processor
+//    threads' stacks, so a thread made there may get a larger one than asked
+//    (glibc's own behaviour with a cache, unlike a fresh glibc process).
+//  - keys: all PTHREAD_KEYS_MAX (1,024); C11's tss_* are loom's keys too.
+//  - a thread that cannot be made (no memory for its stack) gives EAGAIN,
+//    after letting the threads that could give memory back run.
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <threads.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -86,21 +116,32 @@ namespace {
 
 // ---- the attribute object ----------------------------------------------------------
 
-// loom's settings inside glibc's pthread_attr_t (56 bytes on x86-64).
+// loom's settings inside glibc's pthread_attr_t (56 bytes on x86-64), laid
+// out as glibc's own struct pthread_attr: glibc's functions that make
+// threads with a program's attribute themselves (SIGEV_THREAD timers,
+// mq_notify) read it as theirs, and find what the program set. loom's mark
+// sits in glibc's padding; the extension (an affinity set) is glibc's shape.
+struct AttrExt {  // glibc's struct pthread_attr_extension
+  cpu_set_t* cpuset;
+  std::size_t cpusetsize;
+  sigset_t sigmask;
+  bool sigmask_set;
+};
 struct Attr {
-  std::uint32_t magic;
-  std::int32_t detach;
-  std::int32_t inherit;
-  std::int32_t policy;
   std::int32_t priority;  // sched_param.sched_priority
-  std::int32_t scope;
-  std::size_t stacksize;  // 0: loom's default
+  std::int32_t policy;
+  std::int32_t flags;  // glibc's bits, kFlag* below
+  std::uint32_t magic;
   std::size_t guardsize;
-  void* stackaddr;  // lowest address; set by pthread_getattr_np only
+  void* stackaddr;        // the top of the stack (glibc's convention), with kFlagStackAddr
+  std::size_t stacksize;  // 0: the default
+  AttrExt* ext;           // null: no affinity set
   // pthread_attr_setsigmask_np's mask (bit s-1: signal s), with kHasSigmask
   // (signal 32's bit, glibc's own, never in a mask) set when there is one.
+  // (glibc's unused word: glibc keeps its mask in the extension.)
   std::uint64_t sigmask;
 };
+constexpr std::int32_t kFlagDetached = 0x1, kFlagExplicitSched = 0x2, kFlagScopeProcess = 0x4, kFlagStackAddr = 0x8;
 constexpr std::uint64_t kHasSigmask = std::uint64_t(1) << 31;
 static_assert(sizeof(Attr) <= sizeof(pthread_attr_t), "libloom-pthread: Attr must fit glibc's pthread_attr_t");
 static_assert(alignof(Attr) <= alignof(pthread_attr_t), "libloom-pthread: pthread_attr_t under-aligned");
@@ -121,22 +162,24 @@ std::size_t page_size() {
   return n;
 }
 
-// pthread_setattr_default_np's stack and guard sizes (0: loom's defaults).
+// pthread_setattr_default_np's stack and guard sizes (0: loom's defaults)
+// and detach state: what a thread made without an attribute gets.
 std::atomic<std::size_t> default_stacksize{0};
 std::atomic<std::size_t> default_guardsize{0};
 std::atomic<std::uint64_t> default_sigmask{0};  // and its signal mask (kHasSigmask when set)
+std::atomic<bool> default_detached{false};
 
 void init_attr(Attr* r) {
   std::memset(static_cast<void*>(r), 0, sizeof(pthread_attr_t));
   r->magic = kAttrMagic;
-  r->detach = PTHREAD_CREATE_JOINABLE;
-  r->inherit = PTHREAD_INHERIT_SCHED;
   r->policy = SCHED_OTHER;
-  r->scope = PTHREAD_SCOPE_SYSTEM;
   r->stacksize = default_stacksize.load(std::memory_order_relaxed);
   std::size_t g = default_guardsize.load(std::memory_order_relaxed);
   r->guardsize = g ? g : page_size();
 }
+
+int detach_of(const Attr* r) { return r->flags & kFlagDetached ? PTHREAD_CREATE_DETACHED : PTHREAD_CREATE_JOINABLE; }
+void set_flag(Attr* r, std::int32_t f, bool on) { r->flags = on ? r->flags | f : r->flags & ~f; }
 
 std::size_t loom_default_stack() {
   loom_attr_t a;
@@ -189,15 +232,20 @@ struct Glibc {
   int (*timedjoin_np)(pthread_t, void**, const struct timespec*);
   int (*clockjoin_np)(pthread_t, void**, clockid_t, const struct timespec*);
   int (*detach)(pthread_t);
-  pthread_t (*self)();
   int (*getattr_np)(pthread_t, pthread_attr_t*);
   int (*setname_np)(pthread_t, const char*);
   int (*getname_np)(pthread_t, char*, size_t);
   int (*attr_init)(pthread_attr_t*);
   int (*attr_setdetachstate)(pthread_attr_t*, int);
   int (*attr_setstacksize)(pthread_attr_t*, size_t);
+  int (*attr_setguardsize)(pthread_attr_t*, size_t);
+  int (*attr_setstack)(pthread_attr_t*, void*, size_t);
   int (*attr_destroy)(pthread_attr_t*);
   int (*attr_getstack)(const pthread_attr_t*, void**, size_t*);
+  int (*attr_getguardsize)(const pthread_attr_t*, size_t*);
+  int (*attr_getdetachstate)(const pthread_attr_t*, int*);
+  int (*getcpuclockid)(pthread_t, clockid_t*);
+  int (*setaffinity_np)(pthread_t, size_t, const cpu_set_t*);
 };
 
 // Looked up in libc.so.6 itself, as base/sys.cpp does (not RTLD_NEXT: what
@@ -212,18 +260,34 @@ const Glibc& glibc() {
     rt::sys::find_symbol(r.timedjoin_np, "libc.so.6", "pthread_timedjoin_np");
     rt::sys::find_symbol(r.clockjoin_np, "libc.so.6", "pthread_clockjoin_np");
     rt::sys::find_symbol(r.detach, "libc.so.6", "pthread_detach");
-    rt::sys::find_symbol(r.self, "libc.so.6", "pthread_self");
     rt::sys::find_symbol(r.getattr_np, "libc.so.6", "pthread_getattr_np");
     rt::sys::find_symbol(r.setname_np, "libc.so.6", "pthread_setname_np");
     rt::sys::find_symbol(r.getname_np, "libc.so.6", "pthread_getname_np");
     rt::sys::find_symbol(r.attr_init, "libc.so.6", "pthread_attr_init");
     rt::sys::find_symbol(r.attr_setdetachstate, "libc.so.6", "pthread_attr_setdetachstate");
     rt::sys::find_symbol(r.attr_setstacksize, "libc.so.6", "pthread_attr_setstacksize");
+    rt::sys::find_symbol(r.attr_setguardsize, "libc.so.6", "pthread_attr_setguardsize");
+    rt::sys::find_symbol(r.attr_setstack, "libc.so.6", "pthread_attr_setstack");
     rt::sys::find_symbol(r.attr_destroy, "libc.so.6", "pthread_attr_destroy");
     rt::sys::find_symbol(r.attr_getstack, "libc.so.6", "pthread_attr_getstack");
+    rt::sys::find_symbol(r.attr_getguardsize, "libc.so.6", "pthread_attr_getguardsize");
+    rt::sys::find_symbol(r.attr_getdetachstate, "libc.so.6", "pthread_attr_getdetachstate");
+    rt::sys::find_symbol(r.getcpuclockid, "libc.so.6", "pthread_getcpuclockid");
+    rt::sys::find_symbol(r.setaffinity_np, "libc.so.6", "pthread_setaffinity_np");
     return r;
   }();
   return g;
+}
+
+// glibc's pthread_self(), without a call through glibc(): it may be asked
+// before anything is looked up, by a malloc's initialisation (jemalloc asks
+// inside its init lock, and looking a symbol up mallocs). glibc's pthread_t
+// is its thread block, which keeps its own address at %fs:16 on x86-64
+// (only kernel threads loom did not make ask: a fibre's %fs is its own).
+pthread_t glibc_self() {
+  pthread_t r;
+  asm("mov %%fs:16, %0" : "=r"(r));
+  return r;
 }
 
 // ---- fork ----------------------------------------------------------------------------
@@ -245,9 +309,17 @@ std::atomic<bool> forked_child{false};
 // the parent's threads still reaches loom, which knows it). `live` counts
 // those whose start routine has not ended: the forking thread's own end
 // waits for them, since the process ends with its last thread.
+// Detached ones are listed too, so that a second detach gives EINVAL as
+// glibc's does (not ESRCH: loom does not know the handle). Their entries
+// stay after they end (an end takes no lock: 100,000 short threads) until
+// glibc hands the same handle to a new thread, whose entry replaces it.
+struct ChildThread {
+  pthread_t handle;
+  bool detached;  // by its attribute or pthread_detach
+};
 struct ChildThreads {
   rt::SpinLock lock;
-  std::vector<pthread_t> handles;
+  std::vector<ChildThread> handles;
   std::atomic<int> live{0};
 };
 ChildThreads& child_threads() {
@@ -255,25 +327,65 @@ ChildThreads& child_threads() {
   return *c;
 }
 thread_local bool is_child_thread = false;
+// The forking thread's handle from before the fork: its pthread_self() in
+// the child, so that the calls by handle keep answering for it (its stack,
+// name, joining main) as they did in the parent.
+pthread_t fork_self = 0;
+// glibc's handle of the initial thread, taken before main's fibre has a
+// thread block of its own.
+pthread_t initial_thread = 0;
+
+bool on_fibre() { return rt::this_fibre_or_null() != nullptr; }
+
+// A kernel thread loom knows nothing of: not a fibre, and not the forking
+// thread of a fork child (which keeps its handle from before the fork).
+bool foreign_caller() {
+  return !on_fibre() && !(forked_child.load(std::memory_order_relaxed) && !is_child_thread);
+}
+
+// The forking thread of a fork child joining itself: EDEADLK (loom sees no
+// fibre there to compare).
+bool joins_itself(pthread_t t) {
+  return forked_child.load(std::memory_order_relaxed) && !is_child_thread && t == fork_self;
+}
 
 bool child_handle(pthread_t t) {
   if (!forked_child.load(std::memory_order_relaxed)) return false;
   ChildThreads& c = child_threads();
   rt::SpinGuard g(c.lock);
-  for (pthread_t h : c.handles)
-    if (h == t) return true;
+  for (const ChildThread& h : c.handles)
+    if (h.handle == t) return true;
   return false;
+}
+
+// Under the list's lock.
+ChildThread* find_child(ChildThreads& c, pthread_t t) {
+  for (ChildThread& h : c.handles)
+    if (h.handle == t) return &h;
+  return nullptr;
+}
+void drop_child(ChildThreads& c, ChildThread* h) {
+  *h = c.handles.back();
+  c.handles.pop_back();
 }
 
 void forget_child_handle(pthread_t t) {
   ChildThreads& c = child_threads();
   rt::SpinGuard g(c.lock);
-  for (auto& h : c.handles)
-    if (h == t) {
-      h = c.handles.back();
-      c.handles.pop_back();
-      return;
-    }
+  if (ChildThread* h = find_child(c, t)) drop_child(c, h);
+}
+
+// pthread_detach of a thread made in the child: glibc's, but a second one
+// gives EINVAL without reaching glibc (the thread may be gone).
+int detach_child(pthread_t t) {
+  ChildThreads& c = child_threads();
+  rt::SpinGuard g(c.lock);
+  ChildThread* h = find_child(c, t);
+  if (!h) return ESRCH;
+  if (h->detached) return EINVAL;
+  int e = glibc().detach(t);
+  if (e == 0) h->detached = true;
+  return e;
 }
 
 void child_thread_ended() {
@@ -310,8 +422,14 @@ int child_create(pthread_t* thread, const Attr* r, void* (*start)(void*), void* 
   const Glibc& g = glibc();
   pthread_attr_t ga;
   g.attr_init(&ga);
-  g.attr_setdetachstate(&ga, r->detach);
-  if (r->stacksize) g.attr_setstacksize(&ga, r->stacksize);
+  g.attr_setdetachstate(&ga, detach_of(r));
+  if (r->flags & kFlagStackAddr) {
+    const std::size_t size = r->stacksize ? r->stacksize : glibc_default_stack();
+    g.attr_setstack(&ga, static_cast<char*>(r->stackaddr) - size, size);
+  } else if (r->stacksize) {
+    g.attr_setstacksize(&ga, r->stacksize);
+  }
+  g.attr_setguardsize(&ga, r->guardsize);
   auto* s = new (std::nothrow) ChildStart{start, arg};
   ChildThreads& c = child_threads();
   int e = s ? 0 : EAGAIN;
@@ -324,8 +442,12 @@ int child_create(pthread_t* thread, const Attr* r, void* (*start)(void*), void* 
     if (e) {
       c.live.fetch_sub(1, std::memory_order_relaxed);
       delete s;
-    } else if (r->detach != PTHREAD_CREATE_DETACHED) {
-      c.handles.push_back(*thread);
+    } else {
+      ChildThread n{*thread, detach_of(r) == PTHREAD_CREATE_DETACHED};
+      if (ChildThread* old = find_child(c, *thread))
+        *old = n;  // a detached thread's that ended: glibc reuses its handle
+      else
+        c.handles.push_back(n);
     }
   }
   g.attr_destroy(&ga);
@@ -340,6 +462,7 @@ void after_fork_in_child() {
   if (rt::Processor* p = rt::tls_processor) rt::tls::forget_kernel_rseq(p->kernel_tcb());
   keys_after_fork_in_child();  // the registry's lock may have been held by a processor at the fork
   keys_move_to_kernel_thread(rt::this_fibre_or_null());
+  fork_self = loom_self();  // while it is still the fibre that forked
   rt::tls_processor = nullptr;
   // Waiters queued in the parking lot are the parent's, and a bucket lock
   // may have been held by one of its processors at the fork.
@@ -355,15 +478,19 @@ void after_fork_in_child() {
 }  // namespace
 }  // namespace loom::capi::pthread_lib
 
+// A thread of glibc's: made in a fork child, or the caller itself when it
+// is a kernel thread loom did not make (glibc's own helper threads, such as
+// SIGEV_THREAD timers', which its pthread_create makes without the PLT).
 bool loom::capi::pthread_signal::glibc_thread_of_fork_child(pthread_t t) noexcept {
   using namespace loom::capi::pthread_lib;
-  return child_handle(t) || (is_child_thread && t == glibc().self());
+  return child_handle(t) || (foreign_caller() && t == glibc_self());
 }
 
 namespace loom::capi::pthread_lib {
 namespace {
 
 __attribute__((constructor(110))) void register_fork_handler() {
+  initial_thread = glibc_self();  // (before thread-locals are per fibre, just below)
   child_threads();
   __register_atfork(nullptr, nullptr, &after_fork_in_child, &__dso_handle);
 }
@@ -392,7 +519,31 @@ bool exists(pthread_t t) {
   return e == 0;
 }
 
-bool on_fibre() { return rt::this_fibre_or_null() != nullptr; }
+
+// What pthread_create refuses in an attribute, as glibc's does: a priority
+// outside its policy's range (EINVAL: the policy changed after the
+// priority was set), a realtime policy asked for explicitly (EPERM, as for
+// pthread_setschedparam), an affinity set with no CPU the process may use
+// (EINVAL, the kernel's answer to glibc).
+int check_create_attr(const Attr* r) {
+  if (r->flags & kFlagExplicitSched) {
+    if (r->priority < sched_get_priority_min(r->policy) || r->priority > sched_get_priority_max(r->policy))
+      return EINVAL;
+    if (r->policy != SCHED_OTHER) return EPERM;
+  }
+  if (r->ext && r->ext->cpuset) {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 0;
+    const auto* want = reinterpret_cast<const unsigned char*>(r->ext->cpuset);
+    const auto* have = reinterpret_cast<const unsigned char*>(&allowed);
+    const std::size_t n = r->ext->cpusetsize < sizeof allowed ? r->ext->cpusetsize : sizeof allowed;
+    bool any = false;
+    for (std::size_t i = 0; i < n && !any; ++i) any = (want[i] & have[i]) != 0;
+    if (!any) return EINVAL;
+  }
+  return 0;
+}
 
 }  // namespace
 }  // namespace loom::capi::pthread_lib
@@ -414,6 +565,10 @@ int pthread_attr_init(pthread_attr_t* a) {
 int pthread_attr_destroy(pthread_attr_t* a) {
   Attr* r = attr_of(a);
   if (!r) return EINVAL;
+  if (r->ext) {
+    std::free(r->ext->cpuset);
+    std::free(r->ext);
+  }
   r->magic = 0;
   return 0;
 }
@@ -421,14 +576,14 @@ int pthread_attr_destroy(pthread_attr_t* a) {
 int pthread_attr_setdetachstate(pthread_attr_t* a, int state) {
   Attr* r = attr_of(a);
   if (!r || (state != PTHREAD_CREATE_JOINABLE && state != PTHREAD_CREATE_DETACHED)) return EINVAL;
-  r->detach = state;
+  set_flag(r, kFlagDetached, state == PTHREAD_CREATE_DETACHED);
   return 0;
 }
 
 int pthread_attr_getdetachstate(const pthread_attr_t* a, int* state) {
   const Attr* r = attr_of(a);
   if (!r || !state) return EINVAL;
-  *state = r->detach;
+  *state = detach_of(r);
   return 0;
 }
 
@@ -460,23 +615,38 @@ int pthread_attr_getguardsize(const pthread_attr_t* a, size_t* size) {
   return 0;
 }
 
-int pthread_attr_setstack(pthread_attr_t* a, void*, size_t) { return attr_of(a) ? ENOTSUP : EINVAL; }
+// A caller's stack: the thread's fibre runs on it (loom_attr_setstack);
+// glibc's checks (a size below PTHREAD_STACK_MIN: EINVAL).
+int pthread_attr_setstack(pthread_attr_t* a, void* addr, size_t size) {
+  Attr* r = attr_of(a);
+  if (!r || size < std::size_t(PTHREAD_STACK_MIN) || size > (std::size_t(1) << 30)) return EINVAL;
+  r->stacksize = size;
+  r->stackaddr = static_cast<char*>(addr) + size;
+  r->flags |= kFlagStackAddr;
+  return 0;
+}
 
 int pthread_attr_getstack(const pthread_attr_t* a, void** addr, size_t* size) {
   const Attr* r = attr_of(a);
   if (!r || !addr || !size) return EINVAL;
-  *addr = r->stackaddr;  // null unless the attribute came from pthread_getattr_np
   *size = r->stacksize ? r->stacksize : thread_default_stack();
+  *addr = r->flags & kFlagStackAddr ? static_cast<char*>(r->stackaddr) - *size : nullptr;
   return 0;
 }
 
-int pthread_attr_setstackaddr(pthread_attr_t* a, void*) { return attr_of(a) ? ENOTSUP : EINVAL; }
+// The deprecated pair speaks of the top of the stack (the stack grows down).
+int pthread_attr_setstackaddr(pthread_attr_t* a, void* addr) {
+  Attr* r = attr_of(a);
+  if (!r) return EINVAL;
+  r->stackaddr = addr;
+  r->flags |= kFlagStackAddr;
+  return 0;
+}
 
 int pthread_attr_getstackaddr(const pthread_attr_t* a, void** addr) {
   const Attr* r = attr_of(a);
   if (!r || !addr) return EINVAL;
-  // The deprecated call reports the top of the stack, as glibc's does.
-  *addr = r->stackaddr ? static_cast<char*>(r->stackaddr) + r->stacksize : nullptr;
+  *addr = r->stackaddr;
   return 0;
 }
 
@@ -485,28 +655,27 @@ int pthread_attr_setscope(pthread_attr_t* a, int scope) {
   if (!r) return EINVAL;
   if (scope == PTHREAD_SCOPE_PROCESS) return ENOTSUP;  // as glibc
   if (scope != PTHREAD_SCOPE_SYSTEM) return EINVAL;
-  r->scope = scope;
   return 0;
 }
 
 int pthread_attr_getscope(const pthread_attr_t* a, int* scope) {
   const Attr* r = attr_of(a);
   if (!r || !scope) return EINVAL;
-  *scope = r->scope;
+  *scope = PTHREAD_SCOPE_SYSTEM;
   return 0;
 }
 
 int pthread_attr_setinheritsched(pthread_attr_t* a, int inherit) {
   Attr* r = attr_of(a);
   if (!r || (inherit != PTHREAD_INHERIT_SCHED && inherit != PTHREAD_EXPLICIT_SCHED)) return EINVAL;
-  r->inherit = inherit;
+  set_flag(r, kFlagExplicitSched, inherit == PTHREAD_EXPLICIT_SCHED);
   return 0;
 }
 
 int pthread_attr_getinheritsched(const pthread_attr_t* a, int* inherit) {
   const Attr* r = attr_of(a);
   if (!r || !inherit) return EINVAL;
-  *inherit = r->inherit;
+  *inherit = r->flags & kFlagExplicitSched ? PTHREAD_EXPLICIT_SCHED : PTHREAD_INHERIT_SCHED;
   return 0;
 }
 
@@ -524,6 +693,8 @@ int pthread_attr_getschedpolicy(const pthread_attr_t* a, int* policy) {
   return 0;
 }
 
+// As glibc: checked against the policy the attribute has now; a later
+// policy change is checked by pthread_create.
 int pthread_attr_setschedparam(pthread_attr_t* a, const struct sched_param* p) {
   Attr* r = attr_of(a);
   if (!r || !p) return EINVAL;
@@ -541,14 +712,45 @@ int pthread_attr_getschedparam(const pthread_attr_t* a, struct sched_param* p) {
   return 0;
 }
 
+// Affinity: kept (a copy, as glibc keeps it) and reported back; a thread
+// made with it runs on its cluster's processors wherever they are, but a
+// set with no CPU the process may use is refused by pthread_create with
+// EINVAL, as the kernel makes glibc's refuse it.
 int pthread_attr_setaffinity_np(pthread_attr_t* a, size_t n, const cpu_set_t* set) {
-  if (!attr_of(a)) return EINVAL;
-  return set == nullptr || n == 0 ? 0 : ENOSYS;  // clearing it is what every thread has
+  Attr* r = attr_of(a);
+  if (!r) return EINVAL;
+  if (!set || n == 0) {
+    if (r->ext) {
+      std::free(r->ext->cpuset);
+      r->ext->cpuset = nullptr;
+      r->ext->cpusetsize = 0;
+    }
+    return 0;
+  }
+  if (!r->ext && !(r->ext = static_cast<AttrExt*>(std::calloc(1, sizeof(AttrExt))))) return ENOMEM;
+  auto* copy = static_cast<cpu_set_t*>(std::malloc(n));
+  if (!copy) return ENOMEM;
+  std::memcpy(copy, set, n);
+  std::free(r->ext->cpuset);
+  r->ext->cpuset = copy;
+  r->ext->cpusetsize = n;
+  return 0;
 }
 
 int pthread_attr_getaffinity_np(const pthread_attr_t* a, size_t n, cpu_set_t* set) {
-  if (!attr_of(a) || !set) return EINVAL;
-  return errno_as_result([&] { return sched_getaffinity(0, n, set); });
+  const Attr* r = attr_of(a);
+  if (!r || !set) return EINVAL;
+  if (!r->ext || !r->ext->cpuset) {
+    std::memset(set, 0xff, n);  // every CPU, as glibc says of an attribute without a set
+    return 0;
+  }
+  const std::size_t have = r->ext->cpusetsize;
+  const auto* from = reinterpret_cast<const unsigned char*>(r->ext->cpuset);
+  for (std::size_t i = n; i < have; ++i)
+    if (from[i]) return EINVAL;  // a CPU beyond the caller's buffer is set
+  std::memcpy(set, from, n < have ? n : have);
+  if (n > have) std::memset(reinterpret_cast<unsigned char*>(set) + have, 0, n - have);
+  return 0;
 }
 
 // The new thread's mask (glibc's: SIGCANCEL and SIGSETXID left out when it
@@ -577,17 +779,20 @@ int pthread_attr_getsigmask_np(const pthread_attr_t* a, sigset_t* set) {
 }
 
 int pthread_getattr_default_np(pthread_attr_t* a) {
-  int e = pthread_attr_init(a);
-  if (e == 0) attr_of(a)->sigmask = default_sigmask.load(std::memory_order_relaxed);
-  return e;
+  if (int e = pthread_attr_init(a)) return e;
+  attr_of(a)->sigmask = default_sigmask.load(std::memory_order_relaxed);
+  if (default_detached.load(std::memory_order_relaxed)) reinterpret_cast<Attr*>(a)->flags |= kFlagDetached;
+  return 0;
 }
 
 int pthread_setattr_default_np(const pthread_attr_t* a) {
   const Attr* r = attr_of(a);
   if (!r) return EINVAL;
+  if (r->flags & kFlagStackAddr) return EINVAL;  // glibc: no stack address in the default
   default_stacksize.store(r->stacksize, std::memory_order_relaxed);
   default_guardsize.store(r->guardsize, std::memory_order_relaxed);
   default_sigmask.store(r->sigmask, std::memory_order_relaxed);
+  default_detached.store(r->flags & kFlagDetached, std::memory_order_relaxed);
   return 0;
 }
 
@@ -600,17 +805,21 @@ int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)
   if (!r) {
     init_attr(&defaults);
     defaults.sigmask = default_sigmask.load(std::memory_order_relaxed);  // only without an attribute (glibc)
+    if (default_detached.load(std::memory_order_relaxed)) defaults.flags |= kFlagDetached;
     r = &defaults;
   }
+  if (int e = check_create_attr(r)) return e;
   if (forked_child.load(std::memory_order_relaxed)) return child_create(thread, r, start, arg);
   loom_attr_t la;
   loom_attr_init(&la);
-  loom_attr_setdetachstate(&la, r->detach == PTHREAD_CREATE_DETACHED ? LOOM_CREATE_DETACHED : LOOM_CREATE_JOINABLE);
-  loom_attr_setstacksize(&la, r->stacksize ? r->stacksize : thread_default_stack());
+  loom_attr_setdetachstate(&la, r->flags & kFlagDetached ? LOOM_CREATE_DETACHED : LOOM_CREATE_JOINABLE);
+  const std::size_t size = r->stacksize ? r->stacksize : thread_default_stack();
+  int e = r->flags & kFlagStackAddr ? loom_attr_setstack(&la, static_cast<char*>(r->stackaddr) - size, size)
+                                    : loom_attr_setstacksize(&la, size);
   loom_attr_setguardsize(&la, r->guardsize);
   std::uint64_t mask = r->sigmask & ~kHasSigmask;
-  if (r->sigmask & kHasSigmask) next_thread_mask(&mask);  // taken by loom_create
-  int e = loom_create(thread, &la, start, arg);
+  if (!e && (r->sigmask & kHasSigmask)) next_thread_mask(&mask);  // taken by loom_create
+  if (!e) e = loom_create(thread, &la, start, arg);
   if (r->sigmask & kHasSigmask) next_thread_mask(nullptr);
   loom_attr_destroy(&la);
   return e;
@@ -618,37 +827,39 @@ int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)
 
 // A thread made in a fork child is glibc's (see "fork" above); every other
 // handle is loom's.
+
 int pthread_join(pthread_t t, void** retval) {
-  if (!child_handle(t)) return loom_join(t, retval);
+  if (!child_handle(t)) return joins_itself(t) ? EDEADLK : loom_join(t, retval);
   int e = glibc().join(t, retval);
   if (e == 0) forget_child_handle(t);
   return e;
 }
 int pthread_tryjoin_np(pthread_t t, void** retval) {
-  if (!child_handle(t)) return loom_tryjoin_np(t, retval);
+  if (!child_handle(t)) return joins_itself(t) ? EDEADLK : loom_tryjoin_np(t, retval);
   int e = glibc().tryjoin_np(t, retval);
   if (e == 0) forget_child_handle(t);
   return e;
 }
 int pthread_timedjoin_np(pthread_t t, void** retval, const struct timespec* abstime) {
-  if (!child_handle(t)) return loom_timedjoin_np(t, retval, abstime);
+  if (!child_handle(t)) return joins_itself(t) ? EDEADLK : loom_timedjoin_np(t, retval, abstime);
   int e = glibc().timedjoin_np(t, retval, abstime);
   if (e == 0) forget_child_handle(t);
   return e;
 }
 int pthread_clockjoin_np(pthread_t t, void** retval, clockid_t clock, const struct timespec* abstime) {
-  if (!child_handle(t)) return loom_clockjoin_np(t, retval, clock, abstime);
+  if (!child_handle(t)) return joins_itself(t) ? EDEADLK : loom_clockjoin_np(t, retval, clock, abstime);
   int e = glibc().clockjoin_np(t, retval, clock, abstime);
   if (e == 0) forget_child_handle(t);
   return e;
 }
-int pthread_detach(pthread_t t) {
-  if (!child_handle(t)) return loom_detach(t);
-  int e = glibc().detach(t);
-  if (e == 0) forget_child_handle(t);
-  return e;
+int pthread_detach(pthread_t t) { return child_handle(t) ? detach_child(t) : loom_detach(t); }
+// A fibre's handle is loom's; the forking thread of a fork child keeps its
+// own; any other kernel thread (a thread made in the child, glibc's own
+// helper threads) is glibc's and answers with glibc's handle.
+pthread_t pthread_self(void) {
+  if (on_fibre()) return loom_self();
+  return foreign_caller() ? glibc_self() : fork_self;
 }
-pthread_t pthread_self(void) { return is_child_thread ? glibc().self() : loom_self(); }
 int pthread_equal(pthread_t a, pthread_t b) { return a == b; }
 
 void pthread_exit(void* retval) {
@@ -659,7 +870,9 @@ void pthread_exit(void* retval) {
       glibc().exit(retval);
     }
     // The forking thread (cleanup handlers pushed before the fork are not
-    // run there): the process ends with the last of the child's threads.
+    // run there): a thread joining it gets retval; the process ends with the
+    // last of the child's threads.
+    record_exit_value(fork_self, retval);
     forking_thread_ends();
     std::exit(0);
   }
@@ -672,20 +885,41 @@ void pthread_exit(void* retval) {
 
 // ---- names, concurrency -------------------------------------------------------
 
+static int getattr_np(pthread_t t, pthread_attr_t* a);
+
 int pthread_getattr_np(pthread_t t, pthread_attr_t* a) {
   if (!a) return EINVAL;
-  if (pthread_signal::glibc_thread_of_fork_child(t)) {
-    // glibc's answer, in loom's attribute object.
+  int e = getattr_np(t, a);
+  if (e == 0) {
+    // The CPUs it may run on, as glibc's reports them: its cluster's
+    // processors move about the process's.
+    cpu_set_t cpus;
+    if (sched_getaffinity(0, sizeof cpus, &cpus) == 0) pthread_attr_setaffinity_np(a, sizeof cpus, &cpus);
+  }
+  return e;
+}
+
+static int getattr_np(pthread_t t, pthread_attr_t* a) {
+  const bool main_thread = is_main_thread(t) && initial_thread;
+  if (main_thread || pthread_signal::glibc_thread_of_fork_child(t)) {
+    // glibc's answer, in loom's attribute object: for main, glibc's of the
+    // initial thread, whose stack main's fibre runs on (its top from
+    // __libc_stack_end, its size from RLIMIT_STACK as it is now).
     pthread_attr_t ga;
-    if (int e = glibc().getattr_np(t, &ga)) return e;
+    if (int e = glibc().getattr_np(main_thread ? initial_thread : t, &ga)) return e;
     Attr* r = reinterpret_cast<Attr*>(a);
     init_attr(r);
     void* addr = nullptr;
     size_t size = 0;
     if (glibc().attr_getstack(&ga, &addr, &size) == 0) {
-      r->stackaddr = addr;
+      r->stackaddr = static_cast<char*>(addr) + size;
       r->stacksize = size;
+      r->flags |= kFlagStackAddr;
     }
+    glibc().attr_getguardsize(&ga, &r->guardsize);
+    int detach = PTHREAD_CREATE_JOINABLE;
+    glibc().attr_getdetachstate(&ga, &detach);
+    set_flag(r, kFlagDetached, detach == PTHREAD_CREATE_DETACHED);
     glibc().attr_destroy(&ga);
     return 0;
   }
@@ -696,13 +930,14 @@ int pthread_getattr_np(pthread_t t, pthread_attr_t* a) {
   init_attr(r);
   int detach = LOOM_CREATE_JOINABLE;
   loom_attr_getdetachstate(&la, &detach);
-  r->detach = detach == LOOM_CREATE_DETACHED ? PTHREAD_CREATE_DETACHED : PTHREAD_CREATE_JOINABLE;
+  set_flag(r, kFlagDetached, detach == LOOM_CREATE_DETACHED);
   loom_attr_getguardsize(&la, &r->guardsize);
   void* addr = nullptr;
   std::size_t size = 0;
   if (loom_attr_getstack(&la, &addr, &size) == 0) {
-    r->stackaddr = addr;
+    r->stackaddr = static_cast<char*>(addr) + size;
     r->stacksize = size;
+    r->flags |= kFlagStackAddr;
   } else {
     loom_attr_getstacksize(&la, &r->stacksize);
   }
@@ -712,10 +947,24 @@ int pthread_getattr_np(pthread_t t, pthread_attr_t* a) {
 
 int pthread_setname_np(pthread_t t, const char* name) {
   if (pthread_signal::glibc_thread_of_fork_child(t)) return glibc().setname_np(t, name);
-  return loom_setname_np(t, name);
+  int e = loom_setname_np(t, name);
+  // A thread naming itself names its kernel thread too, as glibc's does
+  // (/proc/self/task/TID/comm): a fibre's is its processor's, until the
+  // next fibre there names itself.
+  if (e == 0 && t == pthread_self()) prctl(PR_SET_NAME, name);
+  return e;
 }
 int pthread_getname_np(pthread_t t, char* name, size_t len) {
   if (pthread_signal::glibc_thread_of_fork_child(t)) return glibc().getname_np(t, name, len);
+  if (name && unnamed_main(t)) {
+    // glibc's initial thread is named after the process (its comm); loom's
+    // listing keeps calling it "main".
+    char comm[16] = {};
+    if (int e = errno_as_result([&] { return prctl(PR_GET_NAME, comm); })) return e;
+    if (len <= std::strlen(comm)) return ERANGE;
+    std::memcpy(name, comm, std::strlen(comm) + 1);
+    return 0;
+  }
   return loom_getname_np(t, name, len);
 }
 int pthread_getconcurrency(void) { return loom_getconcurrency(); }
@@ -744,14 +993,30 @@ int pthread_setschedprio(pthread_t t, int prio) {
   return prio == 0 ? 0 : EINVAL;
 }
 
-int pthread_setaffinity_np(pthread_t t, size_t, const cpu_set_t*) { return exists(t) ? ENOSYS : ESRCH; }
+int pthread_setaffinity_np(pthread_t t, size_t n, const cpu_set_t* set) {
+  if (pthread_signal::glibc_thread_of_fork_child(t)) return glibc().setaffinity_np(t, n, set);
+  if (!exists(t)) return ESRCH;
+  if (!set) return EFAULT;
+  Attr probe;  // the same check as pthread_create's
+  init_attr(&probe);
+  AttrExt ext{const_cast<cpu_set_t*>(set), n, {}, false};
+  probe.ext = &ext;
+  return check_create_attr(&probe);  // accepted, not applied: the fibre keeps its cluster's processors
+}
 
 int pthread_getaffinity_np(pthread_t t, size_t n, cpu_set_t* set) {
   if (!exists(t)) return ESRCH;
   return errno_as_result([&] { return sched_getaffinity(0, n, set); });
 }
 
-int pthread_getcpuclockid(pthread_t t, clockid_t*) { return exists(t) ? ENOENT : ESRCH; }
+// A thread of loom's: a clock of its fibre's own CPU time (clock.cpp); a
+// thread of glibc's (a fork child's, glibc's helpers): glibc's.
+int pthread_getcpuclockid(pthread_t t, clockid_t* clock) {
+  if (!clock) return EINVAL;
+  if (pthread_signal::glibc_thread_of_fork_child(t)) return glibc().getcpuclockid(t, clock);
+  if (joins_itself(t)) return glibc().getcpuclockid(glibc_self(), clock);  // the forking thread, now a kernel thread
+  return thread_cpu_clock(t, clock);
+}
 
 // ---- signals -------------------------------------------------------------------------------
 // pthread_kill, pthread_sigqueue and pthread_sigmask: sigthread.cpp.
@@ -801,5 +1066,18 @@ int pthread_setspecific(pthread_key_t key, const void* value) { return loom_sets
 int __pthread_key_create(pthread_key_t* key, void (*destructor)(void*)) { return loom_key_create(key, destructor); }
 void* __pthread_getspecific(pthread_key_t key) { return loom_getspecific(key); }
 int __pthread_setspecific(pthread_key_t key, const void* value) { return loom_setspecific(key, value); }
+
+// C11's thread-specific storage is glibc's pthread keys under other names;
+// glibc calls its own inside, which would reach glibc's keys (where loom's
+// own key for kernel threads is key 0), so they are loom's here too.
+int tss_create(tss_t* key, tss_dtor_t destructor) {
+  pthread_key_t k = 0;
+  if (loom_key_create(&k, destructor) != 0) return thrd_error;
+  *key = k;
+  return thrd_success;
+}
+void* tss_get(tss_t key) { return loom_getspecific(key); }
+int tss_set(tss_t key, void* value) { return loom_setspecific(key, value) == 0 ? thrd_success : thrd_error; }
+void tss_delete(tss_t key) { loom_key_delete(key); }
 
 }  // extern "C"

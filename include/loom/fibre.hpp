@@ -64,6 +64,12 @@ struct FibreAttr {
   // fibre made and then detach()ed may run first on another processor and
   // find itself joinable: rest refuses it with EINVAL).
   bool detached = false;
+  // A stack of the caller's (pthread_attr_setstack): the fibre runs on
+  // [stack_addr, stack_addr + stack_size), which must stay mapped until it
+  // has ended (joined, or its exit seen). No guard page is added; its own
+  // thread-locals go on the heap (own_tls), the block at the top; it may not
+  // rest. stack_size must be set (at least kStackMin).
+  void* stack_addr = nullptr;
 };
 
 class Fibre {

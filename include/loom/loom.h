@@ -110,7 +110,7 @@ struct timeval;
 #define LOOM_STACK_MIN 16384         /* = loom::kStackMin */
 #define LOOM_STACK_MAX 1073741824    /* = loom::kStackMax (1 GiB) */
 #define LOOM_STACK_DEFAULT 65536     /* unless LOOM_STACK_SIZE says otherwise */
-#define LOOM_KEYS_MAX 128            /* = loom::kKeysMax */
+#define LOOM_KEYS_MAX 1024           /* = loom::kKeysMax, glibc's PTHREAD_KEYS_MAX */
 #define LOOM_DESTRUCTOR_ITERATIONS 4 /* = loom::kKeyDestructorRounds */
 #define LOOM_SEM_VALUE_MAX 0x7fffffff
 #define LOOM_BARRIER_SERIAL_THREAD (-1)
@@ -182,7 +182,7 @@ typedef struct {
   loom_cluster_t* _loom_cluster; /* null: the creator's cluster */
   int _loom_priority;
   int _loom_scope;
-  void* _loom_stackaddr; /* set by loom_getattr_np only */
+  void* _loom_stackaddr; /* loom_attr_setstack, loom_getattr_np */
   uint32_t _loom_color;  /* 0: uncolored (loom_attr_setcolor) */
   int _loom_color_shared;
   int _loom_restable; /* loom_attr_setrestable_np */
@@ -313,8 +313,14 @@ int loom_attr_setstacksize(loom_attr_t* attr, size_t size);
 int loom_attr_getstacksize(const loom_attr_t* LOOM_RESTRICT attr, size_t* LOOM_RESTRICT size);
 int loom_attr_setguardsize(loom_attr_t* attr, size_t size);
 int loom_attr_getguardsize(const loom_attr_t* LOOM_RESTRICT attr, size_t* LOOM_RESTRICT size);
-/* The stack of a running fibre, after loom_getattr_np (EINVAL before: loom
- * places stacks itself, so there is no loom_attr_setstack). */
+/* A stack of the caller's: the new fibre runs on [addr, addr+size), which
+ * must stay mapped until it has ended (EINVAL: a null addr, or a size
+ * outside LOOM_STACK_MIN..LOOM_STACK_MAX). loom adds no guard page there,
+ * puts the fibre's control block at its top, and the fibre may not
+ * loom_rest (nor be made restable: loom_create gives EINVAL). getstack
+ * reports it, or a running fibre's after loom_getattr_np (EINVAL when
+ * neither). */
+int loom_attr_setstack(loom_attr_t* attr, void* addr, size_t size);
 int loom_attr_getstack(const loom_attr_t* LOOM_RESTRICT attr, void** LOOM_RESTRICT addr, size_t* LOOM_RESTRICT size);
 int loom_attr_setscope(loom_attr_t* attr, int scope);
 int loom_attr_getscope(const loom_attr_t* LOOM_RESTRICT attr, int* LOOM_RESTRICT scope);
@@ -346,10 +352,12 @@ int loom_create(loom_t* LOOM_RESTRICT thread, const loom_attr_t* LOOM_RESTRICT a
 /* EDEADLK: joining oneself; EINVAL: not joinable (detached, already being
  * joined, or not made by loom_create); ESRCH: a null or stale handle (the
  * thread was joined, or was detached and has finished: a loom_t carries a
- * generation count, so an old handle never names a newer thread). */
+ * generation count, so an old handle never names a newer thread). main's
+ * handle may be joined: the joiner gets the value main passes to loom_exit. */
 int loom_join(loom_t thread, void** retval);
 /* GNU extensions: EBUSY if it has not finished; ETIMEDOUT at abstime
- * (CLOCK_REALTIME for timedjoin; clockjoin takes REALTIME or MONOTONIC). */
+ * (CLOCK_REALTIME for timedjoin; clockjoin takes REALTIME or MONOTONIC);
+ * a null abstime waits as long as loom_join does. */
 int loom_tryjoin_np(loom_t thread, void** retval);
 int loom_timedjoin_np(loom_t thread, void** retval, const struct timespec* abstime);
 int loom_clockjoin_np(loom_t thread, void** retval, clockid_t clock, const struct timespec* abstime);
@@ -369,7 +377,8 @@ int loom_yield(void);
  * unwinding (so does `catch (abi::__forced_unwind&)`) and must rethrow:
  * one that swallows it aborts the process, as on glibc. Called from
  * main(), it waits for every fibre made by loom_create to finish, then
- * ends the process with status 0, as POSIX says. Only for fibres made by
+ * ends the process with status 0, as POSIX says (retval goes to main's
+ * joiner, if any). Only for fibres made by
  * loom_create, and main (a C++ loom::Fibre that calls it aborts the process
  * with a message); on a kernel thread that is not a processor, its cleanup
  * handlers run and the system's pthread_exit ends it. */

@@ -349,7 +349,7 @@ bool call_once_for(OnceFlag& flag, std::chrono::duration<R, P> d, F&& f) {
 // Like pthread keys, per fibre (per kernel thread for callers that are not
 // fibres). At a fibre's exit, destructors of non-null values run, repeated
 // up to kKeyDestructorRounds times while values remain, as POSIX says.
-inline constexpr unsigned kKeysMax = 128;
+inline constexpr unsigned kKeysMax = 1024;  // = glibc's PTHREAD_KEYS_MAX
 inline constexpr unsigned kKeyDestructorRounds = 4;
 using Key = unsigned;
 // 0, or EAGAIN when all kKeysMax keys are in use.

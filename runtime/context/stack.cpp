@@ -41,6 +41,22 @@ void stack_release(Stack& s) noexcept {
   s = Stack{};
 }
 
+Stack stack_adopt(void* lo, std::size_t size) noexcept {
+  Stack s;
+  s.base = static_cast<char*>(lo) - kGuardSize;
+  s.size = size;
+  s.caller = true;
+  s.valgrind_id = tools_register_stack(s.lo(), s.hi());
+  return s;
+}
+
+void stack_forget(Stack& s) noexcept {
+  if (!s.base) return;
+  tools_deregister_stack(s.valgrind_id);
+  sanitizer_unpoison(s.lo(), s.size);  // the program may reuse it for anything
+  s = Stack{};
+}
+
 StackCache::~StackCache() { trim(0); }
 
 void StackCache::trim(std::size_t keep) noexcept {

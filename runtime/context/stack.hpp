@@ -31,6 +31,10 @@ struct Stack {
   char* base = nullptr;  // start of the mapping: the guard page
   std::size_t size = 0;  // usable bytes above the guard page
   unsigned valgrind_id = 0;
+  // The program's own memory (FibreAttr::stack_addr, pthread_attr_setstack):
+  // no guard page of loom's (base is one page below it, never touched:
+  // a fault there still reads as an overflow), never cached or unmapped.
+  bool caller = false;
 
   char* lo() const { return base + kGuardSize; }  // lowest usable byte
   char* hi() const { return base + kGuardSize + size; }  // one past the top
@@ -53,6 +57,10 @@ struct Stack {
 // refuses the mapping (out of memory or vm.max_map_count reached).
 Stack stack_allocate(std::size_t size);
 void stack_release(Stack& s) noexcept;
+// A stack the program gives, [lo, lo+size): registered with the tools as
+// loom's own are; stack_forget undoes that and leaves the memory alone.
+Stack stack_adopt(void* lo, std::size_t size) noexcept;
+void stack_forget(Stack& s) noexcept;
 // Bytes of stacks mapped now (usable sizes, guard pages not counted),
 // process-wide: kept beside the mmap and munmap calls, off the cached path.
 std::size_t stack_bytes_mapped() noexcept;

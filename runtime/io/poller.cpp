@@ -1,6 +1,7 @@
 #include "io/poller.hpp"
 #include "base/sys.hpp"
 
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -85,7 +86,18 @@ int wait_fd(const IoState& s) { return s.uring ? s.uring->ring.ring_fd : s.epfd;
 
 // ---- poller threads ------------------------------------------------------------
 
+// The runtime's own threads take none of the program's signals (as the
+// monitor's: start_runtime_thread); a poller started from main's thread
+// before main ran had them open, and under the native API's
+// LOOM_SIGNALS=main a SIGINT main had blocked killed the process there.
+void block_all_signals() {
+  sigset_t all;
+  sigfillset(&all);
+  (sys::pthread().sigmask)(SIG_SETMASK, &all, nullptr);
+}
+
 void* poller_thread_main(void* arg) {
+  block_all_signals();
   IoState& s = *static_cast<IoState*>(arg);
   // On the heap: a thread_local array would be static TLS in every thread
   // of every program linked with loom.
@@ -123,6 +135,7 @@ struct Master {
 };
 
 void* master_main(void* arg) {
+  block_all_signals();
   auto* m = static_cast<Master*>(arg);
   epoll_event ev[64];
   for (;;) {

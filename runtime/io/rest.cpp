@@ -206,7 +206,8 @@ int rest(int fd, void (*fn)(void*), void* arg, Deadline d) {
   if (!self->stack || self->join.load(std::memory_order_acquire) != kJoinDetached ||
       (self->c_handle && !self->rest_block))  // (a heap block stays put: its id too)
     return EINVAL;
-  if ((self->tcb && !self->tcb_heap) || self->held || self->offload_home.load(std::memory_order_relaxed))
+  if ((self->tcb && !self->tcb_heap) || self->held || self->offload_home.load(std::memory_order_relaxed) ||
+      self->stack.caller)  // (the program's stack is not loom's to give back)
     return ENOTSUP;
   FdEntry* e;
   std::uint32_t gen;
@@ -244,6 +245,7 @@ int rest_start(int fd, void (*fn)(void*), void* arg, const FibreAttr& attr, Dead
   if (!fn || static_cast<unsigned>(attr.priority) >= kPriorities) return EINVAL;
   if (attr.color) return ENOTSUP;  // a color hold is taken as a fibre starts, on its stack's side
   if (attr.stack_size && (attr.stack_size < kStackMin || attr.stack_size > kStackMax)) return EINVAL;
+  if (attr.stack_addr) return EINVAL;  // a fibre started at rest has no stack to run on yet
   Processor* here = this_processor();
   Cluster* c = attr.cluster ? &attr.cluster->impl()
                : here       ? &here->cluster()

@@ -2,8 +2,10 @@
 #include "sched/monitor.hpp"
 #include "base/sys.hpp"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 
 namespace loom::rt {
 
@@ -86,8 +88,29 @@ bool Cluster::activate_spare() {
                    id_, kMaxSpares);
     return false;
   }
+  // After a failure to make one, no new try for a second (each try keeps
+  // its Processor: threads may still hold its address).
+  static std::atomic<std::int64_t> failed_at{0};
+  if (std::int64_t f = failed_at.load(std::memory_order_relaxed); f && now_ns() - f < 1000000000) return false;
+  Processor* s = nullptr;
+  int e = ENOMEM;
+  try {
+    s = new Processor(*this, unsigned(kMaxProcessors + k), /*adopt=*/false, /*spare=*/true);
+    e = s->start_error();
+  } catch (const std::bad_alloc&) {  // (the monitor's thread: nothing above it would catch it)
+    s = nullptr;
+  }
+  if (!s || e) {
+    static std::atomic<bool> told{false};
+    if (!told.exchange(true))
+      std::fprintf(stderr,
+                   "loom: cluster %u: cannot start a spare kernel thread (error %d); threads that wait behind a lost "
+                   "processor wait until it returns\n",
+                   id_, e);
+    failed_at.store(now_ns(), std::memory_order_relaxed);
+    return false;
+  }
   active_spares_.fetch_add(1, std::memory_order_relaxed);
-  auto* s = new Processor(*this, unsigned(kMaxProcessors + k), /*adopt=*/false, /*spare=*/true);
   spares_[k].store(s, std::memory_order_release);
   nspares_.store(k + 1, std::memory_order_release);
   shared_counters.add_shared(Stat::spares_started, 1);

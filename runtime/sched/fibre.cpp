@@ -36,6 +36,18 @@ void post_register_joiner(Processor&, Fibre* joiner, void* arg) {
     schedule(joiner);  // it finished meanwhile: nobody else will wake us
 }
 
+// A stack from p's cache, or a new one; when the kernel refuses a new one
+// (RLIMIT_AS, vm.max_map_count), the cache's stacks of other sizes are given
+// back first and the mapping tried once more.
+Stack cached_stack(Processor& p, std::size_t size) {
+  try {
+    return p.stacks().get(size);
+  } catch (const std::bad_alloc&) {
+    p.stacks().trim(0);
+    return p.stacks().get(size);
+  }
+}
+
 }  // namespace
 
 void (*fibre_exit_hook)(Fibre*) = nullptr;
@@ -60,16 +72,18 @@ Fibre* create_fibre(const FibreAttr& attr, std::size_t payload, std::size_t alig
   } else {
     c = &loom::Cluster::default_cluster().impl();
   }
+  const bool caller_stack = attr.stack_addr != nullptr;
   std::size_t size = attr.stack_size ? attr.stack_size : c->config().stack_size;
+  if (caller_stack && size < kStackMin) throw std::invalid_argument("loom: a caller's stack smaller than kStackMin");
   if (size < kStackMin) size = kStackMin;
   if (payload > size / 2) throw std::length_error("loom: fibre function object larger than half its stack");
 
   Processor* p = this_processor();
   if (!p) count(*c, Stat::stack_misses);
   const std::size_t tls_bytes = attr.own_tls ? tls::reserve() : 0;
-  const bool heap_tls = tls_bytes && attr.tls_on_heap;
+  const bool heap_tls = tls_bytes && (attr.tls_on_heap || caller_stack);  // (the caller's size is all its own)
   if (tls_bytes && !heap_tls) size += tls_bytes;
-  Stack s = p ? p->stacks().get(size) : stack_allocate(size);
+  Stack s = caller_stack ? stack_adopt(attr.stack_addr, size) : p ? cached_stack(*p, size) : stack_allocate(size);
   auto* f = new (align_down(s.hi() - sizeof(Fibre), 64)) Fibre;
   char* below = reinterpret_cast<char*>(f);
   if (tls_bytes) {
@@ -83,7 +97,9 @@ Fibre* create_fibre(const FibreAttr& attr, std::size_t payload, std::size_t alig
     } catch (...) {
       ::operator delete(f->tcb_heap);
       f->~Fibre();
-      if (p)
+      if (s.caller)
+        stack_forget(s);
+      else if (p)
         p->stacks().put(s);
       else
         stack_release(s);
@@ -147,7 +163,9 @@ void release_fibre(Fibre* f) noexcept {
     rest_block_free(f);  // (io/rest.cpp; the only way a block gets there)
   else
     f->~Fibre();
-  if (Processor* p = this_processor())
+  if (s.caller)
+    stack_forget(s);
+  else if (Processor* p = this_processor())
     p->stacks().put(s);
   else
     stack_release(s);

@@ -96,6 +96,15 @@ class Fibre {
   // fibre loom_create did not make): the block must not move, so it may
   // not rest (io/rest.cpp), as a joinable fibre may not.
   bool c_handle = false;
+  // Its own CPU time is kept (sched/cpu_clock.hpp): switches into and out
+  // of it read the kernel thread's CPU clock. cpu_mark: that clock when it
+  // last came in (0: not since it was timed); cpu_ns: the total before.
+  // cpu_tid: the kernel thread it came in on (another thread's read adds
+  // the stretch it is running by that thread's clock).
+  std::atomic<bool> cpu_timed{false};
+  std::atomic<std::uint64_t> cpu_mark{0};
+  std::atomic<std::uint64_t> cpu_ns{0};
+  std::atomic<int> cpu_tid{0};
   // Its thread control block (sched/tls.hpp), installed whenever it runs;
   // null: it runs on its processor's home block.
   void* tcb = nullptr;

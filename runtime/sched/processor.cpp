@@ -1,4 +1,5 @@
 #include "sched/processor.hpp"
+#include "sched/cpu_clock.hpp"
 #include "base/check.hpp"
 #include "base/chaos.hpp"
 #include "sched/checks.hpp"
@@ -213,6 +214,13 @@ Processor::Processor(Cluster& cluster, unsigned index, bool adopt, bool spare)
       active_since_.store(now_ns(), std::memory_order_relaxed);
     }
     if (int e = sys::pthread().create(&thread_, nullptr, &Processor::thread_main, this)) {
+      if (spare) {
+        // No kernel thread to spare (out of memory or threads: RLIMIT_AS,
+        // RLIMIT_NPROC): the cluster goes on without it (start_failed).
+        cluster.leave(*this);
+        start_error_ = e;
+        return;
+      }
       std::fprintf(stderr, "loom: cannot start a processor thread for cluster %u: error %d\n", cluster.id(), e);
       std::abort();
     }
@@ -313,6 +321,8 @@ void Processor::switch_to(Fibre* next, PostFn post, void* arg, bool dying) {
       installed_tcb_ = want;
     }
   }
+  if (__builtin_expect(self->cpu_timed.load(std::memory_order_relaxed) | next->cpu_timed.load(std::memory_order_relaxed), 0))
+    cpu_clock_switch(self, next, tid.load(std::memory_order_relaxed));
   transfer_t t = context_jump(self->ctx, next->ctx, &note, dying);
   // Resumed, perhaps on another kernel thread: `this` is stale from here.
   self->wait_kind.store(WaitKind::none, std::memory_order_relaxed);

@@ -57,6 +57,9 @@ class Processor {
   // spare: one of the cluster's spare processors (Cluster::activate_spare),
   // started wanted.
   Processor(Cluster& cluster, unsigned index, bool adopt, bool spare = false);
+  // A spare whose kernel thread could not be made (the error): it is on no
+  // list and never runs (Cluster::activate_spare keeps it aside).
+  int start_error() const noexcept { return start_error_; }
 
   Cluster& cluster() const { return *cluster_; }
   unsigned index() const { return index_; }
@@ -188,6 +191,7 @@ class Processor {
   std::atomic<bool> stop_{false};
   pthread_t thread_{};
   bool has_thread_ = false;
+  int start_error_ = 0;  // a spare whose kernel thread could not be made
   void* altstack_ = nullptr;
   void* home_tcb_ = nullptr;       // the block of fibres without one (sched/tls.hpp)
   void* installed_tcb_ = nullptr;  // the block installed on this kernel thread now

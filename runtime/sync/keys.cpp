@@ -36,10 +36,11 @@ rt::SpinLock registry;  // key_create/delete only (a spin lock: see base/sys.hpp
 
 // A table of `size` slots. A fibre's grows with the highest key it sets
 // (kFibreSlots at a time: 72 bytes for the first four keys): most set one
-// or two of the first keys, and a full table (kKeysMax slots, 1.5 KiB) was
+// or two of the first keys, and a full table (kKeysMax slots: 1.5 KiB when
+// there were 128, 16 KiB for glibc's 1,024 now) was
 // half of an idle loom-memcached connection's memory, whose thread sets
 // one key. A kernel thread's is full-size from the start (mapped, never
-// grown: see below).
+// grown: see below; 16 KiB of address space, touched as keys are set).
 struct Slot {
   void* value = nullptr;
   unsigned generation = 0;
