@@ -282,6 +282,33 @@ TEST(TaskGroup, AFailureStopsTheOthers) {
   });
 }
 
+// Outside review: the fibre join() is waiting for when the failure comes
+// (joined last-spawned first: here the reader) is asked to stop too, as
+// task_group.hpp says. join() took the handle's fibre before waiting, so
+// joining_->request_stop() found an empty handle and join() waited for ever.
+TEST(TaskGroup, AFailureStopsTheOneBeingJoined) {
+  Watchdog dog(std::chrono::seconds(20));
+  Cluster c(2);
+  run_in(c, [] {
+    int sv[2];
+    ASSERT_EQ(loom::io::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    std::atomic<int> cancelled{0};
+    TaskGroup g;
+    g.spawn([] {
+      loom::this_fibre::sleep_for(30ms);  // join() is in the reader's join by then
+      throw std::runtime_error("failed");
+    });
+    g.spawn([&] {
+      char b;
+      if (loom::io::read(sv[0], &b, 1) < 0 && last_errno() == ECANCELED) ++cancelled;
+    });
+    EXPECT_THROW(g.join(), std::runtime_error);
+    EXPECT_EQ(cancelled.load(), 1);
+    loom::io::close(sv[0]);
+    loom::io::close(sv[1]);
+  });
+}
+
 TEST(TaskGroup, TimedJoinFromAKernelThread) {
   Watchdog dog;
   Cluster c(1);
