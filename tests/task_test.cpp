@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "loom/io.hpp"
+#include "loom/loom.h"
 #include "loom/loom.hpp"
 #include "sync_test_util.hpp"
 
@@ -249,6 +250,59 @@ TEST(RequestStop, EndsAnIoWaitWithEcanceled) {
     none.request_stop();  // not joinable: nothing
     loom::io::close(sv[0]);
     loom::io::close(sv[1]);
+  });
+}
+
+// Outside review: request_stop does not end a fibre's sleeps, semaphore
+// or condvar waits (fibre.hpp), also not loom.h's: a fibre that loom_create
+// did not make has no record for the C layer to act on, so a wait the
+// request ended must not return as if it had (a sleep cut short with 0, a
+// sem_wait failing with ETIMEDOUT, a cond_wait with no deadline returning
+// ETIMEDOUT).
+TEST(RequestStop, DoesNotCutTheCApisWaitsOfAFibreWithoutARecord) {
+  Watchdog dog(std::chrono::seconds(20));
+  Cluster c(2);
+  run_in(c, [] {
+    loom_sem_t sem;
+    ASSERT_EQ(loom_sem_init(&sem, 0, 0), 0);
+    loom_mutex_t m;
+    loom_cond_t cv;
+    ASSERT_EQ(loom_mutex_init(&m, nullptr), 0);
+    ASSERT_EQ(loom_cond_init(&cv, nullptr), 0);
+    std::atomic<bool> go{false};
+    bool flag = false;
+    std::atomic<long> slept_ms{-1};
+    std::atomic<int> sem_r{-2}, cond_r{-2};
+    Fibre f([&] {
+      while (!loom::this_fibre::stop_requested()) loom::this_fibre::sleep_for(1ms);
+      auto t0 = Clock::now();
+      timespec ts{0, 100'000'000};
+      loom_nanosleep(&ts, nullptr);
+      slept_ms = long(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+      go = true;
+      sem_r = loom_sem_wait(&sem);  // posted 50 ms after go
+      loom_mutex_lock(&m);
+      int r = 0;
+      while (!flag && r == 0) r = loom_cond_wait(&cv, &m);
+      cond_r = r;
+      loom_mutex_unlock(&m);
+    });
+    f.request_stop();
+    while (!go) loom::this_fibre::sleep_for(1ms);
+    loom::this_fibre::sleep_for(50ms);
+    loom_sem_post(&sem);
+    loom::this_fibre::sleep_for(50ms);
+    loom_mutex_lock(&m);
+    flag = true;
+    loom_cond_signal(&cv);
+    loom_mutex_unlock(&m);
+    f.join();
+    EXPECT_GE(slept_ms.load(), 90);
+    EXPECT_EQ(sem_r.load(), 0);
+    EXPECT_EQ(cond_r.load(), 0);
+    loom_cond_destroy(&cv);
+    loom_mutex_destroy(&m);
+    loom_sem_destroy(&sem);
   });
 }
 
