@@ -494,7 +494,9 @@ void cancel_point() {
   if (Thread* t = current_record()) act_on_cancel(t, f);
 }
 
-CancellableWait::CancellableWait() noexcept : fibre(rt::this_fibre_or_null()) {
+bool cancel_acts_here() noexcept { return current_record() != nullptr; }
+
+CancellableWait::CancellableWait() noexcept : fibre(current_record() ? rt::this_fibre_or_null() : nullptr) {
   if (fibre) static_cast<rt::Fibre*>(fibre)->cancel_wait = true;
 }
 CancellableWait::~CancellableWait() {
