@@ -306,6 +306,82 @@ TEST(RequestStop, DoesNotCutTheCApisWaitsOfAFibreWithoutARecord) {
   });
 }
 
+// Outside review: fibres that share a descriptor in one direction take
+// turns (io.cpp's FdSide::turn, a loom::Mutex); one waiting for its turn is
+// inside read(2), a cancellation point, and a request must end that wait
+// too — as glibc's does for two threads blocked in one pipe's read. (A
+// pool of acceptors on one listening socket: cancelling one hung its
+// joiner until the turn's holder got a connection.)
+TEST(RequestStop, EndsAWaitForAnotherReadersTurn) {
+  Watchdog dog(std::chrono::seconds(20));
+  Cluster c(2);
+  run_in(c, [] {
+    int sv[2];
+    ASSERT_EQ(loom::io::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    std::atomic<int> first{0}, second{0}, second_err{0};
+    Fibre holder([&] {
+      char b;
+      first = int(loom::io::read(sv[0], &b, 1));
+    });
+    loom::this_fibre::sleep_for(20ms);  // holds the turn, blocked in the read
+    Fibre waiter([&] {
+      char b;
+      second = int(loom::io::read(sv[0], &b, 1));
+      second_err = last_errno();
+    });
+    loom::this_fibre::sleep_for(20ms);  // waits for the turn
+    waiter.request_stop();
+    EXPECT_TRUE(waiter.join_for(5s)) << "a stop request did not end a wait for the descriptor's turn";
+    EXPECT_EQ(second.load(), -1);
+    EXPECT_EQ(second_err.load(), ECANCELED);
+    char x = 'x';
+    ASSERT_EQ(loom::io::write(sv[1], &x, 1), 1);
+    holder.join();
+    EXPECT_EQ(first.load(), 1);
+    if (waiter.joinable()) {
+      ASSERT_EQ(loom::io::write(sv[1], &x, 1), 1);
+      waiter.join();
+    }
+    loom::io::close(sv[0]);
+    loom::io::close(sv[1]);
+  });
+}
+
+// The same through loom.h: loom_cancel of a thread waiting for another's
+// turn on a pipe's read end.
+void* read_one(void* arg) {
+  char b;
+  loom_read(*static_cast<int*>(arg), &b, 1);
+  return nullptr;
+}
+TEST(RequestStop, CancelEndsAWaitForAnotherReadersTurn) {
+  Watchdog dog(std::chrono::seconds(20));
+  Cluster c(2);
+  run_in(c, [] {
+    int p[2];
+    ASSERT_EQ(loom_pipe(p), 0);
+    loom_t a, b;
+    ASSERT_EQ(loom_create(&a, nullptr, read_one, &p[0]), 0);
+    loom::this_fibre::sleep_for(20ms);
+    ASSERT_EQ(loom_create(&b, nullptr, read_one, &p[0]), 0);
+    loom::this_fibre::sleep_for(20ms);
+    ASSERT_EQ(loom_cancel(b), 0);
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 5;
+    void* ret = nullptr;
+    int e = loom_timedjoin_np(b, &ret, &ts);
+    EXPECT_EQ(e, 0) << "loom_cancel did not end a wait for the pipe's turn";
+    if (e == 0) EXPECT_EQ(ret, LOOM_CANCELED);
+    char x[2] = {'x', 'y'};
+    ASSERT_EQ(loom_write(p[1], x, e == 0 ? 1 : 2), e == 0 ? 1 : 2);
+    loom_join(a, nullptr);
+    if (e != 0) loom_join(b, nullptr);
+    loom_close(p[0]);
+    loom_close(p[1]);
+  });
+}
+
 // The first failure asks the group's other fibres to stop: readers that
 // would wait for ever end, and join rethrows.
 TEST(TaskGroup, AFailureStopsTheOthers) {
