@@ -98,6 +98,37 @@ TEST(Future, ErrorsAndBrokenPromise) {
   EXPECT_THROW(fv.get(), std::runtime_error);
 }
 
+// Outside review: a value whose construction throws in set_value leaves
+// the state as it was (std::promise's rule): not satisfied, and not locked
+// — the state's mutex was held when the exception left, so every later use
+// (ready(), a wait, the Promise's destructor) waited for ever.
+struct ThrowsOnCopy {
+  ThrowsOnCopy() = default;
+  ThrowsOnCopy(const ThrowsOnCopy&) { throw std::runtime_error("copy"); }
+  ThrowsOnCopy(ThrowsOnCopy&&) noexcept = default;
+};
+TEST(Future, AThrowingSetValueLeavesTheStateUsable) {
+  Watchdog dog(std::chrono::seconds(20));
+  Cluster c(2);
+  run_in(c, [] {
+    auto p = std::make_unique<Promise<ThrowsOnCopy>>();
+    Future<ThrowsOnCopy> f = p->get_future();
+    ThrowsOnCopy v;
+    EXPECT_THROW(p->set_value(v), std::runtime_error);
+    std::atomic<int> step{0};
+    Fibre user([&] {
+      EXPECT_FALSE(f.ready());
+      step = 1;
+      p.reset();  // broken_promise
+      step = 2;
+      EXPECT_EQ(code_of([&] { f.get(); }), std::future_errc::broken_promise);
+      step = 3;
+    });
+    EXPECT_TRUE(user.join_for(5s)) << "stuck at step " << step.load();
+    if (user.joinable()) std::_Exit(1);  // (it waits on a mutex nobody will release)
+  });
+}
+
 TEST(Future, VoidAndMoveOnly) {
   Watchdog dog;
   Cluster c(1);
