@@ -157,6 +157,11 @@ void continue_exit();
 // One load when nothing is pending. Calls that wait call it on entry and
 // again after a wait the request ended (ECANCELED, ParkResult::Cancelled).
 void cancel_point();
+// Whether a cancellation request of the calling fibre is the C layer's to
+// act on (it has a record: loom_create's threads and main). A wait may be
+// ended by a request only then: a C++ loom::Fibre asked to stop
+// (Fibre::request_stop) keeps its sleeps, condvar and semaphore waits.
+bool cancel_acts_here() noexcept;
 // Brackets a loom::CondVar or Semaphore wait of the C API that is a
 // cancellation point (loom_cond_wait, loom_sem_wait...): a request wakes it
 // (it ends as a timeout would, runtime/sync/wait.hpp); call cancel_point

@@ -33,10 +33,10 @@ void sleep_until(clockid_t c, const timespec& abs) {
   while (!reached(c, abs)) {
     Deadline d = deadline_of(c, abs);
     if (d == kForever) d = rt::now_ns() + kStepNs;
-    if (rt::this_processor()) {
+    if (rt::this_processor() && cancel_acts_here()) {
       if (!rt::sleep_until_cancellable(d)) {
         cancel_point();
-        return;  // (a fibre without a record: the request is not the C API's to act on)
+        return;  // (not reached: the request acts)
       }
     } else {
       this_fibre::sleep_until(Clock::time_point(std::chrono::nanoseconds(d)));

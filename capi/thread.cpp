@@ -535,7 +535,14 @@ void cancel_point() {
   if (Thread* t = current_record()) act_on_cancel(t, f);
 }
 
-CancellableWait::CancellableWait() noexcept : fibre(rt::this_fibre_or_null()) {
+// (current_record's test, without making main's record: whoever cancels
+// main made it, by main's loom_self.)
+bool cancel_acts_here() noexcept {
+  rt::Fibre* f = rt::this_fibre_or_null();
+  return f && (f->fn == &trampoline || is_main_fibre(f));
+}
+
+CancellableWait::CancellableWait() noexcept : fibre(cancel_acts_here() ? rt::this_fibre_or_null() : nullptr) {
   if (fibre) static_cast<rt::Fibre*>(fibre)->cancel_wait = true;
 }
 CancellableWait::~CancellableWait() {

@@ -168,7 +168,11 @@ Fibre::~Fibre() {
 void Fibre::join() {
   if (!f_) throw std::invalid_argument("loom: join of a fibre that is not joinable");
   if (f_ == rt::this_fibre_or_null()) throw std::invalid_argument("loom: a fibre cannot join itself");
-  rt::join_fibre(std::exchange(f_, nullptr));
+  // The handle stays set while it waits (as join_until's does): a
+  // request_stop made meanwhile (TaskGroup's, on the fibre it is joining)
+  // reaches the fibre instead of an empty handle.
+  rt::join_fibre(f_);
+  f_ = nullptr;
 }
 
 void Fibre::detach() {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "loom/io.hpp"
+#include "loom/loom.h"
 #include "loom/loom.hpp"
 #include "sync_test_util.hpp"
 
@@ -95,6 +96,37 @@ TEST(Future, ErrorsAndBrokenPromise) {
   Future<void> fv = to.get_future();
   to.set_exception(std::make_exception_ptr(std::runtime_error("boom")));
   EXPECT_THROW(fv.get(), std::runtime_error);
+}
+
+// Outside review: a value whose construction throws in set_value leaves
+// the state as it was (std::promise's rule): not satisfied, and not locked
+// — the state's mutex was held when the exception left, so every later use
+// (ready(), a wait, the Promise's destructor) waited for ever.
+struct ThrowsOnCopy {
+  ThrowsOnCopy() = default;
+  ThrowsOnCopy(const ThrowsOnCopy&) { throw std::runtime_error("copy"); }
+  ThrowsOnCopy(ThrowsOnCopy&&) noexcept = default;
+};
+TEST(Future, AThrowingSetValueLeavesTheStateUsable) {
+  Watchdog dog(std::chrono::seconds(20));
+  Cluster c(2);
+  run_in(c, [] {
+    auto p = std::make_unique<Promise<ThrowsOnCopy>>();
+    Future<ThrowsOnCopy> f = p->get_future();
+    ThrowsOnCopy v;
+    EXPECT_THROW(p->set_value(v), std::runtime_error);
+    std::atomic<int> step{0};
+    Fibre user([&] {
+      EXPECT_FALSE(f.ready());
+      step = 1;
+      p.reset();  // broken_promise
+      step = 2;
+      EXPECT_EQ(code_of([&] { f.get(); }), std::future_errc::broken_promise);
+      step = 3;
+    });
+    EXPECT_TRUE(user.join_for(5s)) << "stuck at step " << step.load();
+    if (user.joinable()) std::_Exit(1);  // (it waits on a mutex nobody will release)
+  });
 }
 
 TEST(Future, VoidAndMoveOnly) {
@@ -252,6 +284,137 @@ TEST(RequestStop, EndsAnIoWaitWithEcanceled) {
   });
 }
 
+// Outside review: request_stop does not end a fibre's sleeps, semaphore
+// or condvar waits (fibre.hpp), also not loom.h's: a fibre that loom_create
+// did not make has no record for the C layer to act on, so a wait the
+// request ended must not return as if it had (a sleep cut short with 0, a
+// sem_wait failing with ETIMEDOUT, a cond_wait with no deadline returning
+// ETIMEDOUT).
+TEST(RequestStop, DoesNotCutTheCApisWaitsOfAFibreWithoutARecord) {
+  Watchdog dog(std::chrono::seconds(20));
+  Cluster c(2);
+  run_in(c, [] {
+    loom_sem_t sem;
+    ASSERT_EQ(loom_sem_init(&sem, 0, 0), 0);
+    loom_mutex_t m;
+    loom_cond_t cv;
+    ASSERT_EQ(loom_mutex_init(&m, nullptr), 0);
+    ASSERT_EQ(loom_cond_init(&cv, nullptr), 0);
+    std::atomic<bool> go{false};
+    bool flag = false;
+    std::atomic<long> slept_ms{-1};
+    std::atomic<int> sem_r{-2}, cond_r{-2};
+    Fibre f([&] {
+      while (!loom::this_fibre::stop_requested()) loom::this_fibre::sleep_for(1ms);
+      auto t0 = Clock::now();
+      timespec ts{0, 100'000'000};
+      loom_nanosleep(&ts, nullptr);
+      slept_ms = long(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+      go = true;
+      sem_r = loom_sem_wait(&sem);  // posted 50 ms after go
+      loom_mutex_lock(&m);
+      int r = 0;
+      while (!flag && r == 0) r = loom_cond_wait(&cv, &m);
+      cond_r = r;
+      loom_mutex_unlock(&m);
+    });
+    f.request_stop();
+    while (!go) loom::this_fibre::sleep_for(1ms);
+    loom::this_fibre::sleep_for(50ms);
+    loom_sem_post(&sem);
+    loom::this_fibre::sleep_for(50ms);
+    loom_mutex_lock(&m);
+    flag = true;
+    loom_cond_signal(&cv);
+    loom_mutex_unlock(&m);
+    f.join();
+    EXPECT_GE(slept_ms.load(), 90);
+    EXPECT_EQ(sem_r.load(), 0);
+    EXPECT_EQ(cond_r.load(), 0);
+    loom_cond_destroy(&cv);
+    loom_mutex_destroy(&m);
+    loom_sem_destroy(&sem);
+  });
+}
+
+// Outside review: fibres that share a descriptor in one direction take
+// turns (io.cpp's FdSide::turn, a loom::Mutex); one waiting for its turn is
+// inside read(2), a cancellation point, and a request must end that wait
+// too — as glibc's does for two threads blocked in one pipe's read. (A
+// pool of acceptors on one listening socket: cancelling one hung its
+// joiner until the turn's holder got a connection.)
+TEST(RequestStop, EndsAWaitForAnotherReadersTurn) {
+  Watchdog dog(std::chrono::seconds(20));
+  Cluster c(2);
+  run_in(c, [] {
+    int sv[2];
+    ASSERT_EQ(loom::io::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    std::atomic<int> first{0}, second{0}, second_err{0};
+    Fibre holder([&] {
+      char b;
+      first = int(loom::io::read(sv[0], &b, 1));
+    });
+    loom::this_fibre::sleep_for(20ms);  // holds the turn, blocked in the read
+    Fibre waiter([&] {
+      char b;
+      second = int(loom::io::read(sv[0], &b, 1));
+      second_err = last_errno();
+    });
+    loom::this_fibre::sleep_for(20ms);  // waits for the turn
+    waiter.request_stop();
+    EXPECT_TRUE(waiter.join_for(5s)) << "a stop request did not end a wait for the descriptor's turn";
+    EXPECT_EQ(second.load(), -1);
+    EXPECT_EQ(second_err.load(), ECANCELED);
+    char x = 'x';
+    ASSERT_EQ(loom::io::write(sv[1], &x, 1), 1);
+    holder.join();
+    EXPECT_EQ(first.load(), 1);
+    if (waiter.joinable()) {
+      ASSERT_EQ(loom::io::write(sv[1], &x, 1), 1);
+      waiter.join();
+    }
+    loom::io::close(sv[0]);
+    loom::io::close(sv[1]);
+  });
+}
+
+// The same through loom.h: loom_cancel of a thread waiting for another's
+// turn on a pipe's read end.
+void* read_one(void* arg) {
+  char b;
+  loom_read(*static_cast<int*>(arg), &b, 1);
+  return nullptr;
+}
+TEST(RequestStop, CancelEndsAWaitForAnotherReadersTurn) {
+  Watchdog dog(std::chrono::seconds(20));
+  Cluster c(2);
+  run_in(c, [] {
+    int p[2];
+    ASSERT_EQ(loom_pipe(p), 0);
+    loom_t a, b;
+    ASSERT_EQ(loom_create(&a, nullptr, read_one, &p[0]), 0);
+    loom::this_fibre::sleep_for(20ms);
+    ASSERT_EQ(loom_create(&b, nullptr, read_one, &p[0]), 0);
+    loom::this_fibre::sleep_for(20ms);
+    ASSERT_EQ(loom_cancel(b), 0);
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 5;
+    void* ret = nullptr;
+    int e = loom_timedjoin_np(b, &ret, &ts);
+    EXPECT_EQ(e, 0) << "loom_cancel did not end a wait for the pipe's turn";
+    if (e == 0) {
+      EXPECT_EQ(ret, LOOM_CANCELED);
+    }
+    char x[2] = {'x', 'y'};
+    ASSERT_EQ(loom_write(p[1], x, e == 0 ? 1 : 2), e == 0 ? 1 : 2);
+    loom_join(a, nullptr);
+    if (e != 0) loom_join(b, nullptr);
+    loom_close(p[0]);
+    loom_close(p[1]);
+  });
+}
+
 // The first failure asks the group's other fibres to stop: readers that
 // would wait for ever end, and join rethrows.
 TEST(TaskGroup, AFailureStopsTheOthers) {
@@ -277,6 +440,33 @@ TEST(TaskGroup, AFailureStopsTheOthers) {
     });
     EXPECT_THROW(g.join(), std::runtime_error);
     EXPECT_EQ(cancelled.load(), 4);
+    loom::io::close(sv[0]);
+    loom::io::close(sv[1]);
+  });
+}
+
+// Outside review: the fibre join() is waiting for when the failure comes
+// (joined last-spawned first: here the reader) is asked to stop too, as
+// task_group.hpp says. join() took the handle's fibre before waiting, so
+// joining_->request_stop() found an empty handle and join() waited for ever.
+TEST(TaskGroup, AFailureStopsTheOneBeingJoined) {
+  Watchdog dog(std::chrono::seconds(20));
+  Cluster c(2);
+  run_in(c, [] {
+    int sv[2];
+    ASSERT_EQ(loom::io::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    std::atomic<int> cancelled{0};
+    TaskGroup g;
+    g.spawn([] {
+      loom::this_fibre::sleep_for(30ms);  // join() is in the reader's join by then
+      throw std::runtime_error("failed");
+    });
+    g.spawn([&] {
+      char b;
+      if (loom::io::read(sv[0], &b, 1) < 0 && last_errno() == ECANCELED) ++cancelled;
+    });
+    EXPECT_THROW(g.join(), std::runtime_error);
+    EXPECT_EQ(cancelled.load(), 1);
     loom::io::close(sv[0]);
     loom::io::close(sv[1]);
   });

@@ -382,7 +382,7 @@ int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const time
   release(mstate(m));
   rt::Parked r = pl::park_if(
       &seq, [&seq, s] { return seq.load(std::memory_order_relaxed) == s; }, d, rt::WaitKind::condvar,
-      /*cancellable=*/true);
+      /*cancellable=*/cancel_acts_here());
   cwaiters(c).fetch_sub(1, std::memory_order_release);  // last touch of c
   released(c);
   auto& st = mstate(m);
@@ -838,7 +838,7 @@ int sem_wait_fibre(sem_t* s, clockid_t clock, const timespec* abs) {
   pl::ParkOps ops;
   ops.ctx = s;
   ops.wait_kind = rt::WaitKind::semaphore;
-  ops.cancellable = true;  // sem_wait's caller acts on ECANCELED (cancel_point)
+  ops.cancellable = cancel_acts_here();  // sem_wait's caller acts on ECANCELED (cancel_point)
   ops.interruptible = true;  // EINTR after a handler without SA_RESTART (sigthread.cpp)
   ops.validate = [](void* c) {
     std::uint64_t v = sdata(static_cast<sem_t*>(c)).load(std::memory_order_seq_cst);
@@ -897,7 +897,7 @@ int sem_wait_shared_fibre(sem_t* s, clockid_t clock, const timespec* abs) {
       if (left < sleep_ns) sleep_ns = left > 0 ? left : 0;
     }
     this_fibre::sleep_for(std::chrono::nanoseconds(sleep_ns));
-    if (rt::cancel_pending_here()) return ECANCELED;  // a cancellation point: looked for between polls
+    if (rt::cancel_pending_here() && cancel_acts_here()) return ECANCELED;  // a cancellation point: looked for between polls
     if (pause_ns < 1'000'000) pause_ns *= 2;
   }
 }

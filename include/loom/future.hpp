@@ -101,7 +101,12 @@ class FutureStateBase {
       m_.unlock();
       throw std::future_error(std::future_errc::promise_already_satisfied);
     }
-    store();
+    try {
+      store();  // a value whose construction throws: the state stays as it was, unlocked
+    } catch (...) {
+      m_.unlock();
+      throw;
+    }
     done_ = true;
     std::vector<std::function<void()>> then = std::move(then_);
     cv_.notify_all();

@@ -377,7 +377,15 @@ long wait_and_retry(int fd, FdEntry& e, std::uint32_t gen, Side side, Op& op, De
   }
   long r = -EAGAIN;
   if (!s.turn.try_lock()) {
-    if (s.turn.lock_errno(d) != 0) return -timeout_err;
+    // Waiting for another fibre's call to end is part of this call, a
+    // cancellation point: a request ends it (sched/cancel.hpp, through the
+    // mutex's wait_on) with ECANCELED.
+    Fibre* self = this_processor()->current();
+    self->cancel_wait = true;
+    int rc = s.turn.lock_errno(d);
+    self->cancel_wait = false;
+    if (rc == ECANCELED) return -ECANCELED;
+    if (rc != 0) return -timeout_err;
     contended_retry = true;  // another fibre had the turn: look again first
   }
   if (contended_retry) {

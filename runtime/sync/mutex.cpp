@@ -34,6 +34,7 @@
 #include "base/chaos.hpp"
 #include "base/options.hpp"
 #include "base/sys.hpp"
+#include "sched/cancel.hpp"
 #include "sched/processor.hpp"
 #include "sync/wait.hpp"
 
@@ -118,6 +119,13 @@ int Mutex::lock_errno(Deadline d) {
 }
 
 int Mutex::slow_lock(Deadline d, const void* self) {
+  // A wait the caller made a cancellation point (Fibre::cancel_wait: loom's
+  // I/O waiting for a descriptor's turn, io.cpp): each of its waits is
+  // cancellable, not only the first (a waiter woken to compete may wait
+  // again), and one a request ended gives ECANCELED.
+  rt::Fibre* cancellable = nullptr;
+  if (rt::Processor* p = rt::this_processor())
+    if (p->current()->cancel_wait) cancellable = p->current();
   for (;;) {
     rt::lock_object(lock_, this, "loom::Mutex");
     const void* seen = owner_.load(std::memory_order_relaxed);
@@ -149,7 +157,8 @@ int Mutex::slow_lock(Deadline d, const void* self) {
     if (policy_ == MutexPolicy::hybrid) w.since = rt::now_ns();
     rt::count(rt::Stat::mutex_blocks);
     rt::note_wait(rt::WaitKind::mutex, this);
-    if (!rt::wait_on(waiters_, lock_, w, d)) return ETIMEDOUT;
+    if (cancellable) cancellable->cancel_wait = true;  // (wait_on takes it)
+    if (!rt::wait_on(waiters_, lock_, w, d)) return cancellable && rt::cancel_pending(cancellable) ? ECANCELED : ETIMEDOUT;
     if (w.handed_over) {
       recursion_ = 1;
       return 0;

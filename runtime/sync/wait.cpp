@@ -1,4 +1,5 @@
 #include "sync/wait.hpp"
+#include "base/membarrier.hpp"
 
 #include <cstring>
 
@@ -42,7 +43,14 @@ void timer_complete(TimerNode* n) {
 // (the busy count), the wait may return and end it.
 void end_cancellable_wait(Fibre* self) {
   self->cancel_waiter.store(nullptr, std::memory_order_relaxed);
-  std::atomic_signal_fence(std::memory_order_seq_cst);  // (the requester's heavy fence pairs)
+  // The requester's heavy fence pairs with a compiler fence here; without
+  // membarrier (old kernels, TSan) it is a plain fence, and this side needs
+  // one too, or the store and the load below may pass each other (outside
+  // review: a requester acting on a Waiter after wait_on returned).
+  if (asymmetric_fences())
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  else
+    std::atomic_thread_fence(std::memory_order_seq_cst);
   while (self->cancel.load(std::memory_order_acquire) >= kCancelBusyUnit) cpu_relax();
 }
 
