@@ -68,7 +68,7 @@ class Listing:
     def states(self, fds):
         """fd -> state for the connection fibres on those descriptors."""
         out = {}
-        for m in re.finditer(r"(resting: fd (\d+) \(no stack\)|blocked: fd (\d+) \(read\))", self.take()):
+        for m in re.finditer(r"(resting: fd (\d+) \(no stack\)|blocked: fd (\d+) \([a-z_0-9]+\))", self.take()):
             fd = int(m.group(2) or m.group(3))
             if fd in fds:
                 out[fd] = "resting" if m.group(2) else "blocked"
