@@ -146,7 +146,7 @@ bool wait_on(WaitQueue& q, SpinLock& lock, Waiter& w, Deadline d) {
     const bool cancellable = self->cancel_wait;  // (the one load a wait pays for cancellation)
     if (cancellable) {
       self->cancel_wait = false;
-      self->cancel_waiter.store(&w, std::memory_order_relaxed);  // then the request: the requester's converse
+      self->cancel_waiter.store(&w, std::memory_order_release);  // (w filled in: the requester acquires) then the request
       if (cancel_pending_here()) {
         WakeBatch batch;
         unqueue_timed_out(&w, batch);
