@@ -175,6 +175,12 @@ void Fibre::join() {
   f_ = nullptr;
 }
 
+void Fibre::wait_ended() {
+  if (!f_) throw std::invalid_argument("loom: join of a fibre that is not joinable");
+  if (f_ == rt::this_fibre_or_null()) throw std::invalid_argument("loom: a fibre cannot join itself");
+  rt::wait_fibre(f_);
+}
+
 void Fibre::detach() {
   if (!f_) throw std::invalid_argument("loom: detach of a fibre that is not joinable");
   rt::detach_fibre(std::exchange(f_, nullptr));

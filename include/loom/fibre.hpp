@@ -146,7 +146,15 @@ class Fibre {
   static rt::Fibre* prepare(const FibreAttr& attr, std::size_t size, std::size_t align, void** mem);
   void launch(void (*fn)(void*), void* arg);  // makes the prepared fibre runnable
   void abandon() noexcept;                    // releases a prepared, unlaunched fibre
-  bool join_deadline(std::int64_t d);         // join_until on a loom::Deadline
+  // join_until on a loom::Deadline; with release false the ended fibre is
+  // kept (the handle stays joinable and a join() then only frees it).
+  bool join_deadline(std::int64_t d, bool release = true);
+  // TaskGroup waits for a fibre's end with these, then clears what points
+  // at the handle under its lock, then joins: a request_stop made
+  // meanwhile through that pointer never reaches a freed fibre.
+  void wait_ended();
+  bool wait_ended_until(std::chrono::steady_clock::time_point t);
+  friend class TaskGroup;
   friend struct rt::FibreMaker;  // the C API: a handle whose id is known before the fibre runs
   rt::Fibre* f_ = nullptr;
 };

@@ -139,18 +139,19 @@ class TaskGroup {
       if (first_) f.request_stop();
       joining_ = &f;  // a failure meanwhile asks it to stop too
       m_.unlock();
-      bool joined = true;
+      bool ended = true;
       if (!t)
-        f.join();
+        f.wait_ended();
       else
-        joined = f.join_until(*t);
+        ended = f.wait_ended_until(*t);
       m_.lock();
-      joining_ = nullptr;
-      if (!joined) {
+      joining_ = nullptr;  // (from here no request_stop can reach f: it may go)
+      if (!ended) {
         fibres_.push_back(std::move(f));  // (no allocation: its slot is still there)
         m_.unlock();
         return false;
       }
+      f.join();  // ended: this only frees it
     }
     m_.unlock();
     return true;

@@ -171,7 +171,7 @@ void release_fibre(Fibre* f) noexcept {
     stack_release(s);
 }
 
-void join_fibre(Fibre* f) {
+void wait_fibre(Fibre* f) {
   if (f->join.load(std::memory_order_acquire) != kJoinDone) {
     if (Processor* p = this_processor()) {
       note_wait(WaitKind::join, reinterpret_cast<const void*>(std::uintptr_t(f->id)));
@@ -184,6 +184,10 @@ void join_fibre(Fibre* f) {
       }
     }
   }
+}
+
+void join_fibre(Fibre* f) {
+  wait_fibre(f);
   release_fibre(f);
 }
 

@@ -179,7 +179,10 @@ extern void (*rest_block_free)(Fibre*);
 // its stack) to `to` (the heap) at its first rest, before the switch; the C
 // API points its thread record there (set by capi/thread.cpp; may be null).
 extern void (*rest_block_moved)(Fibre* from, Fibre* to);
-void join_fibre(Fibre* f);
+// Waits for f to end (join's wait): it is not freed, and a later
+// join_fibre only frees it.
+void wait_fibre(Fibre* f);
+void join_fibre(Fibre* f);  // wait_fibre, then release_fibre
 void detach_fibre(Fibre* f) noexcept;
 // A process-unique, never reused fibre id.
 std::uint64_t next_fibre_id() noexcept;

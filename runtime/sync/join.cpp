@@ -83,7 +83,9 @@ bool Fibre::join_until(std::chrono::steady_clock::time_point t) { return join_de
 
 bool Fibre::try_join() { return join_deadline(kNow); }
 
-bool Fibre::join_deadline(std::int64_t d) {
+bool Fibre::wait_ended_until(std::chrono::steady_clock::time_point t) { return join_deadline(to_deadline(t), false); }
+
+bool Fibre::join_deadline(std::int64_t d, bool release) {
   if (!f_) throw std::invalid_argument("loom: join of a fibre that is not joinable");
   if (f_ == rt::this_fibre_or_null()) throw std::invalid_argument("loom: a fibre cannot join itself");
   rt::Fibre* f = f_;
@@ -120,7 +122,7 @@ bool Fibre::join_deadline(std::int64_t d) {
       }
     }
   }
-  rt::release_fibre(std::exchange(f_, nullptr));
+  if (release) rt::release_fibre(std::exchange(f_, nullptr));
   return true;
 }
 
