@@ -2,6 +2,7 @@
 
 #include "base/spinlock.hpp"
 #include "base/sys.hpp"
+#include "sched/fibre.hpp"
 
 #include <cerrno>
 #include <sys/resource.h>
@@ -31,6 +32,28 @@ FdTable::FdTable() {
   nchunks_ = unsigned((max + kChunk - 1) / kChunk);
   chunks_ = new std::atomic<FdEntry*>[nchunks_]();
 }
+
+bool FdTable::turn_of(const void* m, int* fd, bool* out) const {
+  auto a = reinterpret_cast<std::uintptr_t>(m);
+  for (unsigned c = 0; c < nchunks_; ++c) {
+    FdEntry* chunk = chunks_[c].load(std::memory_order_acquire);
+    auto lo = reinterpret_cast<std::uintptr_t>(chunk);
+    if (!chunk || a < lo || a >= lo + sizeof(FdEntry) * kChunk) continue;
+    std::size_t i = (a - lo) / sizeof(FdEntry);
+    if (m != &chunk[i].in.turn && m != &chunk[i].out.turn) return false;
+    *fd = int(c * unsigned(kChunk) + i);
+    *out = m == &chunk[i].out.turn;
+    return true;
+  }
+  return false;
+}
+
+namespace {
+[[maybe_unused]] const bool turn_hook = (fd_turn_of = [](const void* m, int* fd, bool* out) {
+  FdTable* t = FdTable::existing();
+  return t && t->turn_of(m, fd, out);
+}, true);
+}  // namespace
 
 FdEntry* FdTable::grow(unsigned c) {
   static SpinLock grow_lock;  // first use of a chunk only: 1 in 1,024 numbers (not std::mutex: base/sys.hpp)

@@ -176,6 +176,9 @@ class FdTable {
     FdEntry* chunk = chunks_[c].load(std::memory_order_acquire);
     return chunk ? &chunk[fd & (kChunk - 1)] : nullptr;
   }
+  // Whether m is an entry's in.turn or out.turn, and whose (the listing's
+  // rt::fd_turn_of): a scan of the chunks, for diagnostics only.
+  bool turn_of(const void* m, int* fd, bool* out) const;
   // One past the largest number the table can hold.
   unsigned limit() const { return nchunks_ * unsigned(kChunk); }
 

@@ -157,6 +157,11 @@ struct MutexHolder {
   static const void* of(const Mutex& m) noexcept;
 };
 extern const void* (*pthread_mutex_holder)(const void* m, bool* is_tcb);
+// Whether a mutex is a descriptor's turn (io/fd_table.hpp: fibres sharing
+// one descriptor in one direction take turns), and whose: the listing says
+// "fd N (read), waiting its turn" instead of a mutex's address (set by
+// io/fd_table.cpp; may be null).
+extern bool (*fd_turn_of)(const void* m, int* fd, bool* out);
 
 // Called at a fibre's exit, on the fibre, when it has key values.
 extern void (*fibre_exit_hook)(Fibre*);

@@ -105,6 +105,17 @@ struct FibreRow {
 // object is read as memory that may be gone (sys::peek, in the hooks): the
 // fibre may have been woken since it was seen blocked, and the mutex
 // destroyed and unmapped.
+// The loom::io call a fibre waits in, by its name where the call knew it
+// ("accept4_until" is accept4 with a deadline; a lambda's "operator()"
+// says nothing: then read or write).
+const char* call_name(const rt::Fibre& f, bool out, char* buf, std::size_t n) {
+  const char* call = f.wait_call.load(std::memory_order_relaxed);
+  if (!call || !std::strcmp(call, "operator()")) return out ? "write" : "read";
+  std::snprintf(buf, n, "%s", call);
+  if (char* u = std::strstr(buf, "_until")) *u = '\0';
+  return buf;
+}
+
 void find_holder(rt::WaitKind k, const void* o, FibreRow& r) {
   if (!o) return;
   if (k == rt::WaitKind::mutex) {
@@ -157,19 +168,9 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
     } else if (k == rt::WaitKind::none) {
       std::snprintf(r.state, sizeof r.state, home ? "blocked: a call, offloaded" : "ready");
     } else if (k == rt::WaitKind::fd_in || k == rt::WaitKind::fd_out) {
-      // The call by its name where the call knew it ("accept4_until" is
-      // accept4 with a deadline; a lambda's "operator()" says nothing).
-      const char* call = f->wait_call.load(std::memory_order_relaxed);
       char named[32];
-      if (call && std::strcmp(call, "operator()") != 0) {
-        std::snprintf(named, sizeof named, "(%s", call);
-        if (char* u = std::strstr(named, "_until")) *u = '\0';
-        std::strncat(named, ")", sizeof named - std::strlen(named) - 1);
-      } else {
-        std::snprintf(named, sizeof named, "%s", k == rt::WaitKind::fd_in ? "(read)" : "(write)");
-      }
-      std::snprintf(r.state, sizeof r.state, "blocked: fd %ld %s%s", long(reinterpret_cast<std::intptr_t>(o)), named,
-                    tail);
+      std::snprintf(r.state, sizeof r.state, "blocked: fd %ld (%s)%s", long(reinterpret_cast<std::intptr_t>(o)),
+                    call_name(*f, k == rt::WaitKind::fd_out, named, sizeof named), tail);
     } else if (k == rt::WaitKind::rest) {
       std::snprintf(r.state, sizeof r.state, "resting: fd %ld (no stack)", long(reinterpret_cast<std::intptr_t>(o)));
     } else if (k == rt::WaitKind::join) {
@@ -180,7 +181,15 @@ void describe_fibres(std::vector<FibreRow>& rows, rt::LiveFibres& list) {
     } else if (k == rt::WaitKind::offload) {
       std::snprintf(r.state, sizeof r.state, "blocked: %s%s", o ? static_cast<const char*>(o) : "a call", tail);
     } else if (o && k != rt::WaitKind::sleep && k != rt::WaitKind::poll) {  // (their objects: for cancellation)
-      std::snprintf(r.state, sizeof r.state, "blocked: %s %p%s", rt::to_string(k), o, tail);
+      int fd;
+      bool out;
+      if (k == rt::WaitKind::mutex && rt::fd_turn_of && rt::fd_turn_of(o, &fd, &out)) {
+        char named[32];
+        std::snprintf(r.state, sizeof r.state, "blocked: fd %d (%s), waiting its turn%s", fd,
+                      call_name(*f, out, named, sizeof named), tail);
+      } else {
+        std::snprintf(r.state, sizeof r.state, "blocked: %s %p%s", rt::to_string(k), o, tail);
+      }
       r.object = o;
       r.kind = k;
       find_holder(k, o, r);

@@ -83,6 +83,7 @@ const void* MutexHolder::of(const Mutex& m) noexcept {
   return sys::peek(&m.owner_, &w, sizeof w) ? holder(w) : nullptr;
 }
 const void* (*pthread_mutex_holder)(const void*, bool*) = nullptr;
+bool (*fd_turn_of)(const void*, int*, bool*) = nullptr;
 }  // namespace rt
 
 bool Mutex::held_by_caller() const { return holder(owner_.load(std::memory_order_relaxed)) == rt::identity(); }
