@@ -22,7 +22,7 @@ Pthread load() {
                  &::pthread_setname_np,    &::pthread_setaffinity_np, &::pthread_getaffinity_np, &::pthread_getattr_np,
                  &::pthread_attr_getstack, &::pthread_attr_destroy,   &::pthread_sigmask,        &::pthread_once,
                  &::pthread_mutex_lock,    &::pthread_mutex_unlock,   &::pthread_exit,           &::pthread_key_create,
-                 &::pthread_setspecific};
+                 &::pthread_setspecific,   &::pthread_attr_init,      &::pthread_attr_setstacksize};
 }
 #else
 Pthread load() {
@@ -44,6 +44,8 @@ Pthread load() {
   find(p.exit, "pthread_exit");
   find(p.key_create, "pthread_key_create");
   find(p.setspecific, "pthread_setspecific");
+  find(p.attr_init, "pthread_attr_init");
+  find(p.attr_setstacksize, "pthread_attr_setstacksize");
   return p;
 }
 #endif
@@ -62,6 +64,17 @@ void* library_symbol(const char* lib, const char* name) noexcept {
     std::abort();
   }
   return p;
+}
+
+int create_thread(pthread_t* t, void* (*fn)(void*), void* arg) noexcept {
+  const Pthread& g = pthread();
+  if (kRuntimeThreadStack == 0) return g.create(t, nullptr, fn, arg);
+  pthread_attr_t a;
+  if (int e = g.attr_init(&a)) return e;
+  g.attr_setstacksize(&a, kRuntimeThreadStack);
+  int e = g.create(t, &a, fn, arg);
+  g.attr_destroy(&a);
+  return e;
 }
 
 const Pthread& pthread() noexcept {

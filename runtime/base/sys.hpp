@@ -175,9 +175,26 @@ struct Pthread {
   [[noreturn]] void (*exit)(void*);
   int (*key_create)(pthread_key_t*, void (*)(void*));
   int (*setspecific)(pthread_key_t, const void*);
+  int (*attr_init)(pthread_attr_t*);
+  int (*attr_setstacksize)(pthread_attr_t*, std::size_t);
 };
 // Looked up on first use (from the library's constructor at the latest).
 const Pthread& pthread() noexcept;
+
+// Starts one of the runtime's kernel threads (processors, spares, pollers,
+// the monitor) with glibc's create and a stack of kRuntimeThreadStack: what
+// runs there is the scheduler, system calls and signal handlers, never a
+// fibre. Not RLIMIT_STACK's 8 MiB, because a fork child's glibc keeps the
+// parent's other threads' stacks in its cache and gives one to a thread the
+// child makes whose size it covers: a child asking for 2 MiB got 8 MiB
+// (glibc's nptl/tst-default-attr in its driver's fork). Returns 0 or an
+// error number, as pthread_create.
+#if defined(LOOM_ASAN) || defined(LOOM_TSAN)
+inline constexpr std::size_t kRuntimeThreadStack = 0;  // (glibc's default: the sanitizers' frames are larger)
+#else
+inline constexpr std::size_t kRuntimeThreadStack = std::size_t(1) << 20;
+#endif
+int create_thread(pthread_t* t, void* (*fn)(void*), void* arg) noexcept;
 
 // `name` as defined by the already loaded library `lib` ("libc.so.6") itself,
 // never an interposer's; a missing library or symbol is reported and aborts.

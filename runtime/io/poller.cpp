@@ -157,7 +157,7 @@ Master& master() {
     auto* m = new Master;
     m->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (m->epfd < 0) die("epoll_create1 (master poller)");
-    if (int e = sys::pthread().create(&m->thread, nullptr, &master_main, m)) {
+    if (int e = sys::create_thread(&m->thread, &master_main, m)) {
       errno = e;
       die("pthread_create (master poller)");
     }
@@ -235,7 +235,7 @@ void start_poller(IoState& s) {
     return;
   }
   if (!s.uring) add_eventfd(s, &s.stop_fd);
-  if (int e = sys::pthread().create(&s.thread, nullptr, &poller_thread_main, &s)) {
+  if (int e = sys::create_thread(&s.thread, &poller_thread_main, &s)) {
     errno = e;
     die("pthread_create (poller)");
   }

@@ -226,7 +226,7 @@ Processor::Processor(Cluster& cluster, unsigned index, bool adopt, bool spare)
       block_process_signals(born);
       (sys::pthread().sigmask)(SIG_SETMASK, &born, &old);
     }
-    const int created = sys::pthread().create(&thread_, nullptr, &Processor::thread_main, this);
+    const int created = sys::create_thread(&thread_, &Processor::thread_main, this);
     if (shield) (sys::pthread().sigmask)(SIG_SETMASK, &old, nullptr);
     if (int e = created) {
       if (spare) {

@@ -444,7 +444,7 @@ bool start_runtime_thread(const char* name, void* (*fn)(void*)) {
   sigfillset(&all);
   (sys::pthread().sigmask)(SIG_SETMASK, &all, &old);
   pthread_t t;
-  bool ok = sys::pthread().create(&t, nullptr, fn, nullptr) == 0;
+  bool ok = sys::create_thread(&t, fn, nullptr) == 0;
   (sys::pthread().sigmask)(SIG_SETMASK, &old, nullptr);
   if (!ok) return false;
   sys::pthread().setname_np(t, name);
