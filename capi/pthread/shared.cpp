@@ -119,6 +119,7 @@ std::atomic<T>& at(const volatile void* base, std::size_t offset) {
 // 0, or EAGAIN (the word changed), ETIMEDOUT, EINTR. abs: on clock c,
 // nullptr for none.
 int futex_wait(const void* word, std::uint32_t v, bool priv, clockid_t c, const timespec* abs) {
+  if (abs && abs->tv_sec < 0) return ETIMEDOUT;  // long past (the kernel: EINVAL), as glibc's
   int op = FUTEX_WAIT_BITSET | (priv ? FUTEX_PRIVATE_FLAG : 0) | (abs && c == CLOCK_REALTIME ? FUTEX_CLOCK_REALTIME : 0);
   ErrnoKeeper keep;
   long r = ::syscall(SYS_futex, word, op, v, abs, nullptr, FUTEX_BITSET_MATCH_ANY);

@@ -713,6 +713,10 @@ rt::ParkToken sem_unparked(void* c, rt::UnparkResult r) {
 }
 
 long futex(void* addr, int op, int private_flag, std::uint32_t val, const timespec* t) {
+  if (t && t->tv_sec < 0) {  // long past: the kernel would say EINVAL, glibc says ETIMEDOUT
+    *errno_slot() = ETIMEDOUT;
+    return -1;
+  }
   int flags = private_flag == kFutexShared ? 0 : FUTEX_PRIVATE_FLAG;
   return rt::sys_futex(addr, op | flags, val, t, nullptr, FUTEX_BITSET_MATCH_ANY);
 }

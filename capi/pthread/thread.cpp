@@ -313,13 +313,18 @@ std::atomic<bool> forked_child{false};
 // glibc's does (not ESRCH: loom does not know the handle). Their entries
 // stay after they end (an end takes no lock: 100,000 short threads) until
 // glibc hands the same handle to a new thread, whose entry replaces it.
+// glibc may give a joined thread's handle to a new thread as soon as the
+// join has freed it, before the joiner forgets the entry: entries are
+// told apart by their sequence number (the new one's must stay).
 struct ChildThread {
   pthread_t handle;
-  bool detached;  // by its attribute or pthread_detach
+  bool detached;      // by its attribute or pthread_detach
+  std::uint64_t seq;  // from 1
 };
 struct ChildThreads {
   rt::SpinLock lock;
   std::vector<ChildThread> handles;
+  std::uint64_t made = 0;  // under lock
   std::atomic<int> live{0};
 };
 ChildThreads& child_threads() {
@@ -349,14 +354,17 @@ bool joins_itself(pthread_t t) {
   return forked_child.load(std::memory_order_relaxed) && !is_child_thread && t == fork_self;
 }
 
-bool child_handle(pthread_t t) {
-  if (!forked_child.load(std::memory_order_relaxed)) return false;
+// The sequence number of t's entry: 0 when t is not a thread made in the
+// child.
+std::uint64_t child_seq(pthread_t t) {
+  if (!forked_child.load(std::memory_order_relaxed)) return 0;
   ChildThreads& c = child_threads();
   rt::SpinGuard g(c.lock);
   for (const ChildThread& h : c.handles)
-    if (h.handle == t) return true;
-  return false;
+    if (h.handle == t) return h.seq;
+  return 0;
 }
+bool child_handle(pthread_t t) { return child_seq(t) != 0; }
 
 // Under the list's lock.
 ChildThread* find_child(ChildThreads& c, pthread_t t) {
@@ -369,10 +377,20 @@ void drop_child(ChildThreads& c, ChildThread* h) {
   c.handles.pop_back();
 }
 
-void forget_child_handle(pthread_t t) {
+void forget_child_handle(pthread_t t, std::uint64_t seq) {
   ChildThreads& c = child_threads();
   rt::SpinGuard g(c.lock);
-  if (ChildThread* h = find_child(c, t)) drop_child(c, h);
+  if (ChildThread* h = find_child(c, t); h && h->seq == seq) drop_child(c, h);
+}
+
+// A join of a thread made in the child is glibc's; any other, loom's.
+template <class GlibcJoin, class LoomJoin>
+int join_either(pthread_t t, GlibcJoin glibc_join, LoomJoin loom_join) {
+  const std::uint64_t seq = child_seq(t);
+  if (!seq) return joins_itself(t) ? EDEADLK : loom_join();
+  int e = glibc_join();
+  if (e == 0) forget_child_handle(t, seq);
+  return e;
 }
 
 // pthread_detach of a thread made in the child: glibc's, but a second one
@@ -443,7 +461,7 @@ int child_create(pthread_t* thread, const Attr* r, void* (*start)(void*), void* 
       c.live.fetch_sub(1, std::memory_order_relaxed);
       delete s;
     } else {
-      ChildThread n{*thread, detach_of(r) == PTHREAD_CREATE_DETACHED};
+      ChildThread n{*thread, detach_of(r) == PTHREAD_CREATE_DETACHED, ++c.made};
       if (ChildThread* old = find_child(c, *thread))
         *old = n;  // a detached thread's that ended: glibc reuses its handle
       else
@@ -828,29 +846,22 @@ int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)
 // A thread made in a fork child is glibc's (see "fork" above); every other
 // handle is loom's.
 
+
 int pthread_join(pthread_t t, void** retval) {
-  if (!child_handle(t)) return joins_itself(t) ? EDEADLK : loom_join(t, retval);
-  int e = glibc().join(t, retval);
-  if (e == 0) forget_child_handle(t);
-  return e;
+  return join_either(t, [&] { return glibc().join(t, retval); }, [&] { return loom_join(t, retval); });
 }
 int pthread_tryjoin_np(pthread_t t, void** retval) {
-  if (!child_handle(t)) return joins_itself(t) ? EDEADLK : loom_tryjoin_np(t, retval);
-  int e = glibc().tryjoin_np(t, retval);
-  if (e == 0) forget_child_handle(t);
-  return e;
+  return join_either(t, [&] { return glibc().tryjoin_np(t, retval); }, [&] { return loom_tryjoin_np(t, retval); });
 }
 int pthread_timedjoin_np(pthread_t t, void** retval, const struct timespec* abstime) {
-  if (!child_handle(t)) return joins_itself(t) ? EDEADLK : loom_timedjoin_np(t, retval, abstime);
-  int e = glibc().timedjoin_np(t, retval, abstime);
-  if (e == 0) forget_child_handle(t);
-  return e;
+  return join_either(
+      t, [&] { return glibc().timedjoin_np(t, retval, abstime); },
+      [&] { return loom_timedjoin_np(t, retval, abstime); });
 }
 int pthread_clockjoin_np(pthread_t t, void** retval, clockid_t clock, const struct timespec* abstime) {
-  if (!child_handle(t)) return joins_itself(t) ? EDEADLK : loom_clockjoin_np(t, retval, clock, abstime);
-  int e = glibc().clockjoin_np(t, retval, clock, abstime);
-  if (e == 0) forget_child_handle(t);
-  return e;
+  return join_either(
+      t, [&] { return glibc().clockjoin_np(t, retval, clock, abstime); },
+      [&] { return loom_clockjoin_np(t, retval, clock, abstime); });
 }
 int pthread_detach(pthread_t t) { return child_handle(t) ? detach_child(t) : loom_detach(t); }
 // A fibre's handle is loom's; the forking thread of a fork child keeps its
