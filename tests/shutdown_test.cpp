@@ -433,7 +433,7 @@ struct Load {
       }
       ended_early += c->ended_before_kill;
       if (!c->got.empty()) ++cut_reply;
-      if (!c->request.empty() && c->end != End::refused) ++unanswered;
+      if (c->kind == Kind::loop && !c->request.empty()) ++unanswered;
       if (c->kind == Kind::loop && c->request.empty()) ++between;
       drained_replies += c->answered_after_line;
     }
