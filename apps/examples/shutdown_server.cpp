@@ -31,10 +31,11 @@
 //     meanwhile ends the process at once with status 1, and so does a drain
 //     longer than DRAIN_SECONDS (default 10).
 //
-// "Nothing lost": every request line the server has read is answered in
-// full; a connection is closed between requests only, and then a request
-// the client sent after the last reply was never read (it sees the end, or
-// a reset, with no byte of a reply).
+// "Nothing lost": every request line the server has taken (read whole) is
+// answered in full; a connection is closed between requests only, and a
+// request the client sent after the last reply is not taken (a lingering
+// close reads and drops it): the client sees the end, or a reset, with no
+// byte of a reply.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
