@@ -14,7 +14,7 @@
 //   - a connection ends (the end, or a reset) only after the signal, and
 //     only between requests: with no request outstanding, or with one
 //     whose reply has not begun (not a byte of it came) — a request the
-//     server never read;
+//     server never took (it answers every line it reads whole);
 //   - the server read no request it did not answer, and every reply it
 //     wrote arrived: its closing line's counts, requests = answered = the
 //     replies the clients received;
