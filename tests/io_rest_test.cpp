@@ -640,6 +640,34 @@ TEST(RestErrors, BadInputReturnsTheErrorAndTheFibreGoesOn) {
   EXPECT_EQ(io::rest(0, &never, nullptr), EINVAL);
 }
 
+// Fibre::request_stop made before the fibre detached, then a rest: the rest
+// fails at once with ECANCELED, as fibre.hpp says (issue 33's shutdown
+// recipe found it resting instead, and the request gone: the heap block its
+// first rest moved to started with no request, so after the restart
+// stop_requested() was false and its I/O no longer failed).
+TEST(RestStop, ARequestMadeBeforeTheFibreDetachedFailsItsRest) {
+  int sv[2];
+  ASSERT_EQ(io::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  std::atomic<bool> go{false};
+  std::atomic<int> result{-1};
+  std::atomic<bool> still_requested{false};
+  loom::Fibre f([&, fd = sv[0]] {
+    while (!go.load()) loom::this_fibre::yield();
+    int e = io::rest(fd, &never, nullptr);
+    still_requested.store(loom::this_fibre::stop_requested());
+    result.store(e);
+  });
+  f.request_stop();
+  f.detach();
+  go.store(true);
+  for (int i = 0; i < 2000 && result.load() == -1; ++i) loom::this_fibre::sleep_for(1ms);
+  ASSERT_NE(result.load(), -1) << "the fibre rests: the request did not fail its rest";
+  EXPECT_EQ(result.load(), ECANCELED);
+  EXPECT_TRUE(still_requested.load());
+  io::close(sv[0]);
+  io::close(sv[1]);
+}
+
 // A number first used while it is closed (another fibre closed it a moment
 // ago) is not remembered as something else: when the number is open again,
 // as a socket loom did not make, it rests like any socket. (The CI's ASan run

@@ -128,8 +128,13 @@ class Fibre {
   // Asks the fibre to stop (the mechanism under loom_cancel and
   // pthread_cancel, without their unwinding): from then on
   // this_fibre::stop_requested() is true in it, and its waits in loom's
-  // I/O (read, write, accept, connect, poll, select, epoll_wait, rest)
-  // end, or fail at once, with -1 and ECANCELED; it decides what to do.
+  // I/O (read, write, accept, connect, poll, select, epoll_wait,
+  // wait_signal) end, or fail at once, with -1 and ECANCELED; it decides
+  // what to do. A call that need not wait (an accept4 with a connection
+  // queued, a write with room) is made as usual. io::rest fails at once
+  // (ECANCELED); a fibre that already rests is detached, so no handle can
+  // ask it to stop: wake it through its descriptor (shutdown(2) gives it a
+  // hang-up; README, "Shutdown").
   // Its mutex, condvar and semaphore waits, sleeps and joins are not ended
   // (look at stop_requested() around them). Nothing for a handle that is
   // not joinable; a request to a fibre that has ended does nothing.

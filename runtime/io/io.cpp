@@ -1260,6 +1260,16 @@ int when_ready(int fd, short events, void (*cb)(void*), void* arg) {
 }
 
 int rest_until(int fd, void (*fn)(void*), void* arg, Deadline d) {
+  // A stop requested before the fibre detached (the only time a handle
+  // could ask): fail at once, as Fibre::request_stop says of rest. (Nothing
+  // wakes a rest for a request, nor could a C++ handle ask one that rests;
+  // and the heap block a first rest moves to starts with no request.)
+  // loom_rest is the C API's cancellation, which acts through the thread's
+  // record instead (capi/thread.cpp).
+  if (rt::cancel_pending_here()) {
+    errno = ECANCELED;
+    return ECANCELED;
+  }
   int e = rt::rest(fd, fn, arg, d);
   errno = e;
   return e;
