@@ -43,6 +43,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -106,6 +107,10 @@ void end(Conn* c, bool after_reply) {
   if (--conns.open == 0) conns.changed.notify_all();
 }
 
+// errno after a call that may have moved the fibre to another kernel
+// thread (loom/io.hpp, "errno"): read where the compiler cannot reuse the
+// address it had before the call.
+[[gnu::noinline]] int last_errno() { return errno; }
 // One request line, one reply line.
 bool answer(int fd, const std::string& line) {
   ++requests;
@@ -124,13 +129,20 @@ void serve(void* arg) {
   if (!c->state.compare_exchange_strong(resting, kBusy)) return end(c, false);  // ended at rest (step 2)
   char buf[4096];
   for (;;) {
-    ssize_t n = loom::io::read(c->fd, buf, sizeof buf);
+    // Between requests, a read that would wait rests instead: a wake-up
+    // from rest may find nothing to read (readiness is a hint), and a
+    // fibre waiting in read for a request that never comes is not at rest,
+    // so the shutdown would wait for it.
+    const bool idle = c->partial.empty();
+    ssize_t n = loom::io::recv(c->fd, buf, sizeof buf, idle ? MSG_DONTWAIT : 0);
+    if (n < 0 && idle && last_errno() == EAGAIN) goto rest;
     if (n <= 0) return end(c, false);  // the client hung up
     c->partial.append(buf, std::size_t(n));
     for (std::size_t eol; (eol = c->partial.find('\n')) != std::string::npos; c->partial.erase(0, eol + 1))
       if (!answer(c->fd, c->partial.substr(0, eol))) return end(c, false);
     if (c->partial.size() > 65536) return end(c, false);  // no line in sight
     if (!c->partial.empty()) continue;                    // in the middle of a request: read the rest
+  rest:
     // Between requests: rest, with no stack, until the next one. Unless the
     // shutdown has begun (step 3): the marks are a Dekker pair with
     // end_resting's (each stores, then reads the other's: one sees the other).
@@ -234,6 +246,8 @@ int main(int argc, char** argv) {
   second.join();
   if (left != 0) {
     std::printf("shutdown: %s, %zu connections left open\n", cut ? "a second signal" : "drain timed out", left);
+    std::fflush(stdout);
+    if (!cut) loom::dump_fibres();  // where each is (stderr)
     return 1;
   }
   std::printf("shutdown: drained: %llu requests, %llu answered, %llu connections ended at rest\n", requests.load(),
