@@ -156,7 +156,11 @@ void continue_exit();
 // record, it acts on it (loom_exit(LOOM_CANCELED)) and does not return.
 // One load when nothing is pending. Calls that wait call it on entry and
 // again after a wait the request ended (ECANCELED, ParkResult::Cancelled).
+// (On a kernel thread that is not a fibre — a fork child's threads, glibc's
+// own — the thread's cancellation is glibc's: cancel_point is glibc's
+// pthread_testcancel, kernel_testcancel.)
 void cancel_point();
+void kernel_testcancel();
 // Whether a cancellation request of the calling fibre is the C layer's to
 // act on (it has a record: loom_create's threads and main). A wait may be
 // ended by a request only then: a C++ loom::Fibre asked to stop

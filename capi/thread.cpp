@@ -529,9 +529,19 @@ __attribute__((constructor(102))) void stats_at_exit() {
 
 void (*run_glibc_cleanup)(GlibcCleanup*) = nullptr;
 
+void kernel_testcancel() {
+  static void (*testcancel)() = [] {
+    void (*fn)() = nullptr;
+    rt::sys::find_symbol(fn, "libc.so.6", "pthread_testcancel");
+    return fn;
+  }();
+  testcancel();
+}
+
 void cancel_point() {
   rt::Fibre* f = rt::this_fibre_or_null();
-  if (__builtin_expect(f == nullptr || !rt::cancel_pending(f), 1)) return;
+  if (__builtin_expect(f == nullptr, 0)) return kernel_testcancel();
+  if (__builtin_expect(!rt::cancel_pending(f), 1)) return;
   if (Thread* t = current_record()) act_on_cancel(t, f);
 }
 

@@ -182,7 +182,11 @@ int pthread_setcanceltype(int type, int* old) {
 }
 
 int pthread_cancel(pthread_t t) {
-  if (pthread_signal::glibc_thread_of_fork_child(t)) return glibc().cancel(t);
+  if (pthread_signal::glibc_thread_of_fork_child(t)) {
+    int e = glibc().cancel(t);
+    if (e == 0) pthread_signal::wake_fork_child_thread(t);
+    return e;
+  }
   if (!on_fibre() && t == pthread_self()) return glibc().cancel(glibc().self());  // (a fork child's forking thread)
   return loom_cancel(t);
 }

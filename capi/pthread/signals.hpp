@@ -57,5 +57,9 @@ bool fibre_mask(std::uint64_t* out) noexcept;
 // thread of glibc's, whose handle is glibc's), so pthread_kill and
 // pthread_sigqueue are glibc's for it.
 bool glibc_thread_of_fork_child(pthread_t t) noexcept;
+// thread.cpp's, for cancel.cpp: after glibc's pthread_cancel of such a
+// thread, ends its cancellable wait in loom's parking lot (a condvar), if
+// it is in one, so that it reaches glibc's test of the request.
+void wake_fork_child_thread(pthread_t t) noexcept;
 
 }  // namespace loom::capi::pthread_signal

@@ -382,7 +382,7 @@ int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const time
   release(mstate(m));
   rt::Parked r = pl::park_if(
       &seq, [&seq, s] { return seq.load(std::memory_order_relaxed) == s; }, d, rt::WaitKind::condvar,
-      /*cancellable=*/cancel_acts_here());
+      /*cancellable=*/cancel_acts_here() || !on_fibre());  // (a kernel thread: pthread_cancel's cancel_kernel)
   cwaiters(c).fetch_sub(1, std::memory_order_release);  // last touch of c
   released(c);
   auto& st = mstate(m);
@@ -725,18 +725,33 @@ long futex(void* addr, int op, int private_flag, std::uint32_t val, const timesp
 // shared semaphores: count ourselves in the high half, sleep on the value
 // word while it is 0 (the kernel compares), take a unit and leave the count
 // in one CAS. Interoperates with glibc's sem_post in another process.
+// A cancellation point of glibc's (the thread is glibc's): its request sets
+// a flag and wakes nobody, so the sleep is cut into slices of
+// kSemCancelSliceNs, and glibc's pthread_testcancel acts between them.
+constexpr std::int64_t kSemCancelSliceNs = 50'000'000;
+
 int sem_wait_futex(sem_t* s, clockid_t clock, const timespec* abs) {
   auto& data = sdata(s);
   data.fetch_add(kOneWaiter, std::memory_order_seq_cst);
   for (;;) {
     std::uint64_t d = data.load(std::memory_order_seq_cst);
     if (std::uint32_t(d) == 0) {
-      int op = FUTEX_WAIT_BITSET | (abs && clock == CLOCK_REALTIME ? FUTEX_CLOCK_REALTIME : 0);
-      if (futex(&svalue(s), op, sprivate(s), 0, abs) < 0) {
+      // The slice's end on the caller's clock (monotonic without a deadline).
+      const clockid_t c = abs ? clock : CLOCK_MONOTONIC;
+      const std::int64_t end = clock_ns(c) + kSemCancelSliceNs;
+      const timespec slice{time_t(end / 1000000000), long(end % 1000000000)};
+      const bool last = abs && std::int64_t(abs->tv_sec) * 1000000000 + abs->tv_nsec <= end;
+      int op = FUTEX_WAIT_BITSET | (c == CLOCK_REALTIME ? FUTEX_CLOCK_REALTIME : 0);
+      if (futex(&svalue(s), op, sprivate(s), 0, last ? abs : &slice) < 0) {
         int e = *errno_slot();
-        if (e == ETIMEDOUT || e == EINTR) {
+        if ((e == ETIMEDOUT && last) || e == EINTR) {
           data.fetch_sub(kOneWaiter, std::memory_order_relaxed);
           return e;
+        }
+        if (e == ETIMEDOUT) {  // the slice's end: glibc's request, if any, acts here
+          data.fetch_sub(kOneWaiter, std::memory_order_relaxed);
+          kernel_testcancel();
+          data.fetch_add(kOneWaiter, std::memory_order_seq_cst);
         }
       }
       continue;

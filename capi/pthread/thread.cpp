@@ -103,6 +103,7 @@
 #include "signals.hpp"
 #include "sync/keys.hpp"
 #include "sync/parking_lot.hpp"
+#include "sync/wait.hpp"
 
 // glibc declares most pointer arguments here nonnull; the checks are kept for
 // callers that reach these through casts or dlsym (EINVAL, as loom.h does).
@@ -320,6 +321,10 @@ struct ChildThread {
   pthread_t handle;
   bool detached;      // by its attribute or pthread_detach
   std::uint64_t seq;  // from 1
+  // Set as it starts, cleared as it ends: its rt::identity() and its
+  // cancel_asked, for pthread_cancel (wake_fork_child_thread).
+  const void* ident = nullptr;
+  std::atomic<bool>* asked = nullptr;
 };
 struct ChildThreads {
   rt::SpinLock lock;
@@ -406,8 +411,38 @@ int detach_child(pthread_t t) {
   return e;
 }
 
+// pthread_cancel asked for the calling thread (made in the child): set
+// before the request looks for the thread's wait (parking_lot's
+// kernel_cancel_due reads it).
+thread_local std::atomic<bool> cancel_asked{false};
+
+// Whether a request for the calling thread is due: asked, and glibc's
+// cancellation state enabled (read by setting it: a deferred request is
+// not acted on by setcancelstate).
+bool kernel_cancel_due() {
+  if (!cancel_asked.load(std::memory_order_seq_cst)) return false;
+  static int (*setstate)(int, int*) = [] {
+    int (*fn)(int, int*) = nullptr;
+    rt::sys::find_symbol(fn, "libc.so.6", "pthread_setcancelstate");
+    return fn;
+  }();
+  int old = PTHREAD_CANCEL_ENABLE;
+  setstate(PTHREAD_CANCEL_DISABLE, &old);
+  setstate(old, nullptr);
+  return old == PTHREAD_CANCEL_ENABLE;
+}
+
+// The end of a thread made in the child, however it ends (its start
+// routine returns, pthread_exit or cancellation unwind through child_start).
 void child_thread_ended() {
   ChildThreads& c = child_threads();
+  {
+    rt::SpinGuard g(c.lock);
+    if (ChildThread* e = find_child(c, glibc_self()); e && e->asked == &cancel_asked) {
+      e->ident = nullptr;
+      e->asked = nullptr;
+    }
+  }
   if (c.live.fetch_sub(1, std::memory_order_acq_rel) == 1) rt::futex_wake(&c.live, INT_MAX);
 }
 
@@ -428,9 +463,19 @@ void* child_start(void* p) {
   ChildStart s = *static_cast<ChildStart*>(p);
   delete static_cast<ChildStart*>(p);
   is_child_thread = true;
-  void* r = s.start(s.arg);
-  child_thread_ended();
-  return r;
+  {
+    ChildThreads& c = child_threads();
+    rt::SpinGuard g(c.lock);  // (held by the creator until the entry is listed)
+    if (ChildThread* e = find_child(c, glibc_self())) {
+      e->ident = rt::identity();
+      e->asked = &cancel_asked;
+    }
+    rt::parking_lot::kernel_cancel_due.store(&kernel_cancel_due, std::memory_order_release);
+  }
+  struct Ends {  // (a destructor: pthread_exit and cancellation unwind through here)
+    ~Ends() { child_thread_ended(); }
+  } ends;
+  return s.start(s.arg);
 }
 
 // pthread_create in the child: glibc's, with the program's attribute turned
@@ -502,6 +547,20 @@ void after_fork_in_child() {
 bool loom::capi::pthread_signal::glibc_thread_of_fork_child(pthread_t t) noexcept {
   using namespace loom::capi::pthread_lib;
   return child_handle(t) || (foreign_caller() && t == glibc_self());
+}
+
+void loom::capi::pthread_signal::wake_fork_child_thread(pthread_t t) noexcept {
+  using namespace loom::capi::pthread_lib;
+  const void* ident = nullptr;
+  {
+    ChildThreads& c = child_threads();
+    rt::SpinGuard g(c.lock);  // (its thread-locals live while it is listed with them)
+    if (ChildThread* e = find_child(c, t); e && e->asked) {
+      e->asked->store(true, std::memory_order_seq_cst);  // before the look: a wait queued after it sees this
+      ident = e->ident;
+    }
+  }
+  if (ident) rt::parking_lot::cancel_kernel(ident);
 }
 
 namespace loom::capi::pthread_lib {
@@ -876,10 +935,7 @@ int pthread_equal(pthread_t a, pthread_t b) { return a == b; }
 void pthread_exit(void* retval) {
   if (forked_child.load(std::memory_order_relaxed)) {
     // A thread made in the child: glibc's, its cleanup handlers are glibc's.
-    if (is_child_thread) {
-      child_thread_ended();
-      glibc().exit(retval);
-    }
+    if (is_child_thread) glibc().exit(retval);  // (it unwinds through child_start: child_thread_ended)
     // The forking thread (cleanup handlers pushed before the fork are not
     // run there): a thread joining it gets retval; the process ends with the
     // last of the child's threads.

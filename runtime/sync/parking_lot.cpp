@@ -201,8 +201,23 @@ Parked park_once(const void* key, const ParkOps& ops, Deadline deadline) {
   w.fibre = nullptr;
   w.ident = identity();
   b.lock.unlock();
+  if (auto due = kernel_cancel_due.load(std::memory_order_acquire); ops.cancellable && due && due()) {
+    int expected = kWaiting;
+    if (w.state.compare_exchange_strong(expected, kCancelled, std::memory_order_acq_rel)) {
+      Bucket* now = lock_bucket(&w);
+      unqueue_timed_out(&w);
+      now->lock.unlock();
+      return {ParkResult::Cancelled, 0};
+    }  // (else an unpark or cancel_kernel won: below)
+  }
   for (;;) {
-    if (w.released.load(std::memory_order_acquire)) return {ParkResult::Unparked, w.token};
+    if (w.released.load(std::memory_order_acquire)) {
+      if (w.state.load(std::memory_order_acquire) != kCancelled) return {ParkResult::Unparked, w.token};
+      Bucket* now = lock_bucket(&w);  // cancel_kernel: still queued, as after a timeout
+      unqueue_timed_out(&w);
+      now->lock.unlock();
+      return {ParkResult::Cancelled, 0};
+    }
     bool signalled = w.state.load(std::memory_order_acquire) == kSignalled;
     if (!signalled && deadline != kForever && now_ns() >= deadline) {
       int expected = kWaiting;
@@ -238,6 +253,32 @@ bool cancel(const void* key, Fibre* f) noexcept {
   if (!won) return false;
   schedule(f);  // from here on the record may be gone
   return true;
+}
+
+std::atomic<bool (*)()> kernel_cancel_due{nullptr};
+
+bool cancel_kernel(const void* ident) noexcept {
+  for (Bucket& b : table) {
+    b.lock.lock();
+    ParkWaiter* won = nullptr;
+    for (Waiter* w = WaitList::front(b.queue); w; w = w->next) {
+      ParkWaiter* x = pw(w);
+      if (x->fibre || x->ident != ident || !x->ops->cancellable) continue;
+      int expected = kWaiting;
+      if (x->state.compare_exchange_strong(expected, kCancelled, std::memory_order_acq_rel)) won = x;
+      break;
+    }
+    b.lock.unlock();
+    if (won) {
+      // It waits for `released` (a timeout of its own finds the state taken
+      // and waits too), then leaves the queue itself; from the store on, the
+      // record may be gone (a wake of its word then is harmless).
+      won->released.store(1, std::memory_order_release);
+      futex_wake(&won->released, 1);
+      return true;
+    }
+  }
+  return false;
 }
 
 Parked park(const void* key, const ParkOps& ops, Deadline deadline) {

@@ -188,6 +188,18 @@ Parked park_if(const void* key, F&& validate, Deadline deadline, WaitKind kind =
 // primitive's timed_out hook runs, as for a timeout) and wakes it with
 // Cancelled. True if it did.
 bool cancel(const void* key, Fibre* f) noexcept;
+// The same for a kernel thread (not a fibre) whose identity() is `ident`,
+// parked in a cancellable wait on any key: its park returns Cancelled
+// (libloom-pthread's pthread_cancel of a thread made in a fork child, whose
+// cancellation is glibc's and acted on after the wait). Looks in every
+// bucket: for a rare call. True if it ended a wait.
+bool cancel_kernel(const void* ident) noexcept;
+// Asked by a kernel thread's cancellable wait once it is queued: whether a
+// request made before it was (which cancel_kernel did not find) is due now;
+// then the wait ends Cancelled at once. The requester sets what this reads
+// before it looks in the buckets: one of the two sees the other (set by
+// libloom-pthread; null: never).
+extern std::atomic<bool (*)()> kernel_cancel_due;
 // Signals (libloom-pthread's sigthread.cpp sets these, once a program
 // installs a handler; until then park() reads one null pointer more).
 //   parking(key, fibre)  runs in park() under the bucket lock, before
