@@ -201,32 +201,29 @@ Parked park_once(const void* key, const ParkOps& ops, Deadline deadline) {
   w.fibre = nullptr;
   w.ident = identity();
   b.lock.unlock();
+  // Ends the wait on the thread's own: off the queue, as after a timeout.
+  auto leave = [&w](ParkResult why) -> Parked {
+    Bucket* now = lock_bucket(&w);
+    unqueue_timed_out(&w);
+    now->lock.unlock();
+    return {why, 0};
+  };
   if (auto due = kernel_cancel_due.load(std::memory_order_acquire); ops.cancellable && due && due()) {
     int expected = kWaiting;
-    if (w.state.compare_exchange_strong(expected, kCancelled, std::memory_order_acq_rel)) {
-      Bucket* now = lock_bucket(&w);
-      unqueue_timed_out(&w);
-      now->lock.unlock();
-      return {ParkResult::Cancelled, 0};
-    }  // (else an unpark or cancel_kernel won: below)
+    if (w.state.compare_exchange_strong(expected, kCancelled, std::memory_order_acq_rel))
+      return leave(ParkResult::Cancelled);
+    // (else an unpark or cancel_kernel won: below)
   }
   for (;;) {
     if (w.released.load(std::memory_order_acquire)) {
       if (w.state.load(std::memory_order_acquire) != kCancelled) return {ParkResult::Unparked, w.token};
-      Bucket* now = lock_bucket(&w);  // cancel_kernel: still queued, as after a timeout
-      unqueue_timed_out(&w);
-      now->lock.unlock();
-      return {ParkResult::Cancelled, 0};
+      return leave(ParkResult::Cancelled);  // cancel_kernel's: still queued
     }
     bool signalled = w.state.load(std::memory_order_acquire) == kSignalled;
     if (!signalled && deadline != kForever && now_ns() >= deadline) {
       int expected = kWaiting;
-      if (w.state.compare_exchange_strong(expected, kTimedOut, std::memory_order_acq_rel)) {
-        Bucket* now = lock_bucket(&w);
-        unqueue_timed_out(&w);
-        now->lock.unlock();
-        return {ParkResult::TimedOut, 0};
-      }
+      if (w.state.compare_exchange_strong(expected, kTimedOut, std::memory_order_acq_rel))
+        return leave(ParkResult::TimedOut);
       signalled = true;  // an unpark won meanwhile: wait for its release
     }
     futex_wait(&w.released, 0, signalled || deadline == kForever ? -1 : deadline);
