@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sched/cluster.hpp"
 #include "sched/fibre.hpp"
 #include "sched/processor.hpp"
 
@@ -29,6 +30,17 @@ std::uint64_t kernel_thread_cpu_ns(int tid) noexcept {
   return ns_of(ts);
 }
 
+// The processor (or spare) running f now, if any: a moment's answer.
+Processor* runner_of(const Fibre* f) noexcept {
+  Cluster* c = f->cluster;
+  if (!c) return nullptr;
+  for (std::size_t i = 0, n = c->size(); i < n; ++i)
+    if (c->processor(i)->running_id.load(std::memory_order_acquire) == f->id) return c->processor(i);
+  for (std::size_t i = 0, n = c->spare_count(); i < n; ++i)
+    if (c->spare(i)->running_id.load(std::memory_order_acquire) == f->id) return c->spare(i);
+  return nullptr;
+}
+
 }  // namespace
 
 void cpu_clock_start(Fibre* f) noexcept {
@@ -38,8 +50,27 @@ void cpu_clock_start(Fibre* f) noexcept {
   if (f == this_fibre_or_null()) {
     f->cpu_tid.store(int(::syscall(SYS_gettid)), std::memory_order_relaxed);
     f->cpu_mark.store(kernel_thread_cpu_ns(), std::memory_order_relaxed);
+    f->cpu_timed.store(true, std::memory_order_release);
+    return;
   }
-  f->cpu_timed.store(true, std::memory_order_release);
+  f->cpu_timed.store(true, std::memory_order_seq_cst);
+  // Another fibre, running now (a spinner may never switch again): marked
+  // from its kernel thread's clock now. A switch out before the mark saw
+  // none and counted nothing; then the fibre no longer runs there and the
+  // mark is taken back (a reader meanwhile may count a moment too much).
+  if (Processor* p = runner_of(f)) {
+    const int tid = p->tid.load(std::memory_order_relaxed);
+    const std::uint64_t at = tid ? kernel_thread_cpu_ns(tid) : 0;
+    std::uint64_t none = 0;
+    if (at) {
+      f->cpu_tid.store(tid, std::memory_order_release);
+      if (f->cpu_mark.compare_exchange_strong(none, at, std::memory_order_acq_rel) &&
+          p->running_id.load(std::memory_order_seq_cst) != f->id) {
+        std::uint64_t mine = at;
+        f->cpu_mark.compare_exchange_strong(mine, 0, std::memory_order_acq_rel);
+      }
+    }
+  }
 }
 
 std::uint64_t cpu_clock_ns(Fibre* f) noexcept {

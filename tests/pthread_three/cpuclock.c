@@ -53,6 +53,17 @@ static void* self_spinner(void* arg) {
   return (void*)(intptr_t)(ns_of(CLOCK_THREAD_CPUTIME_ID) >= kSpinNs);
 }
 
+static volatile int stop_spinning, spinning;
+
+// Spins without a call until told to stop: it never switches.
+static void* plain_spinner(void* arg) {
+  (void)arg;
+  spinning = 1;
+  while (!stop_spinning) {
+  }
+  return NULL;
+}
+
 static void* sleeper(void* arg) {
   (void)arg;
   int64_t before = ns_of(CLOCK_THREAD_CPUTIME_ID);
@@ -101,5 +112,20 @@ int main(void) {
   pthread_create(&t, NULL, sleeper, NULL);
   pthread_join(t, &rs);
   printf("a sleeping thread's clock stays put: %ld\n", (long)(intptr_t)rs);
+
+  // A thread whose clock is first asked for while it runs and never
+  // switches: the clock grows as it spins (outside review: under loom it
+  // stayed 0 until the thread's next switch, which never came).
+  pthread_create(&t, NULL, plain_spinner, NULL);
+  while (!spinning) usleep(1000);
+  pthread_getcpuclockid(t, &its);
+  int64_t first = ns_of(its), now = first, t0 = ns_of(CLOCK_MONOTONIC);
+  while (now - first < kSpinNs && ns_of(CLOCK_MONOTONIC) - t0 < 20LL * 1000 * 1000 * 1000) {
+    usleep(10000);
+    now = ns_of(its);
+  }
+  stop_spinning = 1;
+  pthread_join(t, NULL);
+  printf("a running thread's clock, first asked while it runs, grows: %d\n", now - first >= kSpinNs);
   return 0;
 }
