@@ -354,6 +354,11 @@ ChildThreads& child_threads() {
   return *c;
 }
 thread_local bool is_child_thread = false;
+// The forking thread of a fork child: set there by the child handler (its
+// thread-locals are the forking fibre's). Not "not a child thread": glibc's
+// own helper threads in the child (mq_notify's, SIGEV_THREAD's) are neither,
+// and took the forking thread's handle for their pthread_self().
+thread_local bool is_forking_thread = false;
 // The forking thread's handle from before the fork: its pthread_self() in
 // the child, so that the calls by handle keep answering for it (its stack,
 // name, joining main) as they did in the parent.
@@ -367,13 +372,13 @@ bool on_fibre() { return rt::this_fibre_or_null() != nullptr; }
 // A kernel thread loom knows nothing of: not a fibre, and not the forking
 // thread of a fork child (which keeps its handle from before the fork).
 bool foreign_caller() {
-  return !on_fibre() && !(forked_child.load(std::memory_order_relaxed) && !is_child_thread);
+  return !on_fibre() && !(forked_child.load(std::memory_order_relaxed) && is_forking_thread);
 }
 
 // The forking thread of a fork child joining itself: EDEADLK (loom sees no
 // fibre there to compare).
 bool joins_itself(pthread_t t) {
-  return forked_child.load(std::memory_order_relaxed) && !is_child_thread && t == fork_self;
+  return forked_child.load(std::memory_order_relaxed) && is_forking_thread && t == fork_self;
 }
 
 // The sequence number of t's entry: 0 when t is not a thread made in the
@@ -571,6 +576,7 @@ void after_fork_in_child() {
   c.handles.clear();  // a child of a child: its parent's threads are not here
   c.live.store(0, std::memory_order_relaxed);
   is_child_thread = false;
+  is_forking_thread = true;
   fork_child_thread_end = &forking_thread_ends;
 }
 
@@ -1020,7 +1026,7 @@ int pthread_equal(pthread_t a, pthread_t b) { return a == b; }
 void pthread_exit(void* retval) {
   if (forked_child.load(std::memory_order_relaxed)) {
     // A thread made in the child: glibc's, its cleanup handlers are glibc's.
-    if (is_child_thread) glibc().exit(retval);  // (it unwinds through child_start: child_thread_ended)
+    if (!is_forking_thread) glibc().exit(retval);  // (one made in the child unwinds through child_start: child_thread_ended)
     // The forking thread (cleanup handlers pushed before the fork are not
     // run there): a thread joining it gets retval; the process ends with the
     // last of the child's threads.
