@@ -476,6 +476,7 @@ void child_thread_ended() {
 // pthread_exit): once the threads made there have ended, the process exits
 // with status 0, as glibc's last thread does.
 void forking_thread_ends() {
+  keys_run_kernel_thread_destructors();  // as a thread's end does (none left after pthread_exit's)
   ChildThreads& c = child_threads();
   for (int n; (n = c.live.load(std::memory_order_acquire)) != 0;) rt::futex_wait(&c.live, n);
 }
@@ -1030,6 +1031,7 @@ void pthread_exit(void* retval) {
     // The forking thread (cleanup handlers pushed before the fork are not
     // run there): a thread joining it gets retval; the process ends with the
     // last of the child's threads.
+    keys_run_kernel_thread_destructors();  // as a thread's exit does (glibc's tst-tsd5: one unlocks a mutex)
     record_exit_value(fork_self, retval);
     forking_thread_ends();
     std::exit(0);
