@@ -484,15 +484,23 @@ void forking_thread_ends() {
 struct ChildStart {
   void* (*start)(void*);
   void* arg;
+  std::atomic<bool> listed{false};  // the creator's last touch
 };
 
 void* child_start(void* p) {
-  ChildStart s = *static_cast<ChildStart*>(p);
-  delete static_cast<ChildStart*>(p);
+  auto* given = static_cast<ChildStart*>(p);
+  // Its entry is listed before it runs (its own pthread_detach(pthread_self())
+  // must find it). Waited for here, not by holding the list's lock across
+  // glibc's create: the new threads spun on that lock while creators held
+  // it (glibc's tst-create-detached, two creators making 100,000 threads on
+  // 2 CPUs, timed out).
+  while (!given->listed.load(std::memory_order_acquire)) rt::sys::sched_yield();
+  ChildStart s{given->start, given->arg};
+  delete given;
   is_child_thread = true;
   {
     ChildThreads& c = child_threads();
-    rt::SpinGuard g(c.lock);  // (held by the creator until the entry is listed)
+    rt::SpinGuard g(c.lock);
     if (ChildThread* e = find_child(c, glibc_self())) {
       e->ident = rt::identity();
       e->asked = &cancel_asked;
@@ -539,20 +547,25 @@ int child_create(pthread_t* thread, const Attr* r, void* (*start)(void*), void* 
   ChildThreads& c = child_threads();
   int e = s ? 0 : EAGAIN;
   if (!e) {
-    // Listed before it runs, so that its own pthread_detach(pthread_self())
-    // finds it; the list's lock is held across glibc's create for that.
-    rt::SpinGuard guard(c.lock);
+    // Listed before it runs (child_start waits for `listed`), so that its
+    // own pthread_detach(pthread_self()) finds it.
     c.live.fetch_add(1, std::memory_order_relaxed);
-    e = g.create(thread, &ga, &child_start, s);
+    pthread_t t{};
+    e = g.create(&t, &ga, &child_start, s);
     if (e) {
       c.live.fetch_sub(1, std::memory_order_relaxed);
       delete s;
     } else {
-      ChildThread n{*thread, detach_of(r) == PTHREAD_CREATE_DETACHED, ++c.made};
-      if (ChildThread* old = find_child(c, *thread))
-        *old = n;  // a detached thread's that ended: glibc reuses its handle
-      else
-        c.handles.push_back(n);
+      {
+        rt::SpinGuard guard(c.lock);
+        ChildThread n{t, detach_of(r) == PTHREAD_CREATE_DETACHED, ++c.made};
+        if (ChildThread* old = find_child(c, t))
+          *old = n;  // a detached thread's that ended: glibc reuses its handle
+        else
+          c.handles.push_back(n);
+      }
+      *thread = t;
+      s->listed.store(true, std::memory_order_release);  // (then s is the thread's)
     }
   }
   g.attr_destroy(&ga);
