@@ -192,7 +192,9 @@ struct SignalState {
   std::atomic<std::uint64_t> pending{0};   // sent to this thread, not yet taken
   std::atomic<std::uint64_t> waits{0};     // a wait ends when one of these arrives
   sem_t wake{};                            // its waits wait on it (all zero: a valid, empty semaphore)
-  std::atomic<SignalInfo*> info{nullptr};  // [64], made at its first wait
+  std::atomic<SignalInfo*> info{nullptr};  // [64], made at its first wait, or
+                                           // for every thread once a handler takes a siginfo
+                                           // (keep_signal_info)
   // Where its fibre is parked in the parking lot (null: it is not), and
   // that fibre, for a handler that must cut the wait short; and whether
   // one was asked for (sigthread.cpp, "interrupts").
@@ -211,6 +213,12 @@ SignalState* signal_state(loom_t id) noexcept;
 // Calls fn on every live thread's state until it returns true (then true);
 // async-signal-safe. A thread may end meanwhile: what is posted to it is lost.
 bool any_signal_state(bool (*fn)(SignalState&, void*), void* arg) noexcept;
+
+// Gives every live thread, and each thread made from now on, the array
+// that keeps the siginfo of what is posted to it (SignalState::info): a
+// handler that takes a siginfo (SA_SIGINFO) reads what the sender sent
+// (SI_TIMER, sigqueue's value), not a made-up SI_TKILL. Not async-signal-safe.
+void keep_signal_info() noexcept;
 
 // How many fibres loom_create has made so far. With LOOM_PTHREAD_STATS=1 in
 // the environment the count is also written to stderr at exit ("loom: N

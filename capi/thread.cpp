@@ -171,6 +171,16 @@ thread_local std::uint64_t next_mask = 0;  // next_thread_mask's, for new_record
 thread_local bool next_mask_set = false;
 
 // A fresh record in a free slot; nullptr when out of memory or slots.
+// keep_signal_info's: every thread gets an info array.
+std::atomic<bool> signal_info_kept{false};
+void give_info(SignalState& st) noexcept {
+  if (st.info.load(std::memory_order_acquire)) return;
+  auto* a = new (std::nothrow) SignalInfo[64]();
+  if (!a) return;  // (its signals then report SI_TKILL)
+  SignalInfo* none = nullptr;
+  if (!st.info.compare_exchange_strong(none, a, std::memory_order_acq_rel)) delete[] a;
+}
+
 Thread* new_record() {
   Slot* s = nullptr;
   {
@@ -212,6 +222,10 @@ Thread* new_record() {
   std::uint32_t gen = s->gen.load(std::memory_order_relaxed) + 1;  // odd: live
   t->id = handle_of(gen, s->index);
   s->gen.store(gen, std::memory_order_release);
+  // After the slot is live (seq_cst against keep_signal_info's flag, then
+  // walk): one of the two gives it its info array.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (signal_info_kept.load(std::memory_order_relaxed)) give_info(s->signals);
   return t;
 }
 
@@ -588,6 +602,17 @@ bool any_signal_state(bool (*fn)(SignalState&, void*), void* arg) noexcept {
       if ((c[k].gen.load(std::memory_order_acquire) & 1) && fn(c[k].signals, arg)) return true;
   }
   return false;
+}
+
+void keep_signal_info() noexcept {
+  if (signal_info_kept.load(std::memory_order_acquire)) return;
+  signal_info_kept.store(true, std::memory_order_seq_cst);
+  any_signal_state(
+      [](SignalState& st, void*) {
+        give_info(st);
+        return false;
+      },
+      nullptr);
 }
 
 long fibres_created() noexcept { return threads_created.load(std::memory_order_relaxed); }

@@ -233,13 +233,26 @@ std::uint32_t robust_tid() {
 
 void after_fork_in_child() {
   // One kernel thread: the child's robust list starts empty (the parent's
-  // mutexes stay the parent's) and needs a loom-robust of its own.
+  // mutexes stay the parent's). The forking thread stands in for the
+  // child's threads itself, registering the list as its own: under
+  // libloom-pthread it lives as long as the child (its pthread_exit waits
+  // for the others, then exits the process; thread.cpp, "fork"). A
+  // loom-robust of the child's own cost a thread per child, and its exit a
+  // scheduling round before the parent's waitpid returned (glibc's
+  // tst-robust-fork, 33,000 forks, took three times its limit). glibc's
+  // own list for that thread, replaced, is unused: its robust mutexes are
+  // this file's.
   g_pid.store(0, std::memory_order_relaxed);
   new (&g_list_lock) rt::SpinLock();
   g_head.list.next = &g_head.list;
   g_head.pending = nullptr;
-  g_helper_tid.store(0, std::memory_order_relaxed);
-  g_helper_state.store(0, std::memory_order_relaxed);
+  if (rt::raw_syscall(SYS_set_robust_list, reinterpret_cast<long>(&g_head), sizeof g_head, 0, 0, 0, 0) == 0) {
+    g_helper_tid.store(int(rt::raw_syscall(SYS_gettid, 0, 0, 0, 0, 0, 0)), std::memory_order_relaxed);
+    g_helper_state.store(2, std::memory_order_relaxed);
+  } else {
+    g_helper_tid.store(0, std::memory_order_relaxed);
+    g_helper_state.store(0, std::memory_order_relaxed);
+  }
 }
 
 // With g_list_lock held.

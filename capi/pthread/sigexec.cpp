@@ -2,7 +2,10 @@
 // programs it starts, as on glibc: execve, execv, execvp, execvpe, execl,
 // execle, execlp, fexecve, execveat, posix_spawn, posix_spawnp, system and
 // popen, by glibc's names, each glibc's own (looked up in libc.so.6) with
-// the calling fibre's mask made its kernel thread's for the call.
+// the calling fibre's mask made its kernel thread's for the call. The same
+// for thrd_create: a C11 thread is glibc's kernel thread, and glibc gives it
+// the mask of the kernel thread that makes it (or the default attribute's,
+// which pthread_setattr_default_np gives glibc too: thread.cpp).
 //
 // A fibre's mask lives in libloom-pthread (sigthread.cpp), never in its
 // processor's kernel mask; the kernel gives a new image the mask of the
@@ -26,6 +29,7 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <sys/syscall.h>
+#include <threads.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -96,6 +100,7 @@ struct Glibc {
                 char* const[]);
   int (*system)(const char*);
   FILE* (*popen)(const char*, const char*);
+  int (*thrd_create)(thrd_t*, thrd_start_t, void*);
 };
 Glibc g{};
 
@@ -111,6 +116,7 @@ __attribute__((constructor)) void look_up_early() {
   glibc_fn(g.spawnp, "posix_spawnp");
   glibc_fn(g.system, "system");
   glibc_fn(g.popen, "popen");
+  glibc_fn(g.thrd_create, "thrd_create");
 }
 
 // execl's family: the variadic arguments, up to the terminating null, as
@@ -211,6 +217,13 @@ int system(const char* command) {
 FILE* popen(const char* command, const char* mode) {
   KernelMask m;
   return glibc_fn(g.popen, "popen")(command, mode);
+}
+
+// glibc's pthread_create starts the thread with the creator's kernel mask
+// (unless the default attribute has one): the fibre's, for the call.
+int thrd_create(thrd_t* thr, thrd_start_t func, void* arg) noexcept {
+  KernelMask m;
+  return glibc_fn(g.thrd_create, "thrd_create")(thr, func, arg);
 }
 
 }  // extern "C"

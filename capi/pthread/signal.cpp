@@ -42,6 +42,7 @@
 #include <cstring>
 
 #include "base/sys.hpp"
+#include "capi.hpp"
 #include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
 #include "signals.hpp"
@@ -207,6 +208,7 @@ int install(int sig, const struct sigaction* act, struct sigaction* oldact) {
   if (act) slot.wrapped = wrap;
   errno = e;
   if (wrap && catchable_async(sig) && slot.read().fn && !own(slot.read().fn)) enable_interrupts();
+  if (wrap && (act->sa_flags & SA_SIGINFO) && !own(slot.read().fn)) loom::capi::keep_signal_info();  // its siginfo, as sent
   return 0;
 }
 

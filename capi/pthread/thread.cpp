@@ -39,13 +39,16 @@
 //  - affinity: a fibre moves between its cluster's processors. A set is
 //    checked (EINVAL without a CPU the process may use, at pthread_create
 //    and pthread_setaffinity_np, as the kernel makes glibc's answer) and
-//    kept in the attribute, not applied; getting a thread's reports the
+//    kept in the attribute (and the default attribute), not applied; getting a thread's reports the
 //    process's CPUs (where a fibre may run). A bad scheduling attribute
 //    (a priority outside its policy's range) is refused at create.
 //  - signals: each fibre has its own mask and pending set (sigthread.cpp:
 //    pthread_sigmask, pthread_kill, the waits); loom changes no disposition
 //    (loom_pthread_routes below keeps the runtime's SIGPIPE default away).
 //    pthread_attr_setsigmask_np gives the new thread its mask.
+//    pthread_setattr_default_np also sets glibc's default (its own threads:
+//    C11's, SIGEV_THREAD's), and a fork child's threads get the attribute's
+//    mask and affinity from glibc.
 //  - cancellation: cancel.cpp.
 //  - pthread_getcpuclockid: a clock of the fibre's own CPU time, counted
 //    from this first ask on (clock.cpp; docs/DESIGN.md, "Per-thread CPU
@@ -169,6 +172,11 @@ std::atomic<std::size_t> default_stacksize{0};
 std::atomic<std::size_t> default_guardsize{0};
 std::atomic<std::uint64_t> default_sigmask{0};  // and its signal mask (kHasSigmask when set)
 std::atomic<bool> default_detached{false};
+// and its affinity set (null: none), replaced whole under default_lock.
+rt::SpinLock default_lock;
+cpu_set_t* default_cpuset = nullptr;
+std::size_t default_cpusetsize = 0;
+std::atomic<bool> has_default_cpuset{false};
 
 void init_attr(Attr* r) {
   std::memset(static_cast<void*>(r), 0, sizeof(pthread_attr_t));
@@ -247,6 +255,9 @@ struct Glibc {
   int (*attr_getdetachstate)(const pthread_attr_t*, int*);
   int (*getcpuclockid)(pthread_t, clockid_t*);
   int (*setaffinity_np)(pthread_t, size_t, const cpu_set_t*);
+  int (*attr_setsigmask_np)(pthread_attr_t*, const sigset_t*);
+  int (*attr_setaffinity_np)(pthread_attr_t*, size_t, const cpu_set_t*);
+  int (*setattr_default_np)(const pthread_attr_t*);
 };
 
 // Looked up in libc.so.6 itself, as base/sys.cpp does (not RTLD_NEXT: what
@@ -275,6 +286,9 @@ const Glibc& glibc() {
     rt::sys::find_symbol(r.attr_getdetachstate, "libc.so.6", "pthread_attr_getdetachstate");
     rt::sys::find_symbol(r.getcpuclockid, "libc.so.6", "pthread_getcpuclockid");
     rt::sys::find_symbol(r.setaffinity_np, "libc.so.6", "pthread_setaffinity_np");
+    rt::sys::find_symbol(r.attr_setsigmask_np, "libc.so.6", "pthread_attr_setsigmask_np");
+    rt::sys::find_symbol(r.attr_setaffinity_np, "libc.so.6", "pthread_attr_setaffinity_np");
+    rt::sys::find_symbol(r.setattr_default_np, "libc.so.6", "pthread_setattr_default_np");
     return r;
   }();
   return g;
@@ -311,9 +325,12 @@ std::atomic<bool> forked_child{false};
 // those whose start routine has not ended: the forking thread's own end
 // waits for them, since the process ends with its last thread.
 // Detached ones are listed too, so that a second detach gives EINVAL as
-// glibc's does (not ESRCH: loom does not know the handle). Their entries
-// stay after they end (an end takes no lock: 100,000 short threads) until
-// glibc hands the same handle to a new thread, whose entry replaces it.
+// glibc's does (not ESRCH: loom does not know the handle), until they end:
+// a thread detached when it ends drops its own entry (kept, the list grew
+// with every short detached thread and each look walked it: glibc's
+// tst-create-detached, 100,000 of them, timed out). One detached after
+// its end stays until glibc hands the same handle to a new thread, whose
+// entry replaces it.
 // glibc may give a joined thread's handle to a new thread as soon as the
 // join has freed it, before the joiner forgets the entry: entries are
 // told apart by their sequence number (the new one's must stay).
@@ -337,6 +354,11 @@ ChildThreads& child_threads() {
   return *c;
 }
 thread_local bool is_child_thread = false;
+// The forking thread of a fork child: set there by the child handler (its
+// thread-locals are the forking fibre's). Not "not a child thread": glibc's
+// own helper threads in the child (mq_notify's, SIGEV_THREAD's) are neither,
+// and took the forking thread's handle for their pthread_self().
+thread_local bool is_forking_thread = false;
 // The forking thread's handle from before the fork: its pthread_self() in
 // the child, so that the calls by handle keep answering for it (its stack,
 // name, joining main) as they did in the parent.
@@ -350,13 +372,13 @@ bool on_fibre() { return rt::this_fibre_or_null() != nullptr; }
 // A kernel thread loom knows nothing of: not a fibre, and not the forking
 // thread of a fork child (which keeps its handle from before the fork).
 bool foreign_caller() {
-  return !on_fibre() && !(forked_child.load(std::memory_order_relaxed) && !is_child_thread);
+  return !on_fibre() && !(forked_child.load(std::memory_order_relaxed) && is_forking_thread);
 }
 
 // The forking thread of a fork child joining itself: EDEADLK (loom sees no
 // fibre there to compare).
 bool joins_itself(pthread_t t) {
-  return forked_child.load(std::memory_order_relaxed) && !is_child_thread && t == fork_self;
+  return forked_child.load(std::memory_order_relaxed) && is_forking_thread && t == fork_self;
 }
 
 // The sequence number of t's entry: 0 when t is not a thread made in the
@@ -439,8 +461,12 @@ void child_thread_ended() {
   {
     rt::SpinGuard g(c.lock);
     if (ChildThread* e = find_child(c, glibc_self()); e && e->asked == &cancel_asked) {
-      e->ident = nullptr;
-      e->asked = nullptr;
+      if (e->detached) {
+        drop_child(c, e);  // nobody may name it any more
+      } else {
+        e->ident = nullptr;
+        e->asked = nullptr;
+      }
     }
   }
   if (c.live.fetch_sub(1, std::memory_order_acq_rel) == 1) rt::futex_wake(&c.live, INT_MAX);
@@ -450,6 +476,7 @@ void child_thread_ended() {
 // pthread_exit): once the threads made there have ended, the process exits
 // with status 0, as glibc's last thread does.
 void forking_thread_ends() {
+  keys_run_kernel_thread_destructors();  // as a thread's end does (none left after pthread_exit's)
   ChildThreads& c = child_threads();
   for (int n; (n = c.live.load(std::memory_order_acquire)) != 0;) rt::futex_wait(&c.live, n);
 }
@@ -457,15 +484,23 @@ void forking_thread_ends() {
 struct ChildStart {
   void* (*start)(void*);
   void* arg;
+  std::atomic<bool> listed{false};  // the creator's last touch
 };
 
 void* child_start(void* p) {
-  ChildStart s = *static_cast<ChildStart*>(p);
-  delete static_cast<ChildStart*>(p);
+  auto* given = static_cast<ChildStart*>(p);
+  // Its entry is listed before it runs (its own pthread_detach(pthread_self())
+  // must find it). Waited for here, not by holding the list's lock across
+  // glibc's create: the new threads spun on that lock while creators held
+  // it (glibc's tst-create-detached, two creators making 100,000 threads on
+  // 2 CPUs, timed out).
+  while (!given->listed.load(std::memory_order_acquire)) rt::sys::sched_yield();
+  ChildStart s{given->start, given->arg};
+  delete given;
   is_child_thread = true;
   {
     ChildThreads& c = child_threads();
-    rt::SpinGuard g(c.lock);  // (held by the creator until the entry is listed)
+    rt::SpinGuard g(c.lock);
     if (ChildThread* e = find_child(c, glibc_self())) {
       e->ident = rt::identity();
       e->asked = &cancel_asked;
@@ -481,36 +516,56 @@ void* child_start(void* p) {
 // pthread_create in the child: glibc's, with the program's attribute turned
 // into glibc's (detach state, and the stack size if one was set: otherwise
 // glibc's default); the rest is kept in loom's attribute, as on fibres.
+// glibc's attribute for what loom's says (a glibc attribute initialised
+// by the caller): detach state, stack, guard, signal mask, affinity.
+void to_glibc_attr(const Attr* r, pthread_attr_t* ga) {
+  const Glibc& g = glibc();
+  g.attr_setdetachstate(ga, detach_of(r));
+  if (r->flags & kFlagStackAddr) {
+    const std::size_t size = r->stacksize ? r->stacksize : glibc_default_stack();
+    g.attr_setstack(ga, static_cast<char*>(r->stackaddr) - size, size);
+  } else if (r->stacksize) {
+    g.attr_setstacksize(ga, r->stacksize);
+  }
+  g.attr_setguardsize(ga, r->guardsize);
+  if ((r->sigmask & kHasSigmask) && g.attr_setsigmask_np) {
+    std::uint64_t m = r->sigmask & ~kHasSigmask;
+    sigset_t set;
+    sigemptyset(&set);
+    std::memcpy(&set, &m, sizeof m);
+    g.attr_setsigmask_np(ga, &set);
+  }
+  if (r->ext && r->ext->cpuset && g.attr_setaffinity_np) g.attr_setaffinity_np(ga, r->ext->cpusetsize, r->ext->cpuset);
+}
+
 int child_create(pthread_t* thread, const Attr* r, void* (*start)(void*), void* arg) {
   const Glibc& g = glibc();
   pthread_attr_t ga;
   g.attr_init(&ga);
-  g.attr_setdetachstate(&ga, detach_of(r));
-  if (r->flags & kFlagStackAddr) {
-    const std::size_t size = r->stacksize ? r->stacksize : glibc_default_stack();
-    g.attr_setstack(&ga, static_cast<char*>(r->stackaddr) - size, size);
-  } else if (r->stacksize) {
-    g.attr_setstacksize(&ga, r->stacksize);
-  }
-  g.attr_setguardsize(&ga, r->guardsize);
+  to_glibc_attr(r, &ga);
   auto* s = new (std::nothrow) ChildStart{start, arg};
   ChildThreads& c = child_threads();
   int e = s ? 0 : EAGAIN;
   if (!e) {
-    // Listed before it runs, so that its own pthread_detach(pthread_self())
-    // finds it; the list's lock is held across glibc's create for that.
-    rt::SpinGuard guard(c.lock);
+    // Listed before it runs (child_start waits for `listed`), so that its
+    // own pthread_detach(pthread_self()) finds it.
     c.live.fetch_add(1, std::memory_order_relaxed);
-    e = g.create(thread, &ga, &child_start, s);
+    pthread_t t{};
+    e = g.create(&t, &ga, &child_start, s);
     if (e) {
       c.live.fetch_sub(1, std::memory_order_relaxed);
       delete s;
     } else {
-      ChildThread n{*thread, detach_of(r) == PTHREAD_CREATE_DETACHED, ++c.made};
-      if (ChildThread* old = find_child(c, *thread))
-        *old = n;  // a detached thread's that ended: glibc reuses its handle
-      else
-        c.handles.push_back(n);
+      {
+        rt::SpinGuard guard(c.lock);
+        ChildThread n{t, detach_of(r) == PTHREAD_CREATE_DETACHED, ++c.made};
+        if (ChildThread* old = find_child(c, t))
+          *old = n;  // a detached thread's that ended: glibc reuses its handle
+        else
+          c.handles.push_back(n);
+      }
+      *thread = t;
+      s->listed.store(true, std::memory_order_release);  // (then s is the thread's)
     }
   }
   g.attr_destroy(&ga);
@@ -535,6 +590,7 @@ void after_fork_in_child() {
   c.handles.clear();  // a child of a child: its parent's threads are not here
   c.live.store(0, std::memory_order_relaxed);
   is_child_thread = false;
+  is_forking_thread = true;
   fork_child_thread_end = &forking_thread_ends;
 }
 
@@ -855,21 +911,60 @@ int pthread_attr_getsigmask_np(const pthread_attr_t* a, sigset_t* set) {
   return 0;
 }
 
+// The default's affinity set into an attribute made from it (a copy of its
+// own, freed by pthread_attr_destroy).
+static int default_affinity_into(pthread_attr_t* a) {
+  if (!has_default_cpuset.load(std::memory_order_acquire)) return 0;
+  rt::SpinGuard g(default_lock);
+  return default_cpuset ? pthread_attr_setaffinity_np(a, default_cpusetsize, default_cpuset) : 0;
+}
+
 int pthread_getattr_default_np(pthread_attr_t* a) {
   if (int e = pthread_attr_init(a)) return e;
   attr_of(a)->sigmask = default_sigmask.load(std::memory_order_relaxed);
   if (default_detached.load(std::memory_order_relaxed)) reinterpret_cast<Attr*>(a)->flags |= kFlagDetached;
+  if (int e = default_affinity_into(a)) {
+    pthread_attr_destroy(a);
+    return e;
+  }
   return 0;
 }
 
+// Kept for loom's threads, and given to glibc's default too: the threads
+// glibc makes itself (C11 threads, SIGEV_THREAD timers, mq_notify; a fork
+// child's threads are made with an attribute of their own) start with it.
 int pthread_setattr_default_np(const pthread_attr_t* a) {
   const Attr* r = attr_of(a);
   if (!r) return EINVAL;
   if (r->flags & kFlagStackAddr) return EINVAL;  // glibc: no stack address in the default
+  cpu_set_t* copy = nullptr;
+  const std::size_t n = r->ext && r->ext->cpuset ? r->ext->cpusetsize : 0;
+  if (n && !(copy = static_cast<cpu_set_t*>(std::malloc(n)))) return ENOMEM;
+  if (n) std::memcpy(copy, r->ext->cpuset, n);
+  const Glibc& gl = glibc();
+  if (gl.setattr_default_np) {
+    pthread_attr_t ga;
+    gl.attr_init(&ga);
+    to_glibc_attr(r, &ga);
+    gl.attr_setdetachstate(&ga, PTHREAD_CREATE_JOINABLE);  // (glibc's own threads detach themselves)
+    int e = gl.setattr_default_np(&ga);
+    gl.attr_destroy(&ga);
+    if (e) {
+      std::free(copy);
+      return e;
+    }
+  }
   default_stacksize.store(r->stacksize, std::memory_order_relaxed);
   default_guardsize.store(r->guardsize, std::memory_order_relaxed);
   default_sigmask.store(r->sigmask, std::memory_order_relaxed);
   default_detached.store(r->flags & kFlagDetached, std::memory_order_relaxed);
+  {
+    rt::SpinGuard g(default_lock);
+    std::swap(copy, default_cpuset);
+    default_cpusetsize = n;
+    has_default_cpuset.store(default_cpuset != nullptr, std::memory_order_release);
+  }
+  std::free(copy);  // the old one
   return 0;
 }
 
@@ -877,12 +972,22 @@ int pthread_setattr_default_np(const pthread_attr_t* a) {
 
 int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)(void*), void* arg) {
   Attr defaults;
+  struct DefaultsExt {  // the default's affinity set, when it has one: a copy for this call
+    Attr* a = nullptr;
+    ~DefaultsExt() {
+      if (a) pthread_attr_destroy(reinterpret_cast<pthread_attr_t*>(a));
+    }
+  } defaults_ext;
   const Attr* r = attr ? attr_of(attr) : nullptr;
   if (attr && !r) return EINVAL;
   if (!r) {
     init_attr(&defaults);
     defaults.sigmask = default_sigmask.load(std::memory_order_relaxed);  // only without an attribute (glibc)
     if (default_detached.load(std::memory_order_relaxed)) defaults.flags |= kFlagDetached;
+    if (has_default_cpuset.load(std::memory_order_relaxed)) {
+      defaults_ext.a = &defaults;
+      if (int e = default_affinity_into(reinterpret_cast<pthread_attr_t*>(&defaults))) return e;
+    }
     r = &defaults;
   }
   if (int e = check_create_attr(r)) return e;
@@ -935,10 +1040,11 @@ int pthread_equal(pthread_t a, pthread_t b) { return a == b; }
 void pthread_exit(void* retval) {
   if (forked_child.load(std::memory_order_relaxed)) {
     // A thread made in the child: glibc's, its cleanup handlers are glibc's.
-    if (is_child_thread) glibc().exit(retval);  // (it unwinds through child_start: child_thread_ended)
+    if (!is_forking_thread) glibc().exit(retval);  // (one made in the child unwinds through child_start: child_thread_ended)
     // The forking thread (cleanup handlers pushed before the fork are not
     // run there): a thread joining it gets retval; the process ends with the
     // last of the child's threads.
+    keys_run_kernel_thread_destructors();  // as a thread's exit does (glibc's tst-tsd5: one unlocks a mutex)
     record_exit_value(fork_self, retval);
     forking_thread_ends();
     std::exit(0);

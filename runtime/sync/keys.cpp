@@ -179,6 +179,11 @@ void keys_move_to_kernel_thread(rt::Fibre* f) noexcept {
 
 void keys_after_fork_in_child() noexcept { new (&registry) rt::SpinLock(); }
 
+void keys_run_kernel_thread_destructors() noexcept {
+  void* p = thread_table;
+  if (p) run_destructors(&p);  // the table stays: thread_exit runs them again, finding none
+}
+
 int key_create(Key* key, void (*destructor)(void*)) {
   rt::SpinGuard g(registry);
   rt::fibre_exit_hook = &keys_at_exit;

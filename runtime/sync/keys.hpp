@@ -19,4 +19,9 @@ void keys_move_to_kernel_thread(rt::Fibre* f) noexcept;
 // registry the child can use).
 void keys_after_fork_in_child() noexcept;
 
+// The calling kernel thread's key destructors, in rounds, as at its exit
+// (the forking thread of a fork child ending with pthread_exit: it then
+// waits for the child's other threads, which a destructor may release).
+void keys_run_kernel_thread_destructors() noexcept;
+
 }  // namespace loom

@@ -268,6 +268,25 @@ static void robust_process_threads(void) {
   close(fd);
 }
 
+// The kernel threads of this process (/proc/self/task).
+static int task_count(void) {
+  FILE* f = popen("ls /proc/$PPID/task | wc -l", "r");
+  int n = -1;
+  if (f) {
+    if (fscanf(f, "%d", &n) != 1) n = -1;
+    pclose(f);
+  }
+  return n;
+}
+
+static void* hold_in_child(void* arg) {
+  struct robust_page* s = arg;
+  pthread_mutex_lock(&s->m);
+  sem_post(&s->ready);
+  for (;;) pause();
+  return NULL;
+}
+
 static void robust_process(void) {
   struct robust_page* s = shared_page(4096);
   init_mutex(&s->m, PTHREAD_PROCESS_SHARED, PTHREAD_MUTEX_ROBUST, PTHREAD_MUTEX_NORMAL);
@@ -275,11 +294,12 @@ static void robust_process(void) {
   pid_t pid = fork();
   if (pid == 0) {
     pthread_mutex_lock(&s->m);
-    s->value = 1;
+    s->value = task_count();  // one: the child's robust mutexes need no thread of loom's
     _exit(0);  // holding it
   }
   wait_child(pid);
   EXPECT("lock after the holder process exited", pthread_mutex_lock(&s->m), EOWNERDEAD);
+  SAY("the holding child's kernel threads: %d\n", s->value);
   EXPECT("consistent", pthread_mutex_consistent(&s->m), 0);
   EXPECT("consistent again", pthread_mutex_consistent(&s->m), EINVAL);
   EXPECT("unlock", pthread_mutex_unlock(&s->m), 0);
@@ -302,6 +322,19 @@ static void robust_process(void) {
   void* r;
   pthread_join(t, &r);
   EXPECT("blocked locker, holder killed", (int)(long)r, EOWNERDEAD);
+
+  // A thread the child made holds it as the child exits.
+  pid = fork();
+  if (pid == 0) {
+    pthread_t h;
+    pthread_create(&h, NULL, hold_in_child, s);
+    sem_wait(&s->ready);
+    _exit(0);
+  }
+  wait_child(pid);
+  EXPECT("lock after a child's thread held it at the child's exit", pthread_mutex_lock(&s->m), EOWNERDEAD);
+  EXPECT("consistent", pthread_mutex_consistent(&s->m), 0);
+  EXPECT("unlock", pthread_mutex_unlock(&s->m), 0);
 
   // Not made consistent: unusable.
   pid = fork();

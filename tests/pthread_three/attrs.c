@@ -2,7 +2,9 @@
  * same on glibc and on loom's fibres: defaults reported, values set and
  * read back, glibc's errors (EINVAL, ENOTSUP, ERANGE), a running thread's
  * attributes (its stack contains its locals), names, cancel state, keys
- * with destructor rounds. What differs by design (the default stack size,
+ * with destructor rounds; the default attribute's affinity set and signal
+ * mask, and the masks a new thread starts with (a POSIX thread, a C11 one,
+ * one made in a fork child). What differs by design (the default stack size,
  * caller-supplied stacks, realtime policies, CPU clocks) is not printed:
  * README, "Three ways to run a pthread program on loom". */
 #ifndef _GNU_SOURCE
@@ -15,6 +17,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <threads.h>
 #include <unistd.h>
 
 static const char* err(int e) {
@@ -81,6 +85,87 @@ static void* set_key(void* arg) {
   return arg;
 }
 
+/* Which of SIGHUP, SIGUSR1, SIGUSR2 the calling thread blocks. */
+static void print_mask(const char* who) {
+  sigset_t m;
+  pthread_sigmask(SIG_SETMASK, NULL, &m);
+  printf("  %s blocks:%s%s%s\n", who, sigismember(&m, SIGHUP) ? " HUP" : "", sigismember(&m, SIGUSR1) ? " USR1" : "",
+         sigismember(&m, SIGUSR2) ? " USR2" : "");
+}
+static void* mask_thread(void* who) {
+  print_mask(who);
+  return NULL;
+}
+static int mask_c11(void* who) {
+  print_mask(who);
+  return 0;
+}
+static void masks_of(const char* when, pthread_attr_t* attr) {
+  pthread_t t;
+  thrd_t c;
+  char who[2][64];
+  snprintf(who[0], sizeof who[0], "%s: a thread", when);
+  snprintf(who[1], sizeof who[1], "%s: a C11 thread", when);
+  pthread_create(&t, attr, mask_thread, who[0]);
+  pthread_join(t, NULL);
+  if (thrd_create(&c, mask_c11, who[1]) == thrd_success) thrd_join(c, NULL);
+}
+
+/* The default attribute's affinity set and mask, read back and given to
+ * the threads made without an attribute (C11 threads too), in this
+ * process and in a fork child (whose threads are glibc's under loom). */
+static void defaults_and_masks(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(0, &set);
+  pthread_attr_t a;
+  pthread_attr_init(&a);
+  pthread_attr_setaffinity_np(&a, sizeof set, &set);
+  sigset_t hup;
+  sigemptyset(&hup);
+  sigaddset(&hup, SIGHUP);
+  pthread_attr_setsigmask_np(&a, &hup);
+  printf("setattr_default with affinity and mask %s\n", err(pthread_setattr_default_np(&a)));
+  pthread_attr_destroy(&a);
+  pthread_getattr_default_np(&a);
+  CPU_ZERO(&set);
+  printf("  affinity reads back %s:", err(pthread_attr_getaffinity_np(&a, sizeof set, &set)));
+  for (int i = 0; i < 8; ++i) printf(" %d", CPU_ISSET(i, &set) ? 1 : 0);
+  sigset_t m;
+  sigemptyset(&m);
+  int got = pthread_attr_getsigmask_np(&a, &m);
+  printf("\n  mask reads back %s, HUP %d\n", err(got), sigismember(&m, SIGHUP));
+  pthread_attr_destroy(&a);
+
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &usr1, NULL);
+  masks_of("default", NULL);
+  pthread_attr_init(&a);
+  sigset_t usr2;
+  sigemptyset(&usr2);
+  sigaddset(&usr2, SIGUSR2);
+  pthread_attr_setsigmask_np(&a, &usr2);
+  masks_of("own mask", &a);
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    masks_of("fork child, default", NULL);
+    masks_of("fork child, own mask", &a);
+    fflush(stdout);
+    _exit(0);
+  }
+  waitpid(pid, NULL, 0);
+  pthread_attr_destroy(&a);
+
+  pthread_attr_init(&a);  /* back to inheritance */
+  pthread_setattr_default_np(&a);
+  pthread_attr_destroy(&a);
+  masks_of("defaults reset", NULL);
+  pthread_sigmask(SIG_UNBLOCK, &usr1, NULL);
+}
+
 int main(void) {
   pthread_attr_t a;
   int i = -1;
@@ -145,5 +230,6 @@ int main(void) {
   printf("again %s\n", err(pthread_key_delete(key)));
   printf("equal self %d, kill self 0 %s\n", pthread_equal(pthread_self(), pthread_self()),
          err(pthread_kill(pthread_self(), 0)));
+  defaults_and_masks();
   return 0;
 }

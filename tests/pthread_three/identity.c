@@ -114,6 +114,11 @@ static void* join_forker(void* arg) {
   exit(0);
 }
 
+static void child_key_ends(void* v) {
+  printf("child: the forking thread's key destructor ran (%ld)\n", (long)v);
+  fflush(stdout);
+}
+
 static void in_fork_child(void) {
   pid_t p = fork();
   if (p == 0) {
@@ -121,6 +126,9 @@ static void in_fork_child(void) {
     printf("child: join self %s\n", err(pthread_join(pthread_self(), NULL)));
     detach_twice("child");
     forker = pthread_self();
+    pthread_key_t k;
+    pthread_key_create(&k, child_key_ends);
+    pthread_setspecific(k, (void*)3);  /* its destructor runs at the pthread_exit below */
     pthread_t t;
     pthread_create(&t, NULL, join_forker, NULL);
     fflush(stdout);

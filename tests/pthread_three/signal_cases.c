@@ -20,6 +20,9 @@
 //             storms it with a handled signal: no hang, no EINTR
 //   eintr     a handled signal without SA_RESTART ends sem_wait with EINTR
 //   attrmask  pthread_attr_setsigmask_np: the new thread starts with it
+//   siginfo   an SA_SIGINFO handler reads what was sent: a timer's SI_TIMER
+//             and value, pthread_sigqueue's SI_QUEUE and value to a thread
+//             that never waited for a signal
 #define _GNU_SOURCE
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 #include <errno.h>
@@ -417,6 +420,56 @@ static int attrmask(void) {
   return 0;
 }
 
+// ---- siginfo: the sender's siginfo reaches the handler -------------------------------------------
+
+static volatile sig_atomic_t got_count, got_code, got_value;
+static void si_handler(int sig, siginfo_t* info, void* ctx) {
+  (void)sig;
+  (void)ctx;
+  got_code = info->si_code;
+  got_value = info->si_value.sival_int;
+  got_count = got_count + 1;
+}
+static void* si_sleeper(void* arg) {
+  (void)arg;
+  while (!got_count) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+static int siginfo_case(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = si_handler;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGRTMIN, &sa, NULL);
+  struct sigevent ev;
+  memset(&ev, 0, sizeof ev);
+  ev.sigev_notify = SIGEV_SIGNAL;
+  ev.sigev_signo = SIGRTMIN;
+  ev.sigev_value.sival_int = 42;
+  timer_t tm;
+  if (timer_create(CLOCK_MONOTONIC, &ev, &tm) != 0) return 1;
+  struct itimerspec it = {{0, 0}, {0, 10000000}};
+  timer_settime(tm, 0, &it, NULL);
+  while (!got_count) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  timer_delete(tm);
+  printf("siginfo: timer: SI_TIMER %d, value %d\n", got_code == SI_TIMER, (int)got_value);
+  got_count = 0;
+  pthread_t t;
+  pthread_create(&t, NULL, si_sleeper, NULL);
+  union sigval v = {.sival_int = 7};
+  pthread_sigqueue(t, SIGRTMIN, v);
+  pthread_join(t, NULL);
+  printf("siginfo: pthread_sigqueue: SI_QUEUE %d, value %d\n", got_code == SI_QUEUE, (int)got_value);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   self_path = "/proc/self/exe";
   static char exe[4096];
@@ -437,6 +490,7 @@ int main(int argc, char** argv) {
   if (strcmp(c, "storm") == 0) return storm();
   if (strcmp(c, "eintr") == 0) return eintr();
   if (strcmp(c, "attrmask") == 0) return attrmask();
-  fprintf(stderr, "usage: signal_cases lost [tgkill]|hold|exec|queue|samask|storm|eintr|attrmask\n");
+  if (strcmp(c, "siginfo") == 0) return siginfo_case();
+  fprintf(stderr, "usage: signal_cases lost [tgkill]|hold|exec|queue|samask|storm|eintr|attrmask|siginfo\n");
   return 2;
 }
