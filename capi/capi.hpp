@@ -199,6 +199,9 @@ struct SignalState {
   std::atomic<const void*> parked_key{nullptr};
   std::atomic<const void*> parked_fibre{nullptr};
   std::atomic<bool> interrupt{false};
+  // Its thread has finished (it may not be joined yet): pthread_kill sends
+  // nothing, routing passes it by (sigthread.cpp, thread_ended).
+  std::atomic<bool> ended{false};
 };
 // The mask the next thread the caller creates starts with, instead of the
 // caller's (pthread_attr_setsigmask_np): set just before loom_create, which
@@ -233,6 +236,11 @@ int fibre_attr_of(const loom_attr_t* a, FibreAttr* out) noexcept;
 // start routine returns) before the process exits with status 0; set by
 // libloom-pthread, whose threads made in the child must end first.
 extern void (*fork_child_thread_end)();
+// A thread of loom_create (or main, by pthread_exit) finishes, before a
+// joiner can see it: set by libloom-pthread (sigthread.cpp), which marks
+// its signal state ended and hands the process-directed signals still
+// pending there back to the process.
+extern void (*signal_thread_end)(SignalState& s);
 // The child of a fork: the thread that forked (`id`, its handle from before
 // the fork) ends there with pthread_exit(retval); if it is main, a thread
 // joining it gets retval (only main's record can be joined without its

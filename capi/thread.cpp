@@ -209,6 +209,7 @@ Thread* new_record() {
   s->signals.waits.store(0, std::memory_order_relaxed);
   s->signals.parked_key.store(nullptr, std::memory_order_relaxed);  // the slot's last thread's
   s->signals.interrupt.store(false, std::memory_order_relaxed);
+  s->signals.ended.store(false, std::memory_order_relaxed);
   std::uint32_t gen = s->gen.load(std::memory_order_relaxed) + 1;  // odd: live
   t->id = handle_of(gen, s->index);
   s->gen.store(gen, std::memory_order_release);
@@ -370,6 +371,7 @@ void destroy_keys(rt::Fibre* self) {
 
 void finish(Thread* t, rt::Fibre* self) {
   destroy_keys(self);  // while loom_self() still names t (POSIX)
+  if (signal_thread_end) signal_thread_end(slot_of(t)->signals);
   t->finished.release_errno();
   if (live_threads.fetch_sub(1, std::memory_order_acq_rel) == 1) all_done().release_errno();
   if (t->state.fetch_or(kExited, std::memory_order_acq_rel) & kDetached) destroy(t);
@@ -429,6 +431,7 @@ void trampoline(void* p) {
 // then the process waits for its threads and exits with status 0.
 [[noreturn]] void exit_main(Thread* m) {
   destroy_keys(rt::this_fibre_or_null());
+  if (signal_thread_end) signal_thread_end(slot_of(m)->signals);
   main_ended(m, m->retval);
   while (live_threads.load(std::memory_order_acquire) != 0) all_done().acquire();
   std::exit(0);
@@ -593,6 +596,7 @@ bool any_signal_state(bool (*fn)(SignalState&, void*), void* arg) noexcept {
 long fibres_created() noexcept { return threads_created.load(std::memory_order_relaxed); }
 
 void (*fork_child_thread_end)() = nullptr;
+void (*signal_thread_end)(SignalState&) = nullptr;
 
 // A thread's CPU clock: a clock id the kernel would take for a thread's
 // (negative, per thread, CPUCLOCK_SCHED) of a thread id no kernel thread

@@ -514,10 +514,19 @@ void in_child() {
   ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &k, nullptr, _NSIG / 8);
 }
 
+// A thread finishes (thread.cpp's signal_thread_end): from now on it
+// blocks everything, so that routing passes it by, and pthread_kill sends
+// it nothing.
+void thread_ended(SignalState& s) {
+  s.ended.store(true, std::memory_order_seq_cst);
+  s.mask.store(~kUnblockable, std::memory_order_seq_cst);
+}
+
 // Before the program runs: glibc's functions, main's record (with it
 // main's mask, the kernel thread's at start-up) so that a handler finds it,
 // and the fork handlers.
 __attribute__((constructor)) void look_up_early() {
+  signal_thread_end = &thread_ended;
   glibc();
   loom_self();
   __register_atfork(&before_fork, nullptr, &in_child, &__dso_handle);
@@ -712,7 +721,9 @@ int pthread_kill(pthread_t t, int sig) {
     *errno_slot() = e;
     return r;
   }
-  if (sig == 0) return 0;
+  // A thread that has finished, not yet joined: glibc (2.34 on) sends
+  // nothing and returns 0.
+  if (sig == 0 || target->ended.load(std::memory_order_acquire)) return 0;
   return send(*target, sig, SignalInfo{SI_TKILL, int(::getpid()), unsigned(::getuid()), nullptr}, target == self);
 }
 
@@ -721,6 +732,7 @@ int pthread_sigqueue(pthread_t t, int sig, const union sigval value) {
   SignalState* target = signal_state(t);
   if (!target && glibc_thread_of_fork_child(t)) return glibc().sigqueue(t, sig, value);
   if (!target) return t == loom_self() ? ENOTSUP : ESRCH;
+  if (target->ended.load(std::memory_order_acquire)) return ESRCH;  // finished (glibc: its tid is gone)
   if (sig == 0) return 0;
   return send(*target, sig, SignalInfo{SI_QUEUE, int(::getpid()), unsigned(::getuid()), value.sival_ptr},
               target == fibre_state());
