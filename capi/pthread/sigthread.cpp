@@ -235,6 +235,11 @@ void post_process(int sig, const SignalInfo& i) {
   *errno_slot() = e;
 }
 
+bool discard_one(SignalState& s, void* arg) {
+  s.pending.fetch_and(~*static_cast<std::uint64_t*>(arg), std::memory_order_acq_rel);
+  return false;  // on to the next
+}
+
 bool take_process(int sig, SignalInfo* out) {
   std::uint64_t b = bit(sig);
   if (!(process_pending.load(std::memory_order_acquire) & b)) return false;
@@ -661,6 +666,21 @@ void enable_interrupts() noexcept {
   rt::parking_lot::signal_hooks.interrupted.store(&on_interrupted, std::memory_order_release);
   rt::parking_lot::signal_hooks.parking.store(&on_parking, std::memory_order_release);
   interrupts_on.store(true, std::memory_order_release);
+}
+
+void discard_pending(int sig) noexcept {
+  if (sig <= 0 || sig > 64) return;
+  std::uint64_t b = bit(sig);
+  int e = *errno_slot();
+  if (queued(sig)) {
+    RtLocked l;
+    rt_queue[sig - 1].n = 0;
+    process_pending.fetch_and(~b, std::memory_order_acq_rel);
+  } else {
+    process_pending.fetch_and(~b, std::memory_order_acq_rel);
+  }
+  any_signal_state(&discard_one, &b);
+  *errno_slot() = e;
 }
 
 bool fibre_mask(std::uint64_t* out) noexcept {

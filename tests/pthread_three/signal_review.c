@@ -3,6 +3,12 @@
 // plain glibc run's. One case per run (argv[1]); an alarm bounds each.
 //   killexited  pthread_kill on a thread that has returned but is not yet
 //               joined: nothing is sent, 0 (pthread_sigqueue: ESRCH)
+//   flush       SIG_IGN (or SIG_DFL of a signal ignored by default) discards
+//               the pending instances: the block / send / SIG_IGN / SIG_DFL /
+//               unblock idiom, thread- and process-directed, realtime queue
+//   forksig     a fork child of a parent whose thread waits in sigwait (and
+//               one in a condvar): the child's handler runs for its own kill
+//               and the parent's; a SIGTERM the parent once blocked ends it
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -16,6 +22,7 @@
 #include <unistd.h>
 
 static void* quick(void* a) { return a; }
+static int pending(int sig);
 
 static int killexited(void) {
   pthread_t t;
@@ -29,11 +36,152 @@ static int killexited(void) {
   return 0;
 }
 
+static int pending(int sig) {
+  sigset_t p;
+  sigpending(&p);
+  return sigismember(&p, sig);
+}
+static atomic_int handled;
+static void count(int sig) {
+  (void)sig;
+  handled++; }
+
+static void* flush_thread(void* a) {
+  int sig = *(int*)a;
+  if (sig == SIGTERM || sig == SIGUSR2)
+    raise(sig);  // thread-directed
+  else
+    kill(getpid(), sig);  // process-directed
+  // (loom: the kernel hands it to another processor, which makes it
+  // pending for the process a moment later)
+  for (int i = 0; i < 1000 && !pending(sig); i++) usleep(1000);
+  printf("%d pending before: %d\n", sig, pending(sig));
+  signal(sig, SIG_IGN);
+  printf("%d pending after SIG_IGN: %d\n", sig, pending(sig));
+  signal(sig, SIG_DFL);
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, sig);
+  pthread_sigmask(SIG_UNBLOCK, &s, NULL);
+  printf("survived %d\n", sig);
+  return NULL;
+}
+
+static int flush(void) {
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGTERM);
+  sigaddset(&s, SIGINT);
+  sigaddset(&s, SIGUSR2);
+  sigaddset(&s, SIGRTMIN);
+  sigaddset(&s, SIGURG);
+  pthread_sigmask(SIG_BLOCK, &s, NULL);  // every thread blocks them
+  int sigs[] = {SIGTERM, SIGINT};
+  for (int i = 0; i < 2; i++) {
+    pthread_t t;
+    pthread_create(&t, NULL, flush_thread, &sigs[i]);
+    pthread_join(t, NULL);
+  }
+  // A handled signal pending on main and a queued realtime one for the
+  // process: SIG_IGN discards them; the handler put back sees nothing.
+  signal(SIGUSR2, count);
+  signal(SIGRTMIN, count);
+  raise(SIGUSR2);
+  kill(getpid(), SIGRTMIN);
+  kill(getpid(), SIGRTMIN);
+  signal(SIGUSR2, SIG_IGN);
+  signal(SIGRTMIN, SIG_IGN);
+  printf("USR2 %d RTMIN %d pending after SIG_IGN\n", pending(SIGUSR2), pending(SIGRTMIN));
+  signal(SIGUSR2, count);
+  signal(SIGRTMIN, count);
+  // SIG_DFL of a signal whose default is to ignore discards it too.
+  signal(SIGURG, count);
+  raise(SIGURG);
+  signal(SIGURG, SIG_DFL);
+  printf("URG %d pending after SIG_DFL\n", pending(SIGURG));
+  signal(SIGURG, count);
+  pthread_sigmask(SIG_UNBLOCK, &s, NULL);
+  printf("handled after unblocking: %d\n", handled);
+  return 0;
+}
+
+static volatile sig_atomic_t child_got;
+static void child_handler(int sig) {
+  (void)sig;
+  child_got++; }
+static pthread_mutex_t fm = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fc = PTHREAD_COND_INITIALIZER;
+static int fquit;
+static void* sigwaiter(void* a) {
+  (void)a;
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGUSR2);
+  int sig;
+  sigwait(&s, &sig);
+  return NULL;
+}
+static void* condwaiter(void* a) {
+  (void)a;
+  pthread_mutex_lock(&fm);
+  while (!fquit) pthread_cond_wait(&fc, &fm);
+  pthread_mutex_unlock(&fm);
+  return NULL;
+}
+
+static int forksig(void) {
+  signal(SIGUSR1, child_handler);
+  sigset_t t2;
+  sigemptyset(&t2);
+  sigaddset(&t2, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &t2, NULL);  // a moment (loom guards SIGTERM from now on)
+  pthread_sigmask(SIG_UNBLOCK, &t2, NULL);
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &s, NULL);
+  pthread_t w, cw;
+  pthread_create(&w, NULL, sigwaiter, NULL);
+  pthread_create(&cw, NULL, condwaiter, NULL);
+  usleep(50000);
+  int p[2];
+  if (pipe(p) != 0) return 1;
+  pid_t c = fork();
+  if (c == 0) {
+    kill(getpid(), SIGUSR1);
+    printf("child: after kill(getpid()): handler ran %d\n", (int)child_got);
+    close(p[0]);
+    if (write(p[1], "r", 1) != 1) _exit(3);
+    for (int i = 0; i < 400 && child_got < 2; i++) usleep(5000);
+    printf("child: after the parent's kill: handler ran %d\n", (int)child_got);
+    sleep(5);  // until the parent's SIGTERM
+    _exit(7);
+  }
+  char b;
+  if (read(p[0], &b, 1) != 1) return 1;
+  kill(c, SIGUSR1);
+  usleep(200000);
+  kill(c, SIGTERM);
+  int st;
+  waitpid(c, &st, 0);
+  printf("child %s\n", WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM ? "killed by SIGTERM" : "survived SIGTERM");
+  pthread_kill(w, SIGUSR2);
+  pthread_join(w, NULL);
+  pthread_mutex_lock(&fm);
+  fquit = 1;
+  pthread_cond_signal(&fc);
+  pthread_mutex_unlock(&fm);
+  pthread_join(cw, NULL);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   alarm(60);
   const char* c = argc > 1 ? argv[1] : "";
   if (strcmp(c, "killexited") == 0) return killexited();
-  fprintf(stderr, "usage: signal_review killexited\n");
+  if (strcmp(c, "flush") == 0) return flush();
+  if (strcmp(c, "forksig") == 0) return forksig();
+  fprintf(stderr, "usage: signal_review killexited|flush|forksig\n");
   return 2;
 }
