@@ -512,7 +512,13 @@ void before_fork() {
   forking_fibre.store(s != nullptr, std::memory_order_relaxed);
   if (s) forking_mask.store(s->mask.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
+// The child of a fork: every thread there is a kernel thread of glibc's
+// (the forking one included), whose mask is the kernel's; route leaves
+// each signal to the thread the kernel picked. The states copied from the
+// parent (waiters, parked fibres) name fibres the child does not have.
+std::atomic<bool> fork_child{false};
 void in_child() {
+  fork_child.store(true, std::memory_order_relaxed);
   if (!forking_fibre.load(std::memory_order_relaxed)) return;
   sigset_t k;
   to_set(forking_mask.load(std::memory_order_relaxed), &k);
@@ -593,6 +599,7 @@ int send(SignalState& s, int sig, const SignalInfo& i, bool self) {
 
 bool route(int sig, const siginfo_t* si, bool by_default) noexcept {
   if (synchronous(sig) || tls_delivering == sig) return false;
+  if (fork_child.load(std::memory_order_relaxed)) return false;  // the kernel's choice, with the kernel's masks
   // The runtime's own (the stall detector's tgkill) and glibc's raise and
   // abort: meant for this kernel thread.
   if (si && si->si_code == SI_TKILL && si->si_pid == ::getpid()) return false;
