@@ -202,6 +202,9 @@ struct SignalState {
   // Its thread has finished (it may not be joined yet): pthread_kill sends
   // nothing, routing passes it by (sigthread.cpp, thread_ended).
   std::atomic<bool> ended{false};
+  // Of `pending`, the signals routed here from the process (not sent to
+  // this thread): what it did not take when it ends goes back to the process.
+  std::atomic<std::uint64_t> routed{0};
 };
 // The mask the next thread the caller creates starts with, instead of the
 // caller's (pthread_attr_setsigmask_np): set just before loom_create, which

@@ -210,6 +210,7 @@ Thread* new_record() {
   s->signals.parked_key.store(nullptr, std::memory_order_relaxed);  // the slot's last thread's
   s->signals.interrupt.store(false, std::memory_order_relaxed);
   s->signals.ended.store(false, std::memory_order_relaxed);
+  s->signals.routed.store(0, std::memory_order_relaxed);
   std::uint32_t gen = s->gen.load(std::memory_order_relaxed) + 1;  // odd: live
   t->id = handle_of(gen, s->index);
   s->gen.store(gen, std::memory_order_release);

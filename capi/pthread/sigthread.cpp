@@ -269,6 +269,7 @@ bool take_process(int sig, SignalInfo* out) {
 bool take(SignalState& s, int sig, SignalInfo* out) {
   std::uint64_t b = bit(sig);
   if (s.pending.fetch_and(~b, std::memory_order_acq_rel) & b) {
+    s.routed.fetch_and(~b, std::memory_order_relaxed);
     SignalInfo* a = s.info.load(std::memory_order_acquire);
     *out = a ? a[sig - 1] : info_of(nullptr);
     return true;
@@ -418,10 +419,35 @@ struct Routing {
   bool parked_only = false;  // post_to_unblocked's first pass
 };
 
+bool claim_process_pending(SignalState& s, void* arg);
+
+// sig, pending for the process, goes back there (a thread it was routed to
+// ended without taking it): a thread that waits for it or does not block
+// it is woken to take it, as route's last step.
+void hand_back(int sig, const SignalInfo& i) {
+  Routing r{sig, i, false, nullptr, false};
+  post_process(sig, i);
+  any_signal_state(&claim_process_pending, &r);
+}
+
+// A process-directed signal posted to s by route. Against s's end
+// (thread_ended): it marks s ended, then takes its pending set; this sets
+// the bit, then reads `ended` (both sequentially consistent), so a signal
+// posted as s ends is taken back by one of the two, never lost with it.
+void post_routed(SignalState& s, int sig, const SignalInfo& i) {
+  std::uint64_t b = bit(sig);
+  s.routed.fetch_or(b, std::memory_order_relaxed);
+  post(s, sig, i);
+  if (s.ended.load(std::memory_order_seq_cst) && (s.pending.fetch_and(~b, std::memory_order_acq_rel) & b)) {
+    SignalInfo* a = s.info.load(std::memory_order_acquire);
+    hand_back(sig, a ? a[sig - 1] : i);
+  }
+}
+
 bool post_to_waiter(SignalState& s, void* arg) {
   auto* r = static_cast<Routing*>(arg);
   if (!(s.waits.load(std::memory_order_acquire) & bit(r->sig))) return false;
-  post(s, r->sig, r->info);
+  post_routed(s, r->sig, r->info);
   return true;
 }
 
@@ -449,7 +475,7 @@ bool post_to_unblocked(SignalState& s, void* arg) {
   if (r->parked_only) {
     if (!s.parked_key.load(std::memory_order_seq_cst)) return false;
     r->posted = true;
-    post(s, r->sig, r->info);
+    post_routed(s, r->sig, r->info);
     ask_interrupt(s);
     return true;
   }
@@ -458,7 +484,7 @@ bool post_to_unblocked(SignalState& s, void* arg) {
   // idle processor, one of loom's own threads): run here, at once, as a
   // thread that blocks nothing would. A default action acts here either way.
   r->posted = !r->by_default && r->skip;
-  if (r->posted) post(s, r->sig, r->info);
+  if (r->posted) post_routed(s, r->sig, r->info);
   return true;
 }
 
@@ -528,9 +554,23 @@ void in_child() {
 // A thread finishes (thread.cpp's signal_thread_end): from now on it
 // blocks everything, so that routing passes it by, and pthread_kill sends
 // it nothing.
+// What was routed to it from the process and is still pending goes back
+// to the process (another thread takes it, or it waits there until one
+// can); what was sent to the thread itself ends with it, as on glibc.
+// Its end is a delivery point first: a handler routed to it while it ran
+// with no delivery point (a computation) runs before it ends, as glibc's
+// kernel would have run it on that thread.
 void thread_ended(SignalState& s) {
+  if (fibre_state() == &s) deliver_pending();
   s.ended.store(true, std::memory_order_seq_cst);
   s.mask.store(~kUnblockable, std::memory_order_seq_cst);
+  std::uint64_t p = s.pending.exchange(0, std::memory_order_seq_cst);
+  std::uint64_t back = p & s.routed.exchange(0, std::memory_order_acq_rel);
+  SignalInfo* a = s.info.load(std::memory_order_acquire);
+  for (; back; back &= back - 1) {
+    int sig = lowest(back);
+    hand_back(sig, a ? a[sig - 1] : info_of(nullptr));
+  }
 }
 
 // Before the program runs: glibc's functions, main's record (with it

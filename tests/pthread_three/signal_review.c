@@ -9,6 +9,10 @@
 //   forksig     a fork child of a parent whose thread waits in sigwait (and
 //               one in a condvar): the child's handler runs for its own kill
 //               and the parent's; a SIGTERM the parent once blocked ends it
+//   exitlost    a process-directed signal that only a computing thread can
+//               take runs its handler before the thread ends; a finished,
+//               unjoined thread is passed by; while threads come and go
+//               each kill runs the handler once (none lost with a thread)
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -175,6 +179,111 @@ static int forksig(void) {
   return 0;
 }
 
+static atomic_int hits, started, stop;
+static void hit(int sig) {
+  (void)sig;
+  hits++;
+}
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
+static void* computes(void* a) {
+  (void)a;
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGUSR1);
+  pthread_sigmask(SIG_UNBLOCK, &s, NULL);
+  started = 1;
+  double t0 = now();
+  while (now() - t0 < 0.2) {
+  }
+  return NULL;
+}
+static void* shortlived(void* a) {
+  (void)a;
+  volatile long x = 0;
+  for (long i = 0; i < 20000; i++) x += i;
+  return NULL;
+}
+static void unblock_usr1(void) {
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGUSR1);
+  pthread_sigmask(SIG_UNBLOCK, &s, NULL);
+}
+static void* spawner(void* a) {
+  (void)a;
+  unblock_usr1();  // and its threads, which start with its mask
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  while (!stop) {
+    pthread_t t;
+    pthread_create(&t, &at, shortlived, NULL);
+    sched_yield();
+  }
+  return NULL;
+}
+static void* sleeper(void* a) {
+  (void)a;
+  unblock_usr1();
+  while (!stop) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+static int exitlost(void) {
+  signal(SIGUSR1, hit);
+  pthread_t z;
+  pthread_create(&z, NULL, quick, NULL);  // finished, never joined until the end
+  usleep(50000);
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &s, NULL);
+  int lost = 0;
+  for (int r = 0; r < 4; r++) {
+    hits = 0;
+    started = 0;
+    pthread_t th;
+    pthread_create(&th, NULL, computes, NULL);
+    while (!started) usleep(1000);
+    usleep(20000);
+    kill(getpid(), SIGUSR1);
+    pthread_join(th, NULL);
+    usleep(50000);
+    if (hits != 1) lost++;
+  }
+  printf("computing thread: handler missing in %d of 4 rounds\n", lost);
+  // Short threads that do not block it come and go; a sleeper takes it too.
+  pthread_t sp, sl;
+  pthread_create(&sp, NULL, spawner, NULL);
+  pthread_create(&sl, NULL, sleeper, NULL);
+  lost = 0;
+  for (int i = 0; i < 300; i++) {
+    int before = hits;
+    kill(getpid(), SIGUSR1);
+    double t0 = now();
+    while (hits == before) {
+      if (now() - t0 > 2) {
+        lost++;
+        break;
+      }
+      usleep(100);
+    }
+  }
+  stop = 1;
+  pthread_join(sp, NULL);
+  pthread_join(sl, NULL);
+  printf("threads coming and going: %s lost\n", lost ? "some" : "none");
+  pthread_join(z, NULL);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   alarm(60);
@@ -182,6 +291,7 @@ int main(int argc, char** argv) {
   if (strcmp(c, "killexited") == 0) return killexited();
   if (strcmp(c, "flush") == 0) return flush();
   if (strcmp(c, "forksig") == 0) return forksig();
-  fprintf(stderr, "usage: signal_review killexited|flush|forksig\n");
+  if (strcmp(c, "exitlost") == 0) return exitlost();
+  fprintf(stderr, "usage: signal_review killexited|flush|forksig|exitlost\n");
   return 2;
 }
