@@ -286,6 +286,8 @@ std::uint64_t pending_for(const SignalState& s) {
 // The signal this kernel thread sends itself now (read by the trampoline:
 // initial-exec, no TLS call in a handler).
 thread_local int tls_delivering __attribute__((tls_model("initial-exec"))) = 0;
+// Start-up unblocks the signals the process inherited blocked (look_up_early).
+thread_local bool tls_adopting __attribute__((tls_model("initial-exec"))) = false;
 
 // sig, which the caller's mask does not block, delivered here: the kernel
 // runs the trampoline (handler, or the guarded default action) before the
@@ -576,10 +578,34 @@ void thread_ended(SignalState& s) {
 // Before the program runs: glibc's functions, main's record (with it
 // main's mask, the kernel thread's at start-up) so that a handler finds it,
 // and the fork handlers.
+//
+// A mask the process started with (inherited across exec) is main's
+// fibre mask, not the kernel's: each signal it blocks is guarded (as
+// set_mask does when a fibre blocks one) and then unblocked on this kernel
+// thread, before the runtime starts the processors (which inherit it), so
+// that the kernel delivers it to the trampoline, which routes it by the
+// fibres' masks. One already pending at exec comes now, and waits for the
+// process until a thread unblocks it.
 __attribute__((constructor)) void look_up_early() {
   signal_thread_end = &thread_ended;
   glibc();
+  sigset_t k;
+  std::uint64_t inherited = 0;
+  if (::syscall(SYS_rt_sigprocmask, SIG_BLOCK, nullptr, &k, _NSIG / 8) == 0) inherited = to_bits(&k) & ~kUnblockable;
+  std::uint64_t open = 0;  // left to the kernel: the synchronous ones (raised on the faulting thread)
+  for (std::uint64_t g = inherited; g; g &= g - 1)
+    if (!synchronous(lowest(g))) open |= bit(lowest(g));
+  if (open && !signal_state()) {
+    next_thread_mask(&inherited);  // main's record (made by loom_self below)
+    for (std::uint64_t g = open; g; g &= g - 1) guard(lowest(g));
+    sigset_t u;
+    to_set(open, &u);
+    tls_adopting = true;  // what was pending at exec comes now
+    ::syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &u, nullptr, _NSIG / 8);
+    tls_adopting = false;
+  }
   loom_self();
+  next_thread_mask(nullptr);
   __register_atfork(&before_fork, nullptr, &in_child, &__dso_handle);
 }
 
@@ -642,7 +668,9 @@ bool route(int sig, const siginfo_t* si, bool by_default) noexcept {
   if (fork_child.load(std::memory_order_relaxed)) return false;  // the kernel's choice, with the kernel's masks
   // The runtime's own (the stall detector's tgkill) and glibc's raise and
   // abort: meant for this kernel thread.
-  if (si && si->si_code == SI_TKILL && si->si_pid == ::getpid()) return false;
+  // (Not those pending since before exec, which come as start-up unblocks
+  // them: a raise of the former image's.)
+  if (si && si->si_code == SI_TKILL && si->si_pid == ::getpid() && !tls_adopting) return false;
   SignalState* cur = signal_state();
   if (rt::Processor* p = rt::this_processor_at_entry(); !p || p->current() == &p->idle_fibre()) cur = nullptr;
   Routing r{sig, info_of(si), by_default, cur, false};

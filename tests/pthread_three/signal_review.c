@@ -13,6 +13,10 @@
 //               take runs its handler before the thread ends; a finished,
 //               unjoined thread is passed by; while threads come and go
 //               each kill runs the handler once (none lost with a thread)
+//   inherit     a program started (exec'd from a fork child) with SIGUSR1
+//               and SIGUSR2 blocked, SIGUSR2 pending: it sees USR2 pending,
+//               takes it when it unblocks, and a SIGUSR1 from another
+//               process runs its handler once unblocked
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -284,6 +288,60 @@ static int exitlost(void) {
   return 0;
 }
 
+static volatile sig_atomic_t got_usr1, got_usr2;
+static void on_usr(int sig) {
+  if (sig == SIGUSR1) got_usr1 = 1;
+  if (sig == SIGUSR2) got_usr2 = 1;
+}
+static void* idle(void* a) {
+  (void)a;
+  usleep(300000);
+  return NULL;
+}
+
+static int inherited(void) {  // the exec'd image
+  signal(SIGUSR1, on_usr);
+  signal(SIGUSR2, on_usr);
+  printf("started: USR1 pending %d, USR2 pending %d\n", pending(SIGUSR1), pending(SIGUSR2));
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGUSR1);
+  sigaddset(&s, SIGUSR2);
+  sigprocmask(SIG_UNBLOCK, &s, NULL);
+  printf("unblocked: USR2 handler ran %d\n", (int)got_usr2);
+  pthread_t t;
+  pthread_create(&t, NULL, idle, NULL);
+  pid_t me = getpid();
+  if (fork() == 0) {
+    usleep(50000);
+    kill(me, SIGUSR1);
+    _exit(0);
+  }
+  for (int i = 0; i < 200 && !got_usr1; i++) usleep(10000);
+  wait(NULL);
+  pthread_join(t, NULL);
+  printf("USR1 from another process: handler ran %d\n", (int)got_usr1);
+  return 0;
+}
+
+static int inherit(const char* self) {
+  pid_t c = fork();
+  if (c == 0) {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGUSR1);
+    sigaddset(&s, SIGUSR2);
+    sigprocmask(SIG_BLOCK, &s, NULL);
+    raise(SIGUSR2);  // pending in the kernel across the exec
+    execl(self, self, "inherited", (char*)NULL);
+    _exit(1);
+  }
+  int st;
+  waitpid(c, &st, 0);
+  printf("exit %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   alarm(60);
@@ -292,6 +350,14 @@ int main(int argc, char** argv) {
   if (strcmp(c, "flush") == 0) return flush();
   if (strcmp(c, "forksig") == 0) return forksig();
   if (strcmp(c, "exitlost") == 0) return exitlost();
-  fprintf(stderr, "usage: signal_review killexited|flush|forksig|exitlost\n");
+  if (strcmp(c, "inherit") == 0) {
+    static char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return 1;
+    exe[n] = 0;
+    return inherit(exe);
+  }
+  if (strcmp(c, "inherited") == 0) return inherited();
+  fprintf(stderr, "usage: signal_review killexited|flush|forksig|exitlost|inherit\n");
   return 2;
 }
