@@ -192,7 +192,7 @@ struct SignalState {
   std::atomic<std::uint64_t> pending{0};   // sent to this thread, not yet taken
   std::atomic<std::uint64_t> waits{0};     // a wait ends when one of these arrives
   sem_t wake{};                            // its waits wait on it (all zero: a valid, empty semaphore)
-  std::atomic<SignalInfo*> info{nullptr};  // [64], made at its first wait
+  std::atomic<SignalInfo*> info{nullptr};  // [64], made with the slot's first record
   // Where its fibre is parked in the parking lot (null: it is not), and
   // that fibre, for a handler that must cut the wait short; and whether
   // one was asked for (sigthread.cpp, "interrupts").

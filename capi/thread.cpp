@@ -211,6 +211,11 @@ Thread* new_record() {
   s->signals.interrupt.store(false, std::memory_order_relaxed);
   s->signals.ended.store(false, std::memory_order_relaxed);
   s->signals.routed.store(0, std::memory_order_relaxed);
+  // The siginfo of what is posted to it (sigqueue's value, a sender's pid):
+  // made here, once per slot (kept with it), since a poster may be a signal
+  // handler, which cannot allocate; without it a post keeps no siginfo.
+  if (!s->signals.info.load(std::memory_order_relaxed))
+    s->signals.info.store(new (std::nothrow) SignalInfo[64](), std::memory_order_release);
   std::uint32_t gen = s->gen.load(std::memory_order_relaxed) + 1;  // odd: live
   t->id = handle_of(gen, s->index);
   s->gen.store(gen, std::memory_order_release);

@@ -322,7 +322,8 @@ SignalState* fibre_state() {
   return signal_state();
 }
 
-// The info array: made at the first wait.
+// The info array: made with the slot's first record (thread.cpp); here too,
+// should that allocation have failed.
 bool prepare_wait(SignalState& s) {
   if (!s.info.load(std::memory_order_acquire)) {
     auto* a = new (std::nothrow) SignalInfo[64]();
