@@ -427,10 +427,10 @@ bool claim_process_pending(SignalState& s, void* arg);
 // sig, pending for the process, goes back there (a thread it was routed to
 // ended without taking it): a thread that waits for it or does not block
 // it is woken to take it, as route's last step.
-void hand_back(int sig, const SignalInfo& i) {
+bool hand_back(int sig, const SignalInfo& i) {
   Routing r{sig, i, false, nullptr, false};
   post_process(sig, i);
-  any_signal_state(&claim_process_pending, &r);
+  return any_signal_state(&claim_process_pending, &r);  // false: no thread takes it now
 }
 
 // A process-directed signal posted to s by route. Against s's end
@@ -560,19 +560,20 @@ void in_child() {
 // What was routed to it from the process and is still pending goes back
 // to the process (another thread takes it, or it waits there until one
 // can); what was sent to the thread itself ends with it, as on glibc.
-// Its end is a delivery point first: a handler routed to it while it ran
-// with no delivery point (a computation) runs before it ends, as glibc's
-// kernel would have run it on that thread.
 void thread_ended(SignalState& s) {
-  if (fibre_state() == &s) deliver_pending();
+  bool own = fibre_state() == &s;
   s.ended.store(true, std::memory_order_seq_cst);
-  s.mask.store(~kUnblockable, std::memory_order_seq_cst);
+  std::uint64_t was = s.mask.exchange(~kUnblockable, std::memory_order_seq_cst);
   std::uint64_t p = s.pending.exchange(0, std::memory_order_seq_cst);
   std::uint64_t back = p & s.routed.exchange(0, std::memory_order_acq_rel);
   SignalInfo* a = s.info.load(std::memory_order_acquire);
   for (; back; back &= back - 1) {
     int sig = lowest(back);
-    hand_back(sig, a ? a[sig - 1] : info_of(nullptr));
+    if (hand_back(sig, a ? a[sig - 1] : info_of(nullptr)) || !own || (was & bit(sig))) continue;
+    // No other thread can take it now: it runs here, where glibc's kernel
+    // would have run it (the thread computed without a delivery point).
+    SignalInfo i;
+    if (take_process(sig, &i)) run_here(sig, i);
   }
 }
 
