@@ -192,15 +192,19 @@ struct SignalState {
   std::atomic<std::uint64_t> pending{0};   // sent to this thread, not yet taken
   std::atomic<std::uint64_t> waits{0};     // a wait ends when one of these arrives
   sem_t wake{};                            // its waits wait on it (all zero: a valid, empty semaphore)
-  std::atomic<SignalInfo*> info{nullptr};  // [64], made at its first wait, or
-                                           // for every thread once a handler takes a siginfo
-                                           // (keep_signal_info)
+  std::atomic<SignalInfo*> info{nullptr};  // [64], made with the slot's first record
   // Where its fibre is parked in the parking lot (null: it is not), and
   // that fibre, for a handler that must cut the wait short; and whether
   // one was asked for (sigthread.cpp, "interrupts").
   std::atomic<const void*> parked_key{nullptr};
   std::atomic<const void*> parked_fibre{nullptr};
   std::atomic<bool> interrupt{false};
+  // Its thread has finished (it may not be joined yet): pthread_kill sends
+  // nothing, routing passes it by (sigthread.cpp, thread_ended).
+  std::atomic<bool> ended{false};
+  // Of `pending`, the signals routed here from the process (not sent to
+  // this thread): what it did not take when it ends goes back to the process.
+  std::atomic<std::uint64_t> routed{0};
 };
 // The mask the next thread the caller creates starts with, instead of the
 // caller's (pthread_attr_setsigmask_np): set just before loom_create, which
@@ -213,12 +217,6 @@ SignalState* signal_state(loom_t id) noexcept;
 // Calls fn on every live thread's state until it returns true (then true);
 // async-signal-safe. A thread may end meanwhile: what is posted to it is lost.
 bool any_signal_state(bool (*fn)(SignalState&, void*), void* arg) noexcept;
-
-// Gives every live thread, and each thread made from now on, the array
-// that keeps the siginfo of what is posted to it (SignalState::info): a
-// handler that takes a siginfo (SA_SIGINFO) reads what the sender sent
-// (SI_TIMER, sigqueue's value), not a made-up SI_TKILL. Not async-signal-safe.
-void keep_signal_info() noexcept;
 
 // How many fibres loom_create has made so far. With LOOM_PTHREAD_STATS=1 in
 // the environment the count is also written to stderr at exit ("loom: N
@@ -241,6 +239,11 @@ int fibre_attr_of(const loom_attr_t* a, FibreAttr* out) noexcept;
 // start routine returns) before the process exits with status 0; set by
 // libloom-pthread, whose threads made in the child must end first.
 extern void (*fork_child_thread_end)();
+// A thread of loom_create (or main, by pthread_exit) finishes, before a
+// joiner can see it: set by libloom-pthread (sigthread.cpp), which marks
+// its signal state ended and hands the process-directed signals still
+// pending there back to the process.
+extern void (*signal_thread_end)(SignalState& s);
 // The child of a fork: the thread that forked (`id`, its handle from before
 // the fork) ends there with pthread_exit(retval); if it is main, a thread
 // joining it gets retval (only main's record can be joined without its

@@ -171,16 +171,6 @@ thread_local std::uint64_t next_mask = 0;  // next_thread_mask's, for new_record
 thread_local bool next_mask_set = false;
 
 // A fresh record in a free slot; nullptr when out of memory or slots.
-// keep_signal_info's: every thread gets an info array.
-std::atomic<bool> signal_info_kept{false};
-void give_info(SignalState& st) noexcept {
-  if (st.info.load(std::memory_order_acquire)) return;
-  auto* a = new (std::nothrow) SignalInfo[64]();
-  if (!a) return;  // (its signals then report SI_TKILL)
-  SignalInfo* none = nullptr;
-  if (!st.info.compare_exchange_strong(none, a, std::memory_order_acq_rel)) delete[] a;
-}
-
 Thread* new_record() {
   Slot* s = nullptr;
   {
@@ -219,13 +209,16 @@ Thread* new_record() {
   s->signals.waits.store(0, std::memory_order_relaxed);
   s->signals.parked_key.store(nullptr, std::memory_order_relaxed);  // the slot's last thread's
   s->signals.interrupt.store(false, std::memory_order_relaxed);
+  s->signals.ended.store(false, std::memory_order_relaxed);
+  s->signals.routed.store(0, std::memory_order_relaxed);
+  // The siginfo of what is posted to it (sigqueue's value, a sender's pid):
+  // made here, once per slot (kept with it), since a poster may be a signal
+  // handler, which cannot allocate; without it a post keeps no siginfo.
+  if (!s->signals.info.load(std::memory_order_relaxed))
+    s->signals.info.store(new (std::nothrow) SignalInfo[64](), std::memory_order_release);
   std::uint32_t gen = s->gen.load(std::memory_order_relaxed) + 1;  // odd: live
   t->id = handle_of(gen, s->index);
   s->gen.store(gen, std::memory_order_release);
-  // After the slot is live (seq_cst against keep_signal_info's flag, then
-  // walk): one of the two gives it its info array.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (signal_info_kept.load(std::memory_order_relaxed)) give_info(s->signals);
   return t;
 }
 
@@ -384,6 +377,7 @@ void destroy_keys(rt::Fibre* self) {
 
 void finish(Thread* t, rt::Fibre* self) {
   destroy_keys(self);  // while loom_self() still names t (POSIX)
+  if (signal_thread_end) signal_thread_end(slot_of(t)->signals);
   t->finished.release_errno();
   if (live_threads.fetch_sub(1, std::memory_order_acq_rel) == 1) all_done().release_errno();
   if (t->state.fetch_or(kExited, std::memory_order_acq_rel) & kDetached) destroy(t);
@@ -443,6 +437,7 @@ void trampoline(void* p) {
 // then the process waits for its threads and exits with status 0.
 [[noreturn]] void exit_main(Thread* m) {
   destroy_keys(rt::this_fibre_or_null());
+  if (signal_thread_end) signal_thread_end(slot_of(m)->signals);
   main_ended(m, m->retval);
   while (live_threads.load(std::memory_order_acquire) != 0) all_done().acquire();
   std::exit(0);
@@ -604,20 +599,10 @@ bool any_signal_state(bool (*fn)(SignalState&, void*), void* arg) noexcept {
   return false;
 }
 
-void keep_signal_info() noexcept {
-  if (signal_info_kept.load(std::memory_order_acquire)) return;
-  signal_info_kept.store(true, std::memory_order_seq_cst);
-  any_signal_state(
-      [](SignalState& st, void*) {
-        give_info(st);
-        return false;
-      },
-      nullptr);
-}
-
 long fibres_created() noexcept { return threads_created.load(std::memory_order_relaxed); }
 
 void (*fork_child_thread_end)() = nullptr;
+void (*signal_thread_end)(SignalState&) = nullptr;
 
 // A thread's CPU clock: a clock id the kernel would take for a thread's
 // (negative, per thread, CPUCLOCK_SCHED) of a thread id no kernel thread

@@ -152,6 +152,8 @@ bool own(void* fn) {
 
 bool catchable_async(int sig);
 
+bool ignored_by_default(int sig) { return sig == SIGCHLD || sig == SIGURG || sig == SIGWINCH || sig == SIGCONT; }
+
 // The flags the kernel gets for a guarded SIG_DFL: SA_NODEFER, so that the
 // trampoline's tgkill of the default action is delivered at once.
 constexpr int kGuardFlags = SA_SIGINFO | SA_RESTART | SA_NODEFER;
@@ -206,9 +208,10 @@ int install(int sig, const struct sigaction* act, struct sigaction* oldact) {
     }
   }
   if (act) slot.wrapped = wrap;
+  if (act && (act->sa_handler == SIG_IGN || (act->sa_handler == SIG_DFL && ignored_by_default(sig))))
+    discard_pending(sig);  // POSIX: "any pending signal shall be discarded" (under the lock: no install meanwhile)
   errno = e;
   if (wrap && catchable_async(sig) && slot.read().fn && !own(slot.read().fn)) enable_interrupts();
-  if (wrap && (act->sa_flags & SA_SIGINFO) && !own(slot.read().fn)) loom::capi::keep_signal_info();  // its siginfo, as sent
   return 0;
 }
 
@@ -276,12 +279,8 @@ Action action_of(int sig) noexcept {
   if (a.sa_flags & SA_SIGINFO) return Action::handler;
   if (a.sa_handler == SIG_IGN) return Action::ignore;
   if (a.sa_handler != SIG_DFL) return Action::handler;
+  if (ignored_by_default(sig)) return Action::ignore;
   switch (sig) {
-    case SIGCHLD:
-    case SIGURG:
-    case SIGWINCH:
-    case SIGCONT:
-      return Action::ignore;
     case SIGSTOP:
     case SIGTSTP:
     case SIGTTIN:

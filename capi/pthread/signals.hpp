@@ -41,6 +41,12 @@ bool route(int sig, const siginfo_t* si, bool by_default) noexcept;
 // nothing is pending (two loads). No-op off a fibre and inside a handler.
 void deliver_pending() noexcept;
 
+// sig's disposition became one that ignores it (SIG_IGN, or SIG_DFL of a
+// signal whose default is to ignore): its pending instances are discarded,
+// as the kernel discards its own — every thread's, the process's, the
+// realtime queue's (sigthread.cpp; called by signal.cpp's install).
+void discard_pending(int sig) noexcept;
+
 // Whether the program's disposition of sig has SA_RESTART (signal.cpp).
 bool restarts(int sig) noexcept;
 

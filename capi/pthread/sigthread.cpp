@@ -235,6 +235,11 @@ void post_process(int sig, const SignalInfo& i) {
   *errno_slot() = e;
 }
 
+bool discard_one(SignalState& s, void* arg) {
+  s.pending.fetch_and(~*static_cast<std::uint64_t*>(arg), std::memory_order_acq_rel);
+  return false;  // on to the next
+}
+
 bool take_process(int sig, SignalInfo* out) {
   std::uint64_t b = bit(sig);
   if (!(process_pending.load(std::memory_order_acquire) & b)) return false;
@@ -264,6 +269,7 @@ bool take_process(int sig, SignalInfo* out) {
 bool take(SignalState& s, int sig, SignalInfo* out) {
   std::uint64_t b = bit(sig);
   if (s.pending.fetch_and(~b, std::memory_order_acq_rel) & b) {
+    s.routed.fetch_and(~b, std::memory_order_relaxed);
     SignalInfo* a = s.info.load(std::memory_order_acquire);
     *out = a ? a[sig - 1] : info_of(nullptr);
     return true;
@@ -280,6 +286,8 @@ std::uint64_t pending_for(const SignalState& s) {
 // The signal this kernel thread sends itself now (read by the trampoline:
 // initial-exec, no TLS call in a handler).
 thread_local int tls_delivering __attribute__((tls_model("initial-exec"))) = 0;
+// Start-up unblocks the signals the process inherited blocked (look_up_early).
+thread_local bool tls_adopting __attribute__((tls_model("initial-exec"))) = false;
 
 // sig, which the caller's mask does not block, delivered here: the kernel
 // runs the trampoline (handler, or the guarded default action) before the
@@ -314,7 +322,8 @@ SignalState* fibre_state() {
   return signal_state();
 }
 
-// The info array: made at the first wait.
+// The info array: made with the slot's first record (thread.cpp); here too,
+// should that allocation have failed.
 bool prepare_wait(SignalState& s) {
   if (!s.info.load(std::memory_order_acquire)) {
     auto* a = new (std::nothrow) SignalInfo[64]();
@@ -413,10 +422,35 @@ struct Routing {
   bool parked_only = false;  // post_to_unblocked's first pass
 };
 
+bool claim_process_pending(SignalState& s, void* arg);
+
+// sig, pending for the process, goes back there (a thread it was routed to
+// ended without taking it): a thread that waits for it or does not block
+// it is woken to take it, as route's last step.
+bool hand_back(int sig, const SignalInfo& i) {
+  Routing r{sig, i, false, nullptr, false};
+  post_process(sig, i);
+  return any_signal_state(&claim_process_pending, &r);  // false: no thread takes it now
+}
+
+// A process-directed signal posted to s by route. Against s's end
+// (thread_ended): it marks s ended, then takes its pending set; this sets
+// the bit, then reads `ended` (both sequentially consistent), so a signal
+// posted as s ends is taken back by one of the two, never lost with it.
+void post_routed(SignalState& s, int sig, const SignalInfo& i) {
+  std::uint64_t b = bit(sig);
+  s.routed.fetch_or(b, std::memory_order_relaxed);
+  post(s, sig, i);
+  if (s.ended.load(std::memory_order_seq_cst) && (s.pending.fetch_and(~b, std::memory_order_acq_rel) & b)) {
+    SignalInfo* a = s.info.load(std::memory_order_acquire);
+    hand_back(sig, a ? a[sig - 1] : i);
+  }
+}
+
 bool post_to_waiter(SignalState& s, void* arg) {
   auto* r = static_cast<Routing*>(arg);
   if (!(s.waits.load(std::memory_order_acquire) & bit(r->sig))) return false;
-  post(s, r->sig, r->info);
+  post_routed(s, r->sig, r->info);
   return true;
 }
 
@@ -444,7 +478,7 @@ bool post_to_unblocked(SignalState& s, void* arg) {
   if (r->parked_only) {
     if (!s.parked_key.load(std::memory_order_seq_cst)) return false;
     r->posted = true;
-    post(s, r->sig, r->info);
+    post_routed(s, r->sig, r->info);
     ask_interrupt(s);
     return true;
   }
@@ -453,7 +487,7 @@ bool post_to_unblocked(SignalState& s, void* arg) {
   // idle processor, one of loom's own threads): run here, at once, as a
   // thread that blocks nothing would. A default action acts here either way.
   r->posted = !r->by_default && r->skip;
-  if (r->posted) post(s, r->sig, r->info);
+  if (r->posted) post_routed(s, r->sig, r->info);
   return true;
 }
 
@@ -507,19 +541,73 @@ void before_fork() {
   forking_fibre.store(s != nullptr, std::memory_order_relaxed);
   if (s) forking_mask.store(s->mask.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
+// The child of a fork: every thread there is a kernel thread of glibc's
+// (the forking one included), whose mask is the kernel's; route leaves
+// each signal to the thread the kernel picked. The states copied from the
+// parent (waiters, parked fibres) name fibres the child does not have.
+std::atomic<bool> fork_child{false};
 void in_child() {
+  fork_child.store(true, std::memory_order_relaxed);
   if (!forking_fibre.load(std::memory_order_relaxed)) return;
   sigset_t k;
   to_set(forking_mask.load(std::memory_order_relaxed), &k);
   ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &k, nullptr, _NSIG / 8);
 }
 
+// A thread finishes (thread.cpp's signal_thread_end): from now on it
+// blocks everything, so that routing passes it by, and pthread_kill sends
+// it nothing.
+// What was routed to it from the process and is still pending goes back
+// to the process (another thread takes it, or it waits there until one
+// can); what was sent to the thread itself ends with it, as on glibc.
+void thread_ended(SignalState& s) {
+  bool own = fibre_state() == &s;
+  s.ended.store(true, std::memory_order_seq_cst);
+  std::uint64_t was = s.mask.exchange(~kUnblockable, std::memory_order_seq_cst);
+  std::uint64_t p = s.pending.exchange(0, std::memory_order_seq_cst);
+  std::uint64_t back = p & s.routed.exchange(0, std::memory_order_acq_rel);
+  SignalInfo* a = s.info.load(std::memory_order_acquire);
+  for (; back; back &= back - 1) {
+    int sig = lowest(back);
+    if (hand_back(sig, a ? a[sig - 1] : info_of(nullptr)) || !own || (was & bit(sig))) continue;
+    // No other thread can take it now: it runs here, where glibc's kernel
+    // would have run it (the thread computed without a delivery point).
+    SignalInfo i;
+    if (take_process(sig, &i)) run_here(sig, i);
+  }
+}
+
 // Before the program runs: glibc's functions, main's record (with it
 // main's mask, the kernel thread's at start-up) so that a handler finds it,
 // and the fork handlers.
+//
+// A mask the process started with (inherited across exec) is main's
+// fibre mask, not the kernel's: each signal it blocks is guarded (as
+// set_mask does when a fibre blocks one) and then unblocked on this kernel
+// thread, before the runtime starts the processors (which inherit it), so
+// that the kernel delivers it to the trampoline, which routes it by the
+// fibres' masks. One already pending at exec comes now, and waits for the
+// process until a thread unblocks it.
 __attribute__((constructor)) void look_up_early() {
+  signal_thread_end = &thread_ended;
   glibc();
+  sigset_t k;
+  std::uint64_t inherited = 0;
+  if (::syscall(SYS_rt_sigprocmask, SIG_BLOCK, nullptr, &k, _NSIG / 8) == 0) inherited = to_bits(&k) & ~kUnblockable;
+  std::uint64_t open = 0;  // left to the kernel: the synchronous ones (raised on the faulting thread)
+  for (std::uint64_t g = inherited; g; g &= g - 1)
+    if (!synchronous(lowest(g))) open |= bit(lowest(g));
+  if (open && !signal_state()) {
+    next_thread_mask(&inherited);  // main's record (made by loom_self below)
+    for (std::uint64_t g = open; g; g &= g - 1) guard(lowest(g));
+    sigset_t u;
+    to_set(open, &u);
+    tls_adopting = true;  // what was pending at exec comes now
+    ::syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &u, nullptr, _NSIG / 8);
+    tls_adopting = false;
+  }
   loom_self();
+  next_thread_mask(nullptr);
   __register_atfork(&before_fork, nullptr, &in_child, &__dso_handle);
 }
 
@@ -579,9 +667,12 @@ int send(SignalState& s, int sig, const SignalInfo& i, bool self) {
 
 bool route(int sig, const siginfo_t* si, bool by_default) noexcept {
   if (synchronous(sig) || tls_delivering == sig) return false;
+  if (fork_child.load(std::memory_order_relaxed)) return false;  // the kernel's choice, with the kernel's masks
   // The runtime's own (the stall detector's tgkill) and glibc's raise and
   // abort: meant for this kernel thread.
-  if (si && si->si_code == SI_TKILL && si->si_pid == ::getpid()) return false;
+  // (Not those pending since before exec, which come as start-up unblocks
+  // them: a raise of the former image's.)
+  if (si && si->si_code == SI_TKILL && si->si_pid == ::getpid() && !tls_adopting) return false;
   SignalState* cur = signal_state();
   if (rt::Processor* p = rt::this_processor_at_entry(); !p || p->current() == &p->idle_fibre()) cur = nullptr;
   Routing r{sig, info_of(si), by_default, cur, false};
@@ -654,6 +745,21 @@ void enable_interrupts() noexcept {
   interrupts_on.store(true, std::memory_order_release);
 }
 
+void discard_pending(int sig) noexcept {
+  if (sig <= 0 || sig > 64) return;
+  std::uint64_t b = bit(sig);
+  int e = *errno_slot();
+  if (queued(sig)) {
+    RtLocked l;
+    rt_queue[sig - 1].n = 0;
+    process_pending.fetch_and(~b, std::memory_order_acq_rel);
+  } else {
+    process_pending.fetch_and(~b, std::memory_order_acq_rel);
+  }
+  any_signal_state(&discard_one, &b);
+  *errno_slot() = e;
+}
+
 bool fibre_mask(std::uint64_t* out) noexcept {
   SignalState* s = fibre_state();
   if (!s) return false;
@@ -712,7 +818,9 @@ int pthread_kill(pthread_t t, int sig) {
     *errno_slot() = e;
     return r;
   }
-  if (sig == 0) return 0;
+  // A thread that has finished, not yet joined: glibc (2.34 on) sends
+  // nothing and returns 0.
+  if (sig == 0 || target->ended.load(std::memory_order_acquire)) return 0;
   return send(*target, sig, SignalInfo{SI_TKILL, int(::getpid()), unsigned(::getuid()), nullptr}, target == self);
 }
 
@@ -721,6 +829,7 @@ int pthread_sigqueue(pthread_t t, int sig, const union sigval value) {
   SignalState* target = signal_state(t);
   if (!target && glibc_thread_of_fork_child(t)) return glibc().sigqueue(t, sig, value);
   if (!target) return t == loom_self() ? ENOTSUP : ESRCH;
+  if (target->ended.load(std::memory_order_acquire)) return ESRCH;  // finished (glibc: its tid is gone)
   if (sig == 0) return 0;
   return send(*target, sig, SignalInfo{SI_QUEUE, int(::getpid()), unsigned(::getuid()), value.sival_ptr},
               target == fibre_state());

@@ -81,6 +81,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <fcntl.h>
 #include <sys/syscall.h>
 #include <threads.h>
 #include <unistd.h>
@@ -1123,8 +1124,21 @@ int pthread_setname_np(pthread_t t, const char* name) {
   int e = loom_setname_np(t, name);
   // A thread naming itself names its kernel thread too, as glibc's does
   // (/proc/self/task/TID/comm): a fibre's is its processor's, until the
-  // next fibre there names itself.
-  if (e == 0 && t == pthread_self()) prctl(PR_SET_NAME, name);
+  // next fibre there names itself — except processor 0's, the initial
+  // thread, whose name is the process's (ps, pgrep, killall): only main
+  // names that one, wherever it runs (its comm file), and its processor's.
+  if (e == 0 && t == pthread_self()) {
+    if (is_main_thread(t)) {
+      int saved = errno;  // (raw calls: not this library's open and write)
+      long fd = ::syscall(SYS_openat, AT_FDCWD, "/proc/self/comm", O_WRONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        ::syscall(SYS_write, fd, name, std::strlen(name));
+        ::syscall(SYS_close, fd);
+      }
+      errno = saved;
+    }
+    if (::syscall(SYS_gettid) != ::getpid()) prctl(PR_SET_NAME, name);
+  }
   return e;
 }
 int pthread_getname_np(pthread_t t, char* name, size_t len) {
