@@ -962,12 +962,24 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
 int loom_join(loom_t id, void** retval) {
   Thread* t = nullptr;
   if (int e = check_joinable(id, &t)) return e;
-  cancel_point();  // a cancellation point (on entry only: a request does not wake a joiner)
-  if (int e = claim(t)) return e;
-  ErrnoKeeper k;
-  reap(t, retval);
-  k.done();
-  return 0;
+  for (;;) {
+    cancel_point();  // a cancellation point, on entry and when a request ended the wait
+    if (int e = claim(t)) return e;
+    ErrnoKeeper k;
+    int e;
+    {
+      CancellableWait c;  // a request ends the wait (as a timeout would)
+      e = t->finished.acquire_errno(kForever);
+    }
+    if (e == 0) {
+      reap(t, retval, true);
+      k.done();
+      return 0;
+    }
+    // Not joined: t stays joinable (glibc's rule for a cancelled joiner).
+    t->state.fetch_and(~unsigned(kClaimed), std::memory_order_acq_rel);
+    k.done();
+  }
 }
 
 int loom_tryjoin_np(loom_t id, void** retval) {
@@ -986,17 +998,25 @@ int loom_clockjoin_np(loom_t id, void** retval, clockid_t clock, const struct ti
   if (!abstime) return clock == CLOCK_REALTIME || clock == CLOCK_MONOTONIC ? loom_join(id, retval) : EINVAL;
   Thread* t = nullptr;
   if (int e = check_joinable(id, &t)) return e;
-  cancel_point();
-  if (int e = claim(t)) return e;
-  ErrnoKeeper k;
-  int e = timed(clock, abstime, EAGAIN, [t](Deadline d) { return t->finished.acquire_errno(d); });
-  if (e == 0) {
-    reap(t, retval, true);
-  } else {
+  for (;;) {
+    cancel_point();  // on entry, and when a request ended the wait (as loom_join)
+    if (int e = claim(t)) return e;
+    ErrnoKeeper k;
+    int e = timed(clock, abstime, EAGAIN, [t](Deadline d) {
+      CancellableWait c;
+      int r = t->finished.acquire_errno(d);
+      if (r == ETIMEDOUT && c.fibre && rt::cancel_pending(static_cast<rt::Fibre*>(c.fibre))) return ECANCELED;
+      return r;
+    });
+    if (e == 0) {
+      reap(t, retval, true);
+      k.done();
+      return 0;
+    }
     t->state.fetch_and(~unsigned(kClaimed), std::memory_order_acq_rel);  // someone may join later
+    k.done();
+    if (e != ECANCELED) return e;
   }
-  k.done();
-  return e;
 }
 
 int loom_timedjoin_np(loom_t id, void** retval, const struct timespec* abstime) {

@@ -36,7 +36,7 @@
 //    and acts as deferred (at cancellation points, and when the state or
 //    type changes). A thread in a loop without cancellation points, or
 //    waiting for a mutex, is not cancelled.
-//  - a request does not wake a thread blocked in pthread_join, in a mutex,
+//  - a request does not wake a thread blocked in a mutex,
 //    rwlock or barrier (not cancellation points), in a process-shared
 //    semaphore (it looks for the request between its polls), on io_uring's
 //    read path, or in a call loom offloads (a regular file, a terminal): it

@@ -409,6 +409,7 @@ int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const time
 int cond_wait_foreign(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const timespec* abs) {
   if (!shared::is_mutex_kind(mkind(m).load(std::memory_order_relaxed))) return EINVAL;
   if (abs && !valid(abs)) return EINVAL;
+  cancel_point();  // a cancellation point, as cond_wait's: on entry with the mutex held, ...
   Deadline d = deadline(clock, abs);
   ErrnoKeeper keep;
   auto& seq = cseq(c);
@@ -421,11 +422,13 @@ int cond_wait_foreign(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, co
     return keep.done(), e;
   }
   rt::Parked r = pl::park_if(
-      &seq, [&seq, s] { return seq.load(std::memory_order_relaxed) == s; }, d, rt::WaitKind::condvar);
+      &seq, [&seq, s] { return seq.load(std::memory_order_relaxed) == s; }, d, rt::WaitKind::condvar,
+      /*cancellable=*/cancel_acts_here() || !on_fibre());
   cwaiters(c).fetch_sub(1, std::memory_order_release);  // last touch of c
   int e = shared::mutex_lock(m, kForever);
   if (e == 0 || e == EOWNERDEAD) shared::cond_users_add(m, -1);
   keep.done();
+  if (r.result == ParkResult::Cancelled && (e == 0 || e == EOWNERDEAD)) cancel_point();  // ... and after, held again
   if (e) return e;
   return r.result == ParkResult::TimedOut && reached(clock, *abs) ? ETIMEDOUT : 0;
 }
