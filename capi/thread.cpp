@@ -959,6 +959,10 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
   return 0;
 }
 
+// How long a kernel thread's join waits before it looks for glibc's
+// cancellation request again.
+constexpr Deadline kKernelCancelSliceNs = 50 * 1000 * 1000;
+
 int loom_join(loom_t id, void** retval) {
   Thread* t = nullptr;
   if (int e = check_joinable(id, &t)) return e;
@@ -969,7 +973,9 @@ int loom_join(loom_t id, void** retval) {
     int e;
     {
       CancellableWait c;  // a request ends the wait (as a timeout would)
-      e = t->finished.acquire_errno(kForever);
+      // A kernel thread (a fork child's, whose cancellation is glibc's)
+      // looks for a request between slices, as its semaphore waits do.
+      e = t->finished.acquire_errno(rt::this_fibre_or_null() ? kForever : rt::now_ns() + kKernelCancelSliceNs);
     }
     if (e == 0) {
       reap(t, retval, true);
@@ -1004,8 +1010,14 @@ int loom_clockjoin_np(loom_t id, void** retval, clockid_t clock, const struct ti
     ErrnoKeeper k;
     int e = timed(clock, abstime, EAGAIN, [t](Deadline d) {
       CancellableWait c;
+      bool slice = false;  // (a kernel thread's, as loom_join's)
+      if (!rt::this_fibre_or_null() && d != kNow) {
+        Deadline s = rt::now_ns() + kKernelCancelSliceNs;
+        if (d == kForever || s < d) d = s, slice = true;
+      }
       int r = t->finished.acquire_errno(d);
-      if (r == ETIMEDOUT && c.fibre && rt::cancel_pending(static_cast<rt::Fibre*>(c.fibre))) return ECANCELED;
+      if (r == ETIMEDOUT && (slice || (c.fibre && rt::cancel_pending(static_cast<rt::Fibre*>(c.fibre)))))
+        return ECANCELED;  // look for a request, then wait again
       return r;
     });
     if (e == 0) {
