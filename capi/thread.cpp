@@ -453,23 +453,28 @@ void main_ended(Thread* m, void* retval) {
 // destructors ran as their frames went). From there it ends as loom's own
 // cancellation does: the handlers left (loom_cleanup_push's frames, which
 // glibc does not know) run, and the thread ends with LOOM_CANCELED.
-[[gnu::noinline]] void* start_with_landing(Thread* t) {
+// Also around a continuation after loom_rest: a restable thread's block
+// stays (on the heap) while its stack changes, so the landing of the stack
+// before would be a dead frame.
+[[gnu::noinline]] void start_with_landing(Thread* t) {
   __pthread_unwind_buf_t landing;
   std::memset(&landing, 0, sizeof landing);
   if (__sigsetjmp(reinterpret_cast<__jmp_buf_tag*>(landing.__cancel_jmp_buf), 0)) {
     Thread* me = current_record();
-    glibc_acted();
+    glibc_acted();  // (retval: LOOM_CANCELED)
     while (loom_cleanup_frame* c = me->cleanup) {
       me->cleanup = c->_loom_prev;
       c->_loom_fn(c->_loom_arg);
     }
     me->glibc.chain = nullptr;
-    return LOOM_CANCELED;
+    return;
   }
   glibc_cancel->reg(&landing);
-  void* r = t->start(t->arg);
+  if (void (*fn)(void*) = t->rest_fn)
+    fn(t->rest_arg);  // continued after loom_rest
+  else
+    t->retval = t->start(t->arg);
   glibc_cancel->unreg(&landing);
-  return r;
 }
 
 void trampoline(void* p) {
@@ -486,10 +491,10 @@ void trampoline(void* p) {
   // it too.)
   if (t->cpu_clock_wanted.load(std::memory_order_acquire)) rt::cpu_clock_start(self);
   try {
-    if (void (*fn)(void*) = t->rest_fn)
+    if (glibc_cancel)
+      start_with_landing(t);
+    else if (void (*fn)(void*) = t->rest_fn)
       fn(t->rest_arg);  // continued after loom_rest
-    else if (glibc_cancel)
-      t->retval = start_with_landing(t);
     else
       t->retval = t->start(t->arg);
   } catch (abi::__forced_unwind&) {
