@@ -3,13 +3,17 @@
 // condvar with a mutex of capi/pthread/shared.cpp's): the request ends the
 // wait, as glibc's. A cancelled joiner leaves its target joinable; a
 // cancelled condvar waiter runs its handler with the mutex held again.
+// And close: a cancellation point that acts before the call (the
+// descriptor stays open).
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <time.h>
+#include <unistd.h>
 
 static sem_t go;
 static pthread_mutex_t pi_mutex;
@@ -86,6 +90,37 @@ static void join_case(const char* name, int how) {
   fflush(stdout);
 }
 
+static int close_fd;
+static sem_t close_go;
+
+static void* closer(void* arg) {
+  (void)arg;
+  pthread_cleanup_push(say, "  closer: handler\n");
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+  while (sem_wait(&close_go) != 0) {  // (a cancellation point: disabled around it)
+  }
+  pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);  // (deferred: does not act)
+  close(close_fd);
+  say("  closer: close returned\n");
+  pthread_cleanup_pop(0);
+  return NULL;
+}
+
+static void close_case(void) {
+  printf("cancelled at close\n");
+  fflush(stdout);
+  close_fd = open("/dev/null", O_RDONLY);
+  sem_init(&close_go, 0, 0);
+  pthread_t c;
+  pthread_create(&c, NULL, closer, NULL);
+  pthread_cancel(c);  // pending when it reaches close
+  sem_post(&close_go);
+  void* r;
+  pthread_join(c, &r);
+  printf("  closer joined: %s\n", r == PTHREAD_CANCELED ? "PTHREAD_CANCELED" : "a value");
+  printf("  descriptor still open: %s\n", fcntl(close_fd, F_GETFD) != -1 ? "yes" : "no");
+}
+
 int main(void) {
   sem_init(&go, 0, 0);
   join_case("cancelled in pthread_join", 0);
@@ -112,5 +147,6 @@ int main(void) {
   pthread_join(w, &r);
   printf("  waiter joined: %s\n", r == PTHREAD_CANCELED ? "PTHREAD_CANCELED" : "a value");
   printf("  mutex free again: %s\n", pthread_mutex_trylock(&pi_mutex) == 0 ? "yes" : "no");
+  close_case();
   return 0;
 }
