@@ -148,6 +148,26 @@ GlibcCleanup* glibc_cleanup() noexcept;
 // __pthread_unwind_next, which calls continue_exit). loom_exit's unwinding
 // calls it when it reaches the buffer's frame.
 extern void (*run_glibc_cleanup)(GlibcCleanup*);
+// glibc's own cancellation points (stdio's writes, open, lockf...: glibc's
+// internal SYSCALL_CANCEL, which loom does not intercept) check the running
+// block's `cancelhandling` word, the fibre's own with per-fibre TLS. Set by
+// libloom-pthread when that is on and glibc says where the word is: glibc's
+// __pthread_register_cancel and __pthread_unregister_cancel, called on the
+// fibre (they write its own block's chain of buffers, which glibc's
+// unwinding follows). nullptr: glibc's checks are not told of loom's
+// requests (the link route, LOOM_TLS=off).
+struct GlibcCancel {
+  void (*reg)(void* buf);
+  void (*unreg)(void* buf);
+};
+extern const GlibcCancel* glibc_cancel;
+// Sets glibc_cancel when it can (capi/pthread/cancel.cpp).
+void tell_glibc_checks() noexcept;
+// glibc's unwinding (a glibc cancellation point acted on a request loom put
+// in the fibre's word) reached the innermost buffer's handler, which called
+// __pthread_unwind_next: loom takes over as if it had acted itself (the
+// caller has already taken the buffer off both chains).
+void glibc_acted() noexcept;
 // Goes on with the calling thread's loom_exit after a glibc cleanup
 // buffer's handler ran (returns only for a caller without a record).
 void continue_exit();

@@ -42,6 +42,7 @@
 // user code is never interrupted); a thread blocked in loom_join, or in one
 // of loom.h's own mutex/condvar/rwlock/barrier waits, is not woken by the
 // request (it acts when that wait ends and it reaches the next point).
+#include <setjmp.h>
 #include <pthread.h>  // the system's: kernel threads that are not processors
 #include <signal.h>
 #include <sys/resource.h>
@@ -66,6 +67,21 @@
 #include "sched/cpu_clock.hpp"
 #include "sched/processor.hpp"
 #include "sched/tls.hpp"
+
+#if defined(__x86_64__)
+// Entered by a longjmp, with the stack pointer of a call site: aligned as a
+// callee expects, then the landing proper (redirect_main_landing).
+extern "C" void loom_capi_main_glibc_landing();
+asm(".text\n"
+    ".globl loom_capi_main_glibc_landing\n"
+    ".hidden loom_capi_main_glibc_landing\n"
+    ".type loom_capi_main_glibc_landing, @function\n"
+    "loom_capi_main_glibc_landing:\n"
+    "  and $-16, %rsp\n"
+    "  call loom_capi_main_glibc_landed\n"
+    "  ud2\n"
+    ".size loom_capi_main_glibc_landing, .-loom_capi_main_glibc_landing\n");
+#endif
 
 // A handle made in two steps, so that the C API can record the fibre's id
 // before the fibre can run (and detach itself through that handle).
@@ -325,6 +341,51 @@ void not_rethrown(_Unwind_Reason_Code, _Unwind_Exception*) {
 [[noreturn]] void exit_main(Thread* m);
 [[noreturn]] void unwind_thread(Thread* t);
 
+// ---- glibc's cancelhandling word (capi.hpp, GlibcCancel) ---------------------------
+// Bits of glibc 2.36's struct pthread::cancelhandling (nptl/descr.h).
+constexpr int kGlibcStateDisabled = 1;  // CANCELSTATE_BITMASK
+constexpr int kGlibcCanceled = 8;       // CANCELED_BITMASK
+constexpr int kGlibcExiting = 16;       // EXITING_BITMASK
+
+// f's word, when glibc's checks are to see loom's requests.
+int* glibc_word(rt::Fibre* f) noexcept {
+  return (glibc_cancel && f) ? rt::tls::cancelhandling(f->tcb) : nullptr;
+}
+void glibc_word_set(rt::Fibre* f, int bits) noexcept {
+  if (int* w = glibc_word(f)) __atomic_fetch_or(w, bits, __ATOMIC_RELAXED);
+}
+
+// main's outermost buffer is glibc's own (__libc_start_call_main's, around
+// main()): landing there, glibc ends the kernel thread — a processor. So
+// before main's word tells glibc's checks of a request (only when main
+// cancels itself: then this runs on main, whose chain holds no dead buffer),
+// that buffer's resumption address becomes ours (below: main ends as
+// loom_exit's unwinding past main() ends it), its stack and registers kept.
+// Once; false if main's chain has no outermost buffer (main() not called by
+// glibc's start), and then glibc's checks are not told.
+bool redirect_main_landing() noexcept {
+#if defined(__x86_64__)
+  static bool done = false, ok = false;
+  if (done) return ok;
+  done = true;
+  __pthread_unwind_buf_t probe;
+  std::memset(&probe, 0, sizeof probe);
+  glibc_cancel->reg(&probe);  // glibc stores the chain's head in the probe
+  auto* b = static_cast<__pthread_unwind_buf_t*>(probe.__pad[0]);
+  glibc_cancel->unreg(&probe);
+  while (b && b->__pad[0]) b = static_cast<__pthread_unwind_buf_t*>(b->__pad[0]);
+  if (!b) return false;
+  std::uintptr_t guard;  // glibc's PTR_MANGLE: xor with the pointer guard, rotate left by 17
+  asm("mov %%fs:0x30, %0" : "=r"(guard));
+  std::uintptr_t pc = reinterpret_cast<std::uintptr_t>(&loom_capi_main_glibc_landing) ^ guard;
+  b->__cancel_jmp_buf[0].__cancel_jmp_buf[7] = long((pc << 17) | (pc >> 47));  // JB_PC
+  ok = true;
+  return true;
+#else
+  return false;
+#endif
+}
+
 // Called before each frame is unwound. A cleanup frame or glibc buffer
 // below the frame's CFA lives in it (or in a frame already gone): it runs
 // now, innermost first, so handlers and destructors run in stack order.
@@ -366,6 +427,7 @@ _Unwind_Reason_Code unwind_stop(int, _Unwind_Action actions, _Unwind_Exception_C
 // no cancellation point acts again while the handlers run (glibc's rule).
 [[noreturn]] void act_on_cancel(Thread* t, rt::Fibre* f) {
   f->cancel.fetch_or(rt::kCancelActing, std::memory_order_relaxed);
+  glibc_word_set(f, kGlibcExiting);
   t->cancel_state = LOOM_CANCEL_DISABLE;
   loom_exit(LOOM_CANCELED);
   __builtin_unreachable();
@@ -393,19 +455,53 @@ void main_ended(Thread* m, void* retval) {
   m->finished.release_errno();
 }
 
+// What glibc's start_thread does for its own threads: the outermost buffer
+// of the block's chain, where glibc's unwinding ends when a glibc
+// cancellation point acted and no buffer of the program's is left (C++
+// destructors ran as their frames went). From there it ends as loom's own
+// cancellation does: the handlers left (loom_cleanup_push's frames, which
+// glibc does not know) run, and the thread ends with LOOM_CANCELED.
+// Also around a continuation after loom_rest: a restable thread's block
+// stays (on the heap) while its stack changes, so the landing of the stack
+// before would be a dead frame.
+[[gnu::noinline]] void start_with_landing(Thread* t) {
+  __pthread_unwind_buf_t landing;
+  std::memset(&landing, 0, sizeof landing);
+  if (__sigsetjmp(reinterpret_cast<__jmp_buf_tag*>(landing.__cancel_jmp_buf), 0)) {
+    Thread* me = current_record();
+    glibc_acted();  // (retval: LOOM_CANCELED)
+    while (loom_cleanup_frame* c = me->cleanup) {
+      me->cleanup = c->_loom_prev;
+      c->_loom_fn(c->_loom_arg);
+    }
+    me->glibc.chain = nullptr;
+    return;
+  }
+  glibc_cancel->reg(&landing);
+  if (void (*fn)(void*) = t->rest_fn)
+    fn(t->rest_arg);  // continued after loom_rest
+  else
+    t->retval = t->start(t->arg);
+  glibc_cancel->unreg(&landing);
+}
+
 void trampoline(void* p) {
   auto* t = static_cast<Thread*>(p);
   rt::Fibre* self = rt::this_fibre_or_null();
   t->fibre_id.store(self->id, std::memory_order_relaxed);
   t->fibre.store(self, std::memory_order_seq_cst);  // then cancel_early: loom_cancel does the converse
-  if (__builtin_expect(t->cancel_early.load(std::memory_order_seq_cst), 0))
+  if (__builtin_expect(t->cancel_early.load(std::memory_order_seq_cst), 0)) {
     self->cancel.fetch_or(rt::kCancelRequested, std::memory_order_relaxed);
+    glibc_word_set(self, kGlibcCanceled);
+  }
   // (No fence for the clock on this path of every thread: an ask that races
   // the start and misses takes effect at the clock's next read, which starts
   // it too.)
   if (t->cpu_clock_wanted.load(std::memory_order_acquire)) rt::cpu_clock_start(self);
   try {
-    if (void (*fn)(void*) = t->rest_fn)
+    if (glibc_cancel)
+      start_with_landing(t);
+    else if (void (*fn)(void*) = t->rest_fn)
       fn(t->rest_arg);  // continued after loom_rest
     else
       t->retval = t->start(t->arg);
@@ -537,6 +633,29 @@ __attribute__((constructor(102))) void stats_at_exit() {
 }  // namespace
 
 void (*run_glibc_cleanup)(GlibcCleanup*) = nullptr;
+const GlibcCancel* glibc_cancel = nullptr;
+
+void glibc_acted() noexcept {
+  Thread* t = current_record();
+  rt::Fibre* f = rt::this_fibre_or_null();
+  if (!t || !f) return;
+  f->cancel.fetch_or(rt::kCancelActing, std::memory_order_relaxed);
+  t->cancel_state = LOOM_CANCEL_DISABLE;
+  t->retval = LOOM_CANCELED;
+}
+
+// main's landing (redirect_main_landing), entered by glibc's longjmp with
+// __libc_start_call_main's stack pointer: the frames below are gone.
+extern "C" [[noreturn]] __attribute__((visibility("hidden"), used)) void loom_capi_main_glibc_landed() {
+  Thread* m = current_record();
+  glibc_acted();
+  while (loom_cleanup_frame* c = m->cleanup) {
+    m->cleanup = c->_loom_prev;
+    c->_loom_fn(c->_loom_arg);
+  }
+  m->glibc.chain = nullptr;
+  exit_main(m);
+}
 
 void kernel_testcancel() {
   static void (*testcancel)() = [] {
@@ -855,15 +974,33 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
   return 0;
 }
 
+// How long a kernel thread's join waits before it looks for glibc's
+// cancellation request again.
+constexpr Deadline kKernelCancelSliceNs = 50 * 1000 * 1000;
+
 int loom_join(loom_t id, void** retval) {
   Thread* t = nullptr;
   if (int e = check_joinable(id, &t)) return e;
-  cancel_point();  // a cancellation point (on entry only: a request does not wake a joiner)
-  if (int e = claim(t)) return e;
-  ErrnoKeeper k;
-  reap(t, retval);
-  k.done();
-  return 0;
+  for (;;) {
+    cancel_point();  // a cancellation point, on entry and when a request ended the wait
+    if (int e = claim(t)) return e;
+    ErrnoKeeper k;
+    int e;
+    {
+      CancellableWait c;  // a request ends the wait (as a timeout would)
+      // A kernel thread (a fork child's, whose cancellation is glibc's)
+      // looks for a request between slices, as its semaphore waits do.
+      e = t->finished.acquire_errno(rt::this_fibre_or_null() ? kForever : rt::now_ns() + kKernelCancelSliceNs);
+    }
+    if (e == 0) {
+      reap(t, retval, true);
+      k.done();
+      return 0;
+    }
+    // Not joined: t stays joinable (glibc's rule for a cancelled joiner).
+    t->state.fetch_and(~unsigned(kClaimed), std::memory_order_acq_rel);
+    k.done();
+  }
 }
 
 int loom_tryjoin_np(loom_t id, void** retval) {
@@ -882,17 +1019,31 @@ int loom_clockjoin_np(loom_t id, void** retval, clockid_t clock, const struct ti
   if (!abstime) return clock == CLOCK_REALTIME || clock == CLOCK_MONOTONIC ? loom_join(id, retval) : EINVAL;
   Thread* t = nullptr;
   if (int e = check_joinable(id, &t)) return e;
-  cancel_point();
-  if (int e = claim(t)) return e;
-  ErrnoKeeper k;
-  int e = timed(clock, abstime, EAGAIN, [t](Deadline d) { return t->finished.acquire_errno(d); });
-  if (e == 0) {
-    reap(t, retval, true);
-  } else {
+  for (;;) {
+    cancel_point();  // on entry, and when a request ended the wait (as loom_join)
+    if (int e = claim(t)) return e;
+    ErrnoKeeper k;
+    int e = timed(clock, abstime, EAGAIN, [t](Deadline d) {
+      CancellableWait c;
+      bool slice = false;  // (a kernel thread's, as loom_join's)
+      if (!rt::this_fibre_or_null() && d != kNow) {
+        Deadline s = rt::now_ns() + kKernelCancelSliceNs;
+        if (d == kForever || s < d) d = s, slice = true;
+      }
+      int r = t->finished.acquire_errno(d);
+      if (r == ETIMEDOUT && (slice || (c.fibre && rt::cancel_pending(static_cast<rt::Fibre*>(c.fibre)))))
+        return ECANCELED;  // look for a request, then wait again
+      return r;
+    });
+    if (e == 0) {
+      reap(t, retval, true);
+      k.done();
+      return 0;
+    }
     t->state.fetch_and(~unsigned(kClaimed), std::memory_order_acq_rel);  // someone may join later
+    k.done();
+    if (e != ECANCELED) return e;
   }
-  k.done();
-  return e;
 }
 
 int loom_timedjoin_np(loom_t id, void** retval, const struct timespec* abstime) {
@@ -969,7 +1120,10 @@ void loom_exit(void* retval) {
   if (Thread* t = current_record()) {
     t->retval = retval;
     // No cancellation acts while it unwinds (glibc's pthread_exit disables it too).
-    if (rt::Fibre* f = rt::this_fibre_or_null()) f->cancel.fetch_or(rt::kCancelActing, std::memory_order_relaxed);
+    if (rt::Fibre* f = rt::this_fibre_or_null()) {
+      f->cancel.fetch_or(rt::kCancelActing, std::memory_order_relaxed);
+      glibc_word_set(f, kGlibcExiting);  // nor glibc's checks
+    }
     unwind_thread(t);  // cleanup handlers and destructors, to the trampoline (main: then exit_main)
   }
   if (rt::Fibre* f = rt::this_fibre_or_null()) {
@@ -1101,10 +1255,13 @@ int loom_setcancelstate(int state, int* old) {
   if (f && (f->cancel.load(std::memory_order_relaxed) & rt::kCancelActing)) return 0;  // stays disabled
   s = state;
   if (f) {
+    int* w = glibc_word(f);  // glibc's checks follow the state too
     if (state == LOOM_CANCEL_DISABLE) {
       f->cancel.fetch_or(rt::kCancelDisabled, std::memory_order_relaxed);
+      if (w) __atomic_fetch_or(w, kGlibcStateDisabled, __ATOMIC_RELAXED);
     } else {
       f->cancel.fetch_and(~rt::kCancelDisabled, std::memory_order_relaxed);
+      if (w) __atomic_fetch_and(w, ~kGlibcStateDisabled, __ATOMIC_RELAXED);
       if (t->cancel_type == LOOM_CANCEL_ASYNCHRONOUS && rt::cancel_pending(f)) act_on_cancel(t, f);
     }
   }
@@ -1133,7 +1290,14 @@ int loom_cancel(loom_t id) {
   t->cancel_early.store(true, std::memory_order_seq_cst);  // then fibre: the trampoline does the converse
   t->cancel_lock.lock();
   if (!t->cancel_closed)
-    if (rt::Fibre* f = t->fibre.load(std::memory_order_seq_cst)) rt::request_cancel(f);
+    if (rt::Fibre* f = t->fibre.load(std::memory_order_seq_cst)) {
+      rt::request_cancel(f);
+      // glibc's own cancellation points see it too. Main only when it asks
+      // itself: glibc's outermost buffer on main is its own (its main's
+      // caller), which ends the kernel thread; on main it is redirected first.
+      if (glibc_cancel && (!t->main || (f == rt::this_fibre_or_null() && redirect_main_landing())))
+        glibc_word_set(f, kGlibcCanceled);
+    }
   t->cancel_lock.unlock();
   if (t == current_record()) {
     rt::Fibre* f = rt::this_fibre_or_null();

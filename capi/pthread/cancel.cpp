@@ -36,18 +36,19 @@
 //    and acts as deferred (at cancellation points, and when the state or
 //    type changes). A thread in a loop without cancellation points, or
 //    waiting for a mutex, is not cancelled.
-//  - a request does not wake a thread blocked in pthread_join, in a mutex,
+//  - a request does not wake a thread blocked in a mutex,
 //    rwlock or barrier (not cancellation points), in a process-shared
 //    semaphore (it looks for the request between its polls), on io_uring's
 //    read path, or in a call loom offloads (a regular file, a terminal): it
 //    acts when that call returns and it reaches a cancellation point.
-//  - glibc's cancellation points that loom does not intercept (open, fcntl
-//    with F_SETLKW, waitpid, system, msgrcv, mq_receive, tcdrain, lockf...,
-//    and whatever glibc calls them from) call glibc's internal checks, which
-//    look at glibc's own thread descriptor — the processor's kernel thread,
-//    never cancelled: they block as they do and are not cancellation points
-//    under the preload. Callers that are not fibres of loom_create (kernel
-//    threads, a fork child's threads, which are glibc's) get glibc's calls.
+//  - glibc's cancellation points that loom does not intercept (stdio's
+//    writes, open, fcntl with F_SETLKW, waitpid, system, msgrcv, lockf...)
+//    check glibc's word in the fibre's own struct pthread, which loom keeps
+//    told (capi.hpp, GlibcCancel; capi/thread.cpp): they act on entry, but a
+//    fibre already blocked in the kernel there is not interrupted (glibc
+//    sends SIGCANCEL to a tid; a fibre has none of its own). Callers that are
+//    not fibres of loom_create (kernel threads, a fork child's threads,
+//    which are glibc's) get glibc's calls.
 #include <pthread.h>
 #include <setjmp.h>
 
@@ -58,6 +59,7 @@
 #include "capi.hpp"
 #include "loom/loom.h"
 #include "sched/processor.hpp"
+#include "sched/tls.hpp"
 #include "signals.hpp"
 
 namespace loom::capi::pthread_cancel {
@@ -103,11 +105,19 @@ bool on_fibre() { return rt::this_fibre_or_null() != nullptr; }
 //
 // __pthread_unwind_buf_t: a jmp_buf (set by the push macro with
 // __sigsetjmp(buf, 0): no signal mask saved) and four words glibc keeps for
-// itself; we use the first as the link to the next outer buffer and the
-// third for pthread_cleanup_push_defer_np's saved cancel type. The chain is
-// kept per fibre of loom_create (and main) in its record (capi.hpp,
-// GlibcCleanup).
-void*& link_of(__pthread_unwind_buf_t* b) { return b->__pad[0]; }
+// itself (its chain's link, its old-style cleanup chain, the saved cancel
+// type: the first three); we use the fourth as the link to the next outer
+// buffer and the third for pthread_cleanup_push_defer_np's saved cancel
+// type. The chain is kept per fibre of loom_create (and main) in its record
+// (capi.hpp, GlibcCleanup). When glibc's own cancellation checks see loom's
+// requests (capi.hpp, GlibcCancel), each buffer is also on glibc's chain in
+// the fibre's block (the first word its link), which glibc's unwinding
+// follows: its outermost is start_with_landing's (capi/thread.cpp).
+void*& link_of(__pthread_unwind_buf_t* b) { return b->__pad[3]; }
+
+void glibc_reg(void* b) { glibc().register_cancel(static_cast<__pthread_unwind_buf_t*>(b)); }
+void glibc_unreg(void* b) { glibc().unregister_cancel(static_cast<__pthread_unwind_buf_t*>(b)); }
+const GlibcCancel kGlibcCancel{&glibc_reg, &glibc_unreg};
 
 // capi/thread.cpp's unwinding reached the innermost buffer's frame: back
 // into the push macro, whose `if` runs the handler and then calls
@@ -117,17 +127,28 @@ void*& link_of(__pthread_unwind_buf_t* b) { return b->__pad[0]; }
 void run_innermost(GlibcCleanup* g) {
   auto* b = static_cast<__pthread_unwind_buf_t*>(g->chain);
   g->chain = link_of(b);
+  if (glibc_cancel) glibc_cancel->unreg(b);
   longjmp(reinterpret_cast<__jmp_buf_tag*>(b->__cancel_jmp_buf), 1);
 }
 
 __attribute__((constructor)) void install() { run_glibc_cleanup = &run_innermost; }
 
 }  // namespace
+
 }  // namespace loom::capi::pthread_cancel
 
 using namespace loom;
 using namespace loom::capi;
 using namespace loom::capi::pthread_cancel;
+
+// From libloom-pthread's constructor, on main, once per-fibre TLS is on:
+// glibc's checks see loom's requests if glibc says where its word is.
+void loom::capi::tell_glibc_checks() noexcept {
+  if (rt::tls::switching && rt::tls::cancelhandling(rt::tls::current())) {
+    glibc();
+    glibc_cancel = &kGlibcCancel;
+  }
+}
 
 extern "C" {
 
@@ -135,6 +156,7 @@ void __pthread_register_cancel(__pthread_unwind_buf_t* b) {
   if (GlibcCleanup* g = glibc_cleanup()) {
     link_of(b) = g->chain;
     g->chain = b;
+    if (glibc_cancel) glibc_cancel->reg(b);
   } else if (!on_fibre()) {
     glibc().register_cancel(b);
   }
@@ -143,6 +165,7 @@ void __pthread_register_cancel(__pthread_unwind_buf_t* b) {
 void __pthread_unregister_cancel(__pthread_unwind_buf_t* b) {
   if (GlibcCleanup* g = glibc_cleanup()) {
     g->chain = link_of(b);
+    if (glibc_cancel) glibc_cancel->unreg(b);
   } else if (!on_fibre()) {
     glibc().unregister_cancel(b);
   }
@@ -165,7 +188,14 @@ void __pthread_unregister_cancel_restore(__pthread_unwind_buf_t* b) {
 // A buffer's handler ran (the unwinding longjmp'd into its frame): the
 // unwinding goes on from here, outwards.
 void __pthread_unwind_next(__pthread_unwind_buf_t* b) {
-  if (glibc_cleanup()) continue_exit();
+  if (GlibcCleanup* g = glibc_cleanup()) {
+    if (g->chain == b) {  // glibc's unwinding longjmp'd here (loom's takes b off first): loom's from now on
+      g->chain = link_of(b);
+      if (glibc_cancel) glibc_cancel->unreg(b);
+      glibc_acted();
+    }
+    continue_exit();
+  }
   glibc().unwind_next(b);
   __builtin_unreachable();
 }

@@ -376,7 +376,12 @@ int do_fcntl(int fd, int cmd, long arg) {
 
 // close and the dups keep loom's table right from any caller: the number's
 // waiters fail with EBADF, its state is dropped, the copy shares the view.
-int do_close(int fd) { return keep_table() ? loom_close(fd) : k::close(fd); }
+// close is a cancellation point (POSIX; glibc's acts before the call): a
+// fibre's request acts here, a kernel thread's is glibc's (tst-cancel4).
+int do_close(int fd) {
+  if (rt::this_fibre_or_null() || in_child.load(std::memory_order_relaxed)) cancel_point();
+  return keep_table() ? loom_close(fd) : k::close(fd);
+}
 int do_dup(int fd) { return hooks_on() ? loom_dup(fd) : k::dup(fd); }
 int do_dup2(int fd, int newfd) { return keep_table() ? loom_dup2(fd, newfd) : k::dup2(fd, newfd); }
 int do_dup3(int fd, int newfd, int flags) {

@@ -631,7 +631,9 @@ __attribute__((constructor(110))) void register_fork_handler() {
 
 // Every thread the program creates gets its own thread-locals (sched/tls.hpp):
 // on from here, on main(), before the program's constructors run.
-__attribute__((constructor(111))) void enable_thread_locals() { rt::tls::enable(); }
+__attribute__((constructor(111))) void enable_thread_locals() {
+  if (rt::tls::enable()) tell_glibc_checks();
+}
 
 // ---- signals ----------------------------------------------------------------------------
 

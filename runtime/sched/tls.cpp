@@ -54,6 +54,7 @@ struct Contract {
   std::size_t tcb_size = 0;      // sizeof(struct pthread)
   std::size_t tid_off = 0;       // struct pthread's tid
   std::size_t list_off = 0;      // struct pthread's list (glibc's list of threads)
+  std::ptrdiff_t cancel_off = -1;  // struct pthread's cancelhandling; -1: unknown
   std::ptrdiff_t rseq_off = 0;   // the rseq area, from the thread pointer
   unsigned rseq_size = 0;        // 0: glibc registered none
   std::ptrdiff_t resp_off = 0;   // __resp, the thread's resolver state pointer
@@ -441,6 +442,12 @@ bool enable() noexcept {
     return false;
   }
   g.tcb_size = *sizeof_pthread;
+  // Optional: glibc's own cancellation checks see loom's requests through it
+  // (capi/pthread/cancel.cpp).
+  const std::uint32_t* cancel_field = nullptr;
+  if (find(cancel_field, "_thread_db_pthread_cancelhandling", "GLIBC_PRIVATE") && cancel_field[0] == 32 &&
+      cancel_field[2] + 4 <= *sizeof_pthread)
+    g.cancel_off = cancel_field[2];
   g.tid_off = tid_field[2];
   g.list_off = list_field[2];
   g.rseq_off = *rseq_offset;
@@ -475,6 +482,11 @@ bool enable() noexcept {
     std::fprintf(stderr, "loom: per-fibre thread-local storage on (%zu bytes a thread, switched by %s)\n", g.static_size,
                  g.wrfsbase ? "wrfsbase" : "arch_prctl");
   return true;
+}
+
+int* cancelhandling(void* tp) noexcept {
+  if (!switching || !tp || g.cancel_off < 0) return nullptr;
+  return reinterpret_cast<int*>(static_cast<char*>(tp) + g.cancel_off);
 }
 
 // The kernel registered the rseq area glibc gave the kernel thread, in that

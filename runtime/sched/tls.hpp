@@ -100,6 +100,11 @@ class KernelIdentity {
   int kernel_errno_ = 0;  // the kernel thread's block's errno, put back
 };
 
+// glibc's `cancelhandling` word of the block `tp` (struct pthread's, which
+// glibc's own cancellation points check: capi/pthread/cancel.cpp); nullptr
+// when per-fibre TLS is off or glibc does not say where it is.
+int* cancelhandling(void* tp) noexcept;
+
 // Statistics for tests and the benchmark.
 std::size_t blocks_made() noexcept;
 
