@@ -469,6 +469,7 @@ void main_ended(Thread* m, void* retval) {
   std::memset(&landing, 0, sizeof landing);
   if (__sigsetjmp(reinterpret_cast<__jmp_buf_tag*>(landing.__cancel_jmp_buf), 0)) {
     Thread* me = current_record();
+    if (!me) return;  // a fork child's forking thread (no fibres there): it ends as the child's (trampoline)
     glibc_acted();  // (retval: LOOM_CANCELED)
     while (loom_cleanup_frame* c = me->cleanup) {
       me->cleanup = c->_loom_prev;
@@ -519,6 +520,12 @@ void trampoline(void* p) {
     if (fork_child_thread_end) fork_child_thread_end();
     std::exit(0);
   }
+  // The thread is ending: glibc's cancellation points in its thread_local
+  // and key destructors act no more (the landing is gone, and glibc's
+  // unwinding found an empty chain: outside review, a key destructor's
+  // write with a request pending crashed). glibc would act once more there
+  // and end the thread cancelled; here it ends with the value it returned.
+  glibc_word_set(now, kGlibcExiting);
   if (now->tcb) rt::tls::run_tls_destructors();  // C++ thread_locals: before the keys, as glibc
   t->cancel_lock.lock();  // no canceller still holds the fibre
   t->cancel_closed = true;
@@ -942,6 +949,7 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
   *thread = t->id;  // before the fibre can run (POSIX)
   live_threads.fetch_add(1, std::memory_order_relaxed);
   threads_created.fetch_add(1, std::memory_order_relaxed);
+  bool made = true;
   try {
     // The C-style constructor (fn, void* arg), not the template one: the
     // fibre's fn and arg must be trampoline and t for current_record().
@@ -962,12 +970,18 @@ int loom_create(loom_t* thread, const loom_attr_t* attr, void* (*start)(void*), 
       rt::FibreMaker::launch(*h, &trampoline, arg);
     }
   } catch (...) {
+    made = false;
+  }
+  if (!made) {
     live_threads.fetch_sub(1, std::memory_order_relaxed);
     threads_created.fetch_sub(1, std::memory_order_relaxed);
     destroy(t);
     // No memory for its stack: the threads whose end would give some back
     // may be waiting behind the caller, which is likely to try again at
-    // once (glibc's would be preempted): let them run first.
+    // once (glibc's would be preempted): let them run first. Outside the
+    // handler: a fibre must not switch inside a catch block (the C++
+    // runtime's handling state is its kernel thread's where thread-locals
+    // are not per fibre: another fibre's exception meets this one).
     if (rt::this_processor()) this_fibre::yield();
     return EAGAIN;
   }

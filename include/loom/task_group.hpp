@@ -55,11 +55,18 @@ class TaskGroup {
   void spawn(F&& f, Args&&... args) {
     using Call = std::tuple<std::decay_t<F>, std::decay_t<Args>...>;
     Fibre fibre(attr_, [this, call = Call(std::forward<F>(f), std::forward<Args>(args)...)]() mutable {
+      // The group's lock is taken after the handler has ended: a fibre that
+      // blocks inside a catch block leaves the exception in the C++
+      // runtime's handling state of its kernel thread (per kernel thread
+      // under the native API), where another fibre's exception on that
+      // thread meets it (LeakSanitizer: two exceptions leaked).
+      std::exception_ptr failure;
       try {
         std::apply([](auto& fn, auto&... as) { std::invoke(std::move(fn), std::move(as)...); }, call);
       } catch (...) {
-        failed_with(std::current_exception());
+        failure = std::current_exception();
       }
+      if (failure) failed_with(std::move(failure));
     });
     add(std::move(fibre));
   }
@@ -105,15 +112,18 @@ class TaskGroup {
       reap();
       reap_at_ = fibres_.size() * 2 > 64 ? fibres_.size() * 2 : 64;
     }
+    std::exception_ptr no_room;
     try {
       fibres_.push_back(std::move(f));
       if (first_) fibres_.back().request_stop();  // spawned after a failure
     } catch (...) {
-      m_.unlock();
-      f.join();
-      throw;
+      no_room = std::current_exception();  // (joined outside the handler: no wait inside one)
     }
     m_.unlock();
+    if (no_room) {
+      f.join();
+      std::rethrow_exception(no_room);
+    }
   }
   void reap() {  // m_ held
     std::size_t k = 0;
