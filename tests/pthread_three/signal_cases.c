@@ -42,17 +42,7 @@
 
 extern char** environ;
 
-static void block(int how, int sig) {
-  sigset_t s;
-  sigemptyset(&s);
-  sigaddset(&s, sig);
-  pthread_sigmask(how, &s, NULL);
-}
-static int blocked(int sig) {
-  sigset_t s;
-  pthread_sigmask(SIG_BLOCK, NULL, &s);
-  return sigismember(&s, sig);
-}
+#include "sigmask_util.h"
 static int pending(int sig) {
   sigset_t s;
   sigpending(&s);

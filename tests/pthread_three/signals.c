@@ -16,17 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static void block(int how, int sig) {
-  sigset_t s;
-  sigemptyset(&s);
-  sigaddset(&s, sig);
-  pthread_sigmask(how, &s, NULL);
-}
-static int blocked(int sig) {
-  sigset_t s;
-  pthread_sigmask(SIG_BLOCK, NULL, &s);
-  return sigismember(&s, sig);
-}
+#include "sigmask_util.h"
 
 // ---- masks ----------------------------------------------------------------------------
 
