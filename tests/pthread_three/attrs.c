@@ -21,26 +21,7 @@
 #include <threads.h>
 #include <unistd.h>
 
-static const char* err(int e) {
-  switch (e) {
-    case 0:
-      return "0";
-    case EINVAL:
-      return "EINVAL";
-    case ENOTSUP:
-      return "ENOTSUP";
-    case ERANGE:
-      return "ERANGE";
-    case ESRCH:
-      return "ESRCH";
-    case EDEADLK:
-      return "EDEADLK";
-    case EBUSY:
-      return "EBUSY";
-    default:
-      return "other";
-  }
-}
+#include "errname.h"
 
 static pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER; /* main prints first */
 

@@ -25,20 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char* err(int e) {
-  switch (e) {
-    case 0:
-      return "0";
-    case EINVAL:
-      return "EINVAL";
-    case ESRCH:
-      return "ESRCH";
-    case EDEADLK:
-      return "EDEADLK";
-    default:
-      return "other";
-  }
-}
+#include "errname.h"
 
 static pthread_barrier_t hold;
 

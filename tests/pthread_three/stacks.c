@@ -22,20 +22,7 @@
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* setstackaddr: under test */
 #pragma GCC diagnostic ignored "-Wnonnull"                 /* a null affinity set: under test */
 
-static const char* err(int e) {
-  switch (e) {
-    case 0:
-      return "0";
-    case EINVAL:
-      return "EINVAL";
-    case EPERM:
-      return "EPERM";
-    case ENOTSUP:
-      return "ENOTSUP";
-    default:
-      return "other";
-  }
-}
+#include "errname.h"
 
 enum { kSize = 256 * 1024 };
 static char* region;  // the caller's stack
