@@ -76,12 +76,27 @@ bool blocked_waiter_is_posted(Cluster& c, std::chrono::milliseconds limit) {
   return came;
 }
 
+// The monitor counts a hand-off after the spare it woke has started: the
+// spare may run the poster, and the test read the stats, before the count
+// lands (TSan on CI: handoffs 0 with lost_blocked 1). Read them again until
+// `done` holds, for up to 2 s.
+template <class Done>
+loom::ClusterStats settled_stats(Cluster& c, Done done) {
+  auto until = Clock::now() + std::chrono::seconds(2);
+  auto st = c.stats();
+  while (!done(st) && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    st = c.stats();
+  }
+  return st;
+}
+
 TEST(Monitor, AFibreQueuedBehindABlockedKernelThreadRuns) {
   Cluster c(1, config(1000));
   const int rounds = int(loom::test::scaled(20)) + 1;
   for (int i = 0; i < rounds; ++i)
     ASSERT_TRUE(blocked_waiter_is_posted(c, std::chrono::seconds(10))) << "round " << i;
-  auto st = c.stats();
+  auto st = settled_stats(c, [](const loom::ClusterStats& s) { return s.lost_blocked > 0 && s.handoffs > 0; });
   // (Once under TSan on CI every round came with no hand-off counted: the
   // figures, to tell how.)
   const std::string seen = "lost_blocked " + std::to_string(st.lost_blocked) + ", lost_running " +
@@ -135,8 +150,10 @@ TEST(Monitor, StealingOffStillRescuesALostProcessor) {
   // preempted the waiter's kernel thread before its call, and the monitor
   // found it running — as a spinner; either way a spare ran the poster (a
   // fresh clone's check at load 55 on 2 CPUs: handoffs 0, and the poster
-  // ran all the same; the counters say how next time).
-  auto st = c.stats();
+  // ran all the same; the counters say how next time). The count may land
+  // after the poster ran.
+  auto st = settled_stats(
+      c, [](const loom::ClusterStats& s) { return s.handoffs + s.lost_running + s.spare_activations > 0; });
   EXPECT_GT(st.handoffs + st.lost_running + st.spare_activations, 0u)
       << "handoffs " << st.handoffs << ", lost_blocked " << st.lost_blocked << ", lost_running " << st.lost_running
       << ", spare_activations " << st.spare_activations << ", steals " << st.steals;
