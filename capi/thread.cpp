@@ -252,8 +252,14 @@ void destroy(Thread* t) {
 std::atomic<long> live_threads{0};     // fibres of loom_create still running
 std::atomic<long> threads_created{0};  // fibres loom_create made (LOOM_PTHREAD_STATS)
 
-BinarySemaphore& all_done() {  // released when live_threads reaches 0
-  static auto* s = new BinarySemaphore(false);
+// Released when live_threads reaches 0. In static storage, not the heap:
+// it is first wanted by the last thread to end, and a program short of
+// memory (glibc's tst-create-detached under RLIMIT_AS) got bad_alloc there,
+// out of a detached thread's end. Never destroyed: threads may still end
+// while the process exits.
+BinarySemaphore& all_done() {
+  alignas(BinarySemaphore) static unsigned char storage[sizeof(BinarySemaphore)];
+  static auto* s = new (storage) BinarySemaphore(false);
   return *s;
 }
 

@@ -97,12 +97,18 @@ Fibre* create_fibre(const FibreAttr& attr, std::size_t payload, std::size_t alig
     } catch (...) {
       ::operator delete(f->tcb_heap);
       f->~Fibre();
-      if (s.caller)
+      // No memory for the thread block (RLIMIT_AS): the cache's stacks are
+      // what this processor can give back, before the caller tries again
+      // (a creator that retried on one processor found 36 cached 16 MiB
+      // stacks holding the address space the heap needed, for good).
+      if (s.caller) {
         stack_forget(s);
-      else if (p)
+      } else if (p) {
         p->stacks().put(s);
-      else
+        p->stacks().trim(0);
+      } else {
         stack_release(s);
+      }
       throw;
     }
     if (!heap_tls) below -= tls_bytes;

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -427,8 +428,14 @@ void* reporter_main(void*) {
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return nullptr;
     for (ssize_t i = 0; i < r; ++i) {
-      if (buf[i] == 's') print_stats(stderr);
-      if (buf[i] == 'd') dump_fibres(stderr);
+      // A program out of memory (RLIMIT_AS) is one a listing is asked of:
+      // it says so, and the program goes on (it was killed by bad_alloc).
+      try {
+        if (buf[i] == 's') print_stats(stderr);
+        if (buf[i] == 'd') dump_fibres(stderr);
+      } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "loom: no memory for the %s; try again later\n", buf[i] == 's' ? "stats" : "listing");
+      }
     }
   }
 }
