@@ -192,6 +192,17 @@ void Fibre::request_stop() noexcept {
   if (f_) rt::request_cancel(f_);  // (joinable: its control block stays until the join)
 }
 
+// The mark the C API's cancellation points set too (CancellableWait): the
+// next wait_on, or each of a mutex's waits, is cancellable; a wait that
+// never came leaves it set, so it is cleared here.
+detail::StopPoint::StopPoint() noexcept : f_(rt::this_processor() ? rt::this_processor()->current() : nullptr) {
+  if (f_) f_->cancel_wait = true;
+}
+
+detail::StopPoint::~StopPoint() {
+  if (f_) f_->cancel_wait = false;
+}
+
 // ---- this_fibre ------------------------------------------------------------------
 
 namespace this_fibre {

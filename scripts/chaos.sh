@@ -22,7 +22,7 @@ fi
 build=${1:?usage: scripts/chaos.sh [--build JOBS] BUILD_DIR}
 seeds=${CHAOS_SEEDS:-1 2 3}
 scale=${CHAOS_SCALE:-50}
-tests=${CHAOS_TESTS:-'^(sched_test|steal_test|sync_test|mutex_test|rwlock_test|color_test|io_test|io_test_uring|io_rest_test|io_rest_test_uring|chan_test|task_test|chaos_test|chaos_color_transit|chaos_sync_release|pthread_three_(barrier_phases|rwlock_rw|sem_pingpong|bounded_buffer|cxx))$'}
+tests=${CHAOS_TESTS:-'^(sched_test|steal_test|sync_test|mutex_test|rwlock_test|color_test|io_test|io_test_uring|io_rest_test|io_rest_test_uring|chan_test|task_test|stop_test|chaos_test|chaos_color_transit|chaos_sync_release|pthread_three_(barrier_phases|rwlock_rw|sem_pingpong|bounded_buffer|cxx))$'}
 if [ -n "$jobs" ]; then
   exec "$(dirname "$0")/test_targets.py" --build "$jobs" "$build" -R "$tests"
 fi

@@ -48,7 +48,8 @@
 
 namespace loom {
 
-enum class ChannelStatus { success, empty, full, closed, timeout };
+// stopped: a timed push or pop ended by Fibre::request_stop (fibre.hpp).
+enum class ChannelStatus { success, empty, full, closed, timeout, stopped };
 const char* to_string(ChannelStatus s);
 
 inline constexpr std::size_t kUnbounded = SIZE_MAX;
@@ -119,14 +120,18 @@ class Channel {
   ChannelStatus try_push(const T& v) { return push_copy(v, kNow); }
   template <class R, class P>
   ChannelStatus push_for(T&& v, std::chrono::duration<R, P> d) {
-    return core_.push(&v, deadline_after(d));
+    return timed_push(&v, deadline_after(d));
   }
   template <class R, class P>
   ChannelStatus push_for(const T& v, std::chrono::duration<R, P> d) {
-    return push_copy(v, deadline_after(d));
+    T copy(v);
+    return timed_push(&copy, deadline_after(d));
   }
-  ChannelStatus push_until(T&& v, Clock::time_point t) { return core_.push(&v, to_deadline(t)); }
-  ChannelStatus push_until(const T& v, Clock::time_point t) { return push_copy(v, to_deadline(t)); }
+  ChannelStatus push_until(T&& v, Clock::time_point t) { return timed_push(&v, to_deadline(t)); }
+  ChannelStatus push_until(const T& v, Clock::time_point t) {
+    T copy(v);
+    return timed_push(&copy, to_deadline(t));
+  }
 
   // success, or closed once the channel is closed and drained.
   ChannelStatus pop(T& out) { return pop_into(out, kForever); }
@@ -140,9 +145,9 @@ class Channel {
   ChannelStatus try_pop(T& out) { return pop_into(out, kNow); }  // empty when nothing is queued
   template <class R, class P>
   ChannelStatus pop_for(T& out, std::chrono::duration<R, P> d) {
-    return pop_into(out, deadline_after(d));
+    return pop_into(out, deadline_after(d), true);
   }
-  ChannelStatus pop_until(T& out, Clock::time_point t) { return pop_into(out, to_deadline(t)); }
+  ChannelStatus pop_until(T& out, Clock::time_point t) { return pop_into(out, to_deadline(t), true); }
 
   void close() noexcept { core_.close(); }
   bool is_closed() const noexcept { return core_.closed(); }
@@ -188,9 +193,20 @@ class Channel {
     T copy(v);
     return core_.push(&copy, d);
   }
-  ChannelStatus pop_into(T& out, Deadline d) {
+  // The timed forms' waits are stop points (the value is moved outside it).
+  ChannelStatus timed_push(T* item, Deadline d) {
+    detail::StopPoint stop;
+    return core_.push(item, d);
+  }
+  ChannelStatus pop_into(T& out, Deadline d, bool timed = false) {
     Slot s;
-    ChannelStatus st = core_.pop(s.raw(), d);
+    ChannelStatus st;
+    if (timed) {
+      detail::StopPoint stop;
+      st = core_.pop(s.raw(), d);
+    } else {
+      st = core_.pop(s.raw(), d);
+    }
     if (st == ChannelStatus::success) out = s.take();
     return st;
   }

@@ -32,6 +32,23 @@ class Fibre;
 struct FibreMaker;
 }
 
+namespace detail {
+// For its scope, the calling fibre's waits in loom's timed forms are stop
+// points: a Fibre::request_stop pending or made while one waits ends it, as
+// its deadline would. The timed members use it; nothing on a kernel thread
+// that is not a fibre.
+class StopPoint {
+ public:
+  StopPoint() noexcept;
+  ~StopPoint();
+  StopPoint(const StopPoint&) = delete;
+  StopPoint& operator=(const StopPoint&) = delete;
+
+ private:
+  rt::Fibre* f_;
+};
+}  // namespace detail
+
 // Static priority levels: every ready queue is an array of FIFO queues, one
 // per level, searched from `high` down.
 enum class Priority : unsigned char { high = 0, normal = 1, low = 2 };
@@ -127,17 +144,26 @@ class Fibre {
   std::uint64_t id() const noexcept;
   // Asks the fibre to stop (the mechanism under loom_cancel and
   // pthread_cancel, without their unwinding): from then on
-  // this_fibre::stop_requested() is true in it, and its waits in loom's
-  // I/O (read, write, accept, connect, poll, select, epoll_wait,
-  // wait_signal) end, or fail at once, with -1 and ECANCELED; it decides
-  // what to do. A call that need not wait (an accept4 with a connection
-  // queued, a write with room) is made as usual. io::rest fails at once
-  // (ECANCELED); a fibre that already rests is detached, so no handle can
-  // ask it to stop: wake it through its descriptor (shutdown(2) gives it a
-  // hang-up; README, "Shutdown").
-  // Its mutex, condvar and semaphore waits, sleeps and joins are not ended
-  // (look at stop_requested() around them). Nothing for a handle that is
-  // not joinable; a request to a fibre that has ended does nothing.
+  // this_fibre::stop_requested() is true in it, and every wait of loom's
+  // that can say it ended early ends, or fails at once; it decides what to
+  // do:
+  //  - I/O (read, write, accept, connect, poll, select, epoll_wait,
+  //    wait_signal): -1 and ECANCELED. A call that need not wait (an
+  //    accept4 with a connection queued, a write with room) is made as
+  //    usual. io::rest fails at once (ECANCELED); a fibre that already
+  //    rests is detached, so no handle can ask it to stop: wake it through
+  //    its descriptor (shutdown(2) gives it a hang-up; README, "Shutdown").
+  //  - Sleeps (this_fibre::sleep_for/sleep_until): return false.
+  //  - The timed forms, as at their deadline: Mutex/RWLock try_lock*_until
+  //    and _for, Semaphore::try_acquire_until/_for, CondVar::wait_until/
+  //    wait_for (the predicate forms return p()), Barrier's timed arrival
+  //    (withdrawn), call_once_until, join_until/join_for of a Fibre or a
+  //    TaskGroup, Future::wait_until/wait_for (timeout), and a Channel's
+  //    push/pop _until and _for (ChannelStatus::stopped). Pass
+  //    Clock::time_point::max() to wait with no deadline but until a stop.
+  // The untimed forms (lock, acquire, wait, arrive_and_wait, join, push,
+  // pop) cannot say so and wait on. Nothing for a handle that is not
+  // joinable; a request to a fibre that has ended does nothing.
   void request_stop() noexcept;
 
  private:

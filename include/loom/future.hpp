@@ -68,10 +68,14 @@ class FutureStateBase {
     while (!done_) cv_.wait(m_);
     m_.unlock();
   }
+  // The timed forms' wait: a stop point (Fibre::request_stop ends it as
+  // the deadline would). Only the condvar's wait: not the mutex's.
   bool wait_until(Deadline d) const {
     m_.lock();
-    while (!done_)
+    while (!done_) {
+      detail::StopPoint stop;
       if (cv_.wait_errno(m_, d) != 0) break;
+    }
     bool r = done_;
     m_.unlock();
     return r;

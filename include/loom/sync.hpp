@@ -12,6 +12,8 @@
 // call_once (is_done() asks instead). Barrier's timed and try arrivals
 // withdraw on timeout; call_once_until gives up waiting for another
 // caller's run. Fibre has join_for/join_until/try_join (fibre.hpp).
+// The timed forms are stop points: Fibre::request_stop ends them as their
+// deadline would (Clock::time_point::max(): no deadline, only a stop).
 //
 // Called from a kernel thread that is not a loom processor, every primitive
 // works: the thread itself blocks (on a futex) instead of a fibre. The same
@@ -53,8 +55,10 @@ Deadline to_deadline(Clock::time_point t);
 Deadline deadline_after(std::chrono::nanoseconds d);
 
 namespace this_fibre {
-void sleep_for(std::chrono::nanoseconds d);
-void sleep_until(Clock::time_point t);
+// True once the time has passed; false when Fibre::request_stop ended the
+// sleep early (at once if one was pending).
+bool sleep_for(std::chrono::nanoseconds d);
+bool sleep_until(Clock::time_point t);
 }  // namespace this_fibre
 
 // The wait queue every primitive is built on (opaque here; see
@@ -84,6 +88,7 @@ class Semaphore {
   bool try_acquire_until(Clock::time_point t);
   template <class R, class P>
   bool try_acquire_for(std::chrono::duration<R, P> d) {
+    detail::StopPoint stop;
     return acquire_errno(deadline_after(d)) == 0;
   }
   // Wakes one waiter or raises the count; EOVERFLOW past the maximum of a
@@ -138,6 +143,7 @@ class Mutex {
   bool try_lock_until(Clock::time_point t);
   template <class R, class P>
   bool try_lock_for(std::chrono::duration<R, P> d) {
+    detail::StopPoint stop;
     return lock_errno(deadline_after(d)) == 0;
   }
   void unlock();
@@ -183,6 +189,7 @@ class CondVar {
   bool wait_until(Mutex& m, Clock::time_point t);
   template <class R, class P>
   bool wait_for(Mutex& m, std::chrono::duration<R, P> d) {
+    detail::StopPoint stop;
     return wait_errno(m, deadline_after(d)) == 0;
   }
   // With a predicate, as std::condition_variable_any's: waits until p()
@@ -267,6 +274,7 @@ class Barrier {
   std::optional<bool> arrive_and_wait_until(Clock::time_point t);
   template <class R, class P>
   std::optional<bool> arrive_and_wait_for(std::chrono::duration<R, P> d) {
+    detail::StopPoint stop;
     return arrive_result(deadline_after(d));
   }
   // Never blocks: completes the phase if this is its last arrival (true),
@@ -301,7 +309,7 @@ class OnceFlag {
   template <class F>
   friend void call_once(OnceFlag& flag, F&& f);
   template <class F>
-  friend bool run_once(OnceFlag& flag, Deadline d, F& f);
+  friend bool run_once(OnceFlag& flag, Deadline d, F& f, bool timed);
   // 1: the caller runs the function; 0: it has run; -1: the deadline passed
   // while another caller was running it.
   int begin(Deadline d);
@@ -313,9 +321,16 @@ class OnceFlag {
 
 // Runs f exactly once per flag; concurrent callers wait until it returned.
 // If f throws, the exception propagates and a later caller runs f again.
+// timed: the wait for another caller's run is a stop point (not f).
 template <class F>
-bool run_once(OnceFlag& flag, Deadline d, F& f) {
-  int r = flag.begin(d);
+bool run_once(OnceFlag& flag, Deadline d, F& f, bool timed) {
+  int r;
+  if (timed) {
+    detail::StopPoint stop;
+    r = flag.begin(d);
+  } else {
+    r = flag.begin(d);
+  }
   if (r <= 0) return r == 0;
   try {
     f();
@@ -329,7 +344,7 @@ bool run_once(OnceFlag& flag, Deadline d, F& f) {
 
 template <class F>
 void call_once(OnceFlag& flag, F&& f) {
-  run_once(flag, kForever, f);
+  run_once(flag, kForever, f, false);
 }
 
 // Timed: false when the deadline passes while another caller runs f (a
@@ -337,11 +352,11 @@ void call_once(OnceFlag& flag, F&& f) {
 // true once f has run, here or elsewhere.
 template <class F>
 bool call_once_until(OnceFlag& flag, Clock::time_point t, F&& f) {
-  return run_once(flag, to_deadline(t), f);
+  return run_once(flag, to_deadline(t), f, true);
 }
 template <class R, class P, class F>
 bool call_once_for(OnceFlag& flag, std::chrono::duration<R, P> d, F&& f) {
-  return run_once(flag, deadline_after(d), f);
+  return run_once(flag, deadline_after(d), f, true);
 }
 
 // ---- fibre-local keys -----------------------------------------------------------

@@ -20,7 +20,8 @@
 //
 // The first failure asks every other fibre of the group, running or spawned
 // later, to stop (Fibre::request_stop: their waits in loom's I/O fail with
-// ECANCELED, this_fibre::stop_requested() says so), so that join() does not
+// ECANCELED, their sleeps and timed waits end as at their deadline,
+// this_fibre::stop_requested() says so), so that join() does not
 // wait for work nobody wants any more; what a fibre does then is its own.
 //
 // spawn, join and the queries may be called from fibres and from kernel

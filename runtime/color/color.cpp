@@ -12,6 +12,7 @@
 
 #include "base/chaos.hpp"
 #include "base/check.hpp"
+#include "sched/cancel.hpp"
 #include "base/futex.hpp"
 #include "base/options.hpp"
 #include "loom/fibre.hpp"
@@ -911,7 +912,7 @@ void ColorLayer::shutdown() {
                    cluster_->id(), (unsigned long long)(posted - ran));
       told = true;
     }
-    loom::this_fibre::sleep_for(std::chrono::microseconds(100));
+    rt::sleep_until_ns(rt::now_ns() + 100'000);
   }
   {
     SpinGuard g(create_lock_);

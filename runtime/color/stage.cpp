@@ -23,6 +23,7 @@
 
 #include "base/spinlock.hpp"
 #include "loom/fibre.hpp"
+#include "sched/cancel.hpp"
 #include "loom/sync.hpp"
 
 namespace loom {
@@ -160,7 +161,7 @@ void Stage::drain() const {
     if (i < 64)
       this_fibre::yield();
     else
-      this_fibre::sleep_for(std::chrono::microseconds(100));
+      rt::sleep_until_ns(now_ns() + 100'000);
   }
 }
 

@@ -66,6 +66,13 @@ void StackCache::trim(std::size_t keep) noexcept {
   }
 }
 
+void StackCache::trim_idle() noexcept {
+  trim(kKeepIdle);
+  std::size_t bytes = 0, keep = 0;
+  while (keep < slots_.size() && bytes + slots_[keep].size <= kKeepIdleBytes) bytes += slots_[keep++].size;
+  trim(keep);
+}
+
 void StackCache::clear() noexcept {
   trim(0);
   std::vector<Stack>().swap(slots_);

@@ -68,13 +68,19 @@ std::size_t stack_bytes_mapped() noexcept;
 class StackCache {
  public:
   static constexpr std::size_t kCapacity = 1024;
+  // Kept while the processor sleeps: this many stacks, and no more than
+  // this many bytes of them (glibc keeps 40 MiB of finished threads'
+  // stacks): sixteen 8 MiB pthread-sized stacks per sleeping processor held
+  // the address space a program under RLIMIT_AS needed for new threads.
   static constexpr std::size_t kKeepIdle = 16;
+  static constexpr std::size_t kKeepIdleBytes = std::size_t(40) << 20;
   ~StackCache();
   // From the cache if one of that size is among the most recently freed
   // few (stacks of one size dominate: the cluster default).
   Stack get(std::size_t size);
   void put(Stack s) noexcept;  // keeps it, or releases it when full
   void trim(std::size_t keep) noexcept;  // releases all but `keep`
+  void trim_idle() noexcept;             // down to kKeepIdle and kKeepIdleBytes
   void clear() noexcept;                 // releases everything, slots too
   std::size_t cached() const { return slots_.size(); }
   // get()s served from the cache and by a new mapping (statistics).

@@ -235,7 +235,7 @@ class WatchSet {
     note_wait(WaitKind::poll, entry_);  // (the entry: a cancellation request posts it)
     if (cancel_pending_here()) return ECANCELED;
     if (sliced_ && !entry_->registered.load(std::memory_order_acquire)) {
-      loom::this_fibre::sleep_until(Clock::time_point(std::chrono::nanoseconds(w)));
+      if (!sleep_until_cancellable(w)) return ECANCELED;  // (w is a slice's end: never kForever)
       return ETIMEDOUT;
     }
     io_arm(ep_, *entry_, false);

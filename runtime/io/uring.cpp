@@ -17,6 +17,7 @@
 
 #include "base/chaos.hpp"
 #include "base/sys.hpp"
+#include "sched/cancel.hpp"
 #include "io/fd_table.hpp"
 #include "io/poller.hpp"
 #include "loom/fibre.hpp"
@@ -300,7 +301,7 @@ void await_requests(IoState& s, FdEntry& e) {
     if (i < 16)
       loom::this_fibre::yield();
     else
-      loom::this_fibre::sleep_for(std::chrono::microseconds(100));
+      sleep_until_ns(now_ns() + 100'000);
   }
 }
 

@@ -59,6 +59,8 @@ void request_cancel(Fibre* f) noexcept;
 // until the monotonic deadline d, or false at once if a request is pending
 // or when one comes.
 bool sleep_until_cancellable(Deadline d);
+// A sleep no request ends: the runtime's own (retry loops, slices).
+void sleep_until_ns(Deadline d);
 
 // The io layer's part of request(): wakes a fibre noted as waiting on a
 // descriptor (fd_in, fd_out) or a poll set (poll) (io/io.cpp).

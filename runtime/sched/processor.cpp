@@ -657,7 +657,7 @@ void Processor::idle_loop() {
           // hung under LOOM_CHAOS, every seed).
           hand_off = cluster_->timers.pending();
         }
-        if (trim_at >= 0 && now_ns() >= trim_at) stacks_.trim(StackCache::kKeepIdle);
+        if (trim_at >= 0 && now_ns() >= trim_at) stacks_.trim_idle();
       }
       cluster_->go_busy(*this);
       // Off the idle list first: a keeper whose sleep ended at a deadline
@@ -695,6 +695,9 @@ void Processor::park() {
   cluster_->leave(*this);
   for (unsigned i = 0, n = cluster_->extension_count(); i < n; ++i) cluster_->extension(i)->before_park(*this);
   cluster_->spare_parks();
+  // A parked spare's stacks are of no use until it is wanted again (and
+  // under RLIMIT_AS they were the memory the processors' creators lacked).
+  stacks_.trim(0);
   // Its last sleep may have held a role one sleeper holds for the cluster
   // — the keeping of the timers, the idle poller's place in epoll_wait or
   // the ring — which a processor already asleep did not take: a sleeper is

@@ -52,11 +52,11 @@ int Barrier::arrive_and_wait_errno(Deadline d, bool* serial) {
     return d == kNow ? EBUSY : ETIMEDOUT;
   }
   rt::Waiter w;
-  if (d != kForever) {
-    w.tag = phase_;
-    w.owner_object = this;
-    w.on_timeout = &rt::BarrierTimeout::withdraw;
-  }
+  // (Also with no deadline: a timed form's stop point ends the wait as a
+  // timeout does, and Clock::time_point::max() is no deadline.)
+  w.tag = phase_;
+  w.owner_object = this;
+  w.on_timeout = &rt::BarrierTimeout::withdraw;
   rt::note_wait(rt::WaitKind::barrier, this);
   if (rt::wait_on(waiters_, lock_, w, d) || w.handed_over) return 0;
   return ETIMEDOUT;
@@ -68,7 +68,10 @@ bool Barrier::arrive_and_wait() {
   return serial;
 }
 
-std::optional<bool> Barrier::arrive_and_wait_until(Clock::time_point t) { return arrive_result(to_deadline(t)); }
+std::optional<bool> Barrier::arrive_and_wait_until(Clock::time_point t) {
+  detail::StopPoint stop;
+  return arrive_result(to_deadline(t));
+}
 
 int OnceFlag::begin(Deadline d) {
   lock_.lock();

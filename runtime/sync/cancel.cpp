@@ -15,7 +15,13 @@ namespace {
 // the note of the wait f is in, or f's own check saw the request.
 void wake_for_cancel(Fibre* f) {
   if (void* w = f->cancel_waiter.load(std::memory_order_acquire)) {
-    cancel_waiter(static_cast<Waiter*>(w));  // a wait_on of the C API's (kept alive by our busy count)
+    // A wait_on of a cancellation point, or a timed join (kept alive by
+    // our busy count).
+    auto bits = reinterpret_cast<std::uintptr_t>(w);
+    if (bits & kTimedJoinWaiter)
+      cancel_timed_join(reinterpret_cast<void*>(bits & ~kTimedJoinWaiter));
+    else
+      cancel_waiter(static_cast<Waiter*>(w));
     return;
   }
   WaitKind kind = f->wait_kind.load(std::memory_order_acquire);

@@ -47,6 +47,8 @@ const char* to_string(ChannelStatus s) {
       return "closed";
     case ChannelStatus::timeout:
       return "timeout";
+    case ChannelStatus::stopped:
+      return "stopped";
   }
   return "?";
 }
@@ -80,6 +82,12 @@ void* ChannelCore::slot(std::size_t i) const noexcept {
   if (k >= slots_) k -= slots_;
   return buf_ + k * ops_->size;
 }
+
+namespace {
+// A wait that was not signalled: a timed form's stop point ended it, or its
+// deadline.
+ChannelStatus ended_early() { return this_fibre::stop_requested() ? ChannelStatus::stopped : ChannelStatus::timeout; }
+}  // namespace
 
 ChannelStatus ChannelCore::push(void* item, Deadline d) {
   char* spare = nullptr;  // a ring allocated outside the lock, or the one it replaced
@@ -147,7 +155,7 @@ ChannelStatus ChannelCore::push(void* item, Deadline d) {
   rt::note_wait(rt::WaitKind::channel, this);
   bool signalled = rt::wait_on(pushers_, lock_, w, d);
   deallocate(spare, *ops_);
-  if (!signalled) return ChannelStatus::timeout;
+  if (!signalled) return ended_early();
   return w.handed_over ? ChannelStatus::success : ChannelStatus::closed;
 }
 
@@ -193,7 +201,7 @@ ChannelStatus ChannelCore::pop(void* out, Deadline d) {
   rt::Waiter w;
   w.tag = reinterpret_cast<std::uintptr_t>(out);
   rt::note_wait(rt::WaitKind::channel, this);
-  if (!rt::wait_on(poppers_, lock_, w, d)) return ChannelStatus::timeout;
+  if (!rt::wait_on(poppers_, lock_, w, d)) return ended_early();
   return w.handed_over ? ChannelStatus::success : ChannelStatus::closed;
 }
 

@@ -41,6 +41,7 @@ void CondVar::wait(Mutex& m) {
 }
 
 bool CondVar::wait_until(Mutex& m, Clock::time_point t) {
+  detail::StopPoint stop;  // (wait_on takes it: the mutex's relock is no stop point)
   int e = wait_errno(m, to_deadline(t));
   if (e == EPERM) throw std::system_error(e, std::generic_category(), "loom::CondVar::wait_until");
   return e == 0;

@@ -22,11 +22,21 @@
 // kernel-thread joiner uses the foreign protocol with a futex timeout and
 // on timeout takes back kJoinForeign with a CAS.
 //
+// A timed join is also a stop point (Fibre::request_stop; sched/cancel.hpp):
+// the joiner publishes its record, tagged, in its cancel_waiter, and looks
+// for a request before it suspends; a requester that finds the record waits
+// for `phase` to leave kRegistering and, if armed, ends the join as the
+// timer would, with the same CAS (a third party that may take the value,
+// and still exactly one does). The joiner then removes its timer. A joiner
+// that saw the request before suspending sets kNothingArmed itself, so a
+// requester never waits for an action that will not come.
+//
 // Nothing of this runs unless a timed join is asked for: exit tests one bit
 // more on a path that already branches on the word.
 #include <stdexcept>
 
 #include "base/futex.hpp"
+#include "sched/cancel.hpp"
 #include "sched/cluster.hpp"
 #include "sched/processor.hpp"
 #include "sync/wait.hpp"
@@ -45,6 +55,7 @@ struct TimedJoin {
   Cluster* cluster = nullptr;
   std::atomic<int> phase{kRegistering};
   bool timed_out = false;  // written by the winning expire(), read by the joiner after it is scheduled
+  bool stopped = false;    // the same, by a stop request that won (cancel_timed_join)
   std::uintptr_t word() const { return reinterpret_cast<std::uintptr_t>(this) | kJoinTimedTag; }
 };
 static_assert(alignof(TimedJoin) > 1);
@@ -67,11 +78,24 @@ void post_register_timed_joiner(Processor&, Fibre* joiner, void* arg) {
     schedule(joiner);                                           // it finished meanwhile
     return;
   }
-  tj->cluster->add_timer(&tj->timer);
+  // (No deadline — Clock::time_point::max(), waiting only for the end or a
+  // stop — no timer: it would have fired at once.)
+  if (tj->timer.deadline != kForever) tj->cluster->add_timer(&tj->timer);
   tj->phase.store(kArmed, std::memory_order_release);  // the last touch: the joiner may be waiting for it
 }
 
 }  // namespace
+
+void cancel_timed_join(void* record) noexcept {
+  auto* tj = static_cast<TimedJoin*>(record);
+  int phase;
+  while ((phase = tj->phase.load(std::memory_order_acquire)) == kRegistering) cpu_relax();
+  if (phase != kArmed) return;  // the fibre had ended, or the joiner saw the request itself
+  std::uintptr_t expected = tj->word();
+  if (!tj->target->join.compare_exchange_strong(expected, kJoinRunning, std::memory_order_acq_rel)) return;
+  tj->stopped = true;
+  schedule(tj->joiner);
+}
 
 void wake_timed_joiner(std::uintptr_t w) noexcept {
   schedule(reinterpret_cast<TimedJoin*>(w & ~kJoinTimedTag)->joiner);  // (it waits for its own registration to end)
@@ -100,18 +124,28 @@ bool Fibre::join_deadline(std::int64_t d, bool release) {
       tj.timer.expire = &rt::timed_join_expire;
       tj.timer.complete = &rt::timed_join_complete;
       rt::note_wait(rt::WaitKind::join, reinterpret_cast<const void*>(std::uintptr_t(f->id)));
+      tj.joiner->cancel_waiter.store(reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(&tj) | rt::kTimedJoinWaiter),
+                                     std::memory_order_release);
+      if (rt::cancel_pending_here()) {
+        tj.phase.store(rt::kNothingArmed, std::memory_order_release);  // (a requester may be waiting for it)
+        rt::end_cancellable_wait(tj.joiner);
+        return false;
+      }
       p->suspend(&rt::post_register_timed_joiner, &tj);
-      // Resumed: the exit woke us (or we found it done), or the timer did;
-      // the action that registered us may still be finishing.
+      // Resumed: the exit woke us (or we found it done), the timer did, or
+      // a stop request; the action that registered us may still be
+      // finishing.
       int phase;
       while ((phase = tj.phase.load(std::memory_order_acquire)) == rt::kRegistering) rt::cpu_relax();
+      rt::end_cancellable_wait(tj.joiner);  // no requester looks at tj from here
       if (tj.timed_out) return false;
       if (phase == rt::kArmed) tj.cluster->timers.remove(&tj.timer);
+      if (tj.stopped) return false;  // still joinable
     } else {
       std::uintptr_t expected = rt::kJoinRunning;
       if (f->join.compare_exchange_strong(expected, rt::kJoinForeign, std::memory_order_acq_rel)) {
         while (f->done.load(std::memory_order_acquire) == 0) {
-          if (rt::now_ns() >= d) {
+          if (d != kForever && rt::now_ns() >= d) {
             expected = rt::kJoinForeign;
             if (f->join.compare_exchange_strong(expected, rt::kJoinRunning, std::memory_order_acq_rel)) return false;
             while (f->done.load(std::memory_order_acquire) == 0) rt::futex_wait(&f->done, 0);  // the exit took it

@@ -173,6 +173,7 @@ void Mutex::lock() {
 }
 bool Mutex::try_lock() { return lock_errno(kNow) == 0; }
 bool Mutex::try_lock_until(Clock::time_point t) {
+  detail::StopPoint stop;
   int e = lock_errno(to_deadline(t));
   if (e == EDEADLK) fail(e, "loom::Mutex::try_lock_until");
   return e == 0;

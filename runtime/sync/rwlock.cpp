@@ -135,13 +135,19 @@ void RWLock::lock_shared() {
   if (int e = lock_shared_errno(kForever)) fail(e, "loom::RWLock::lock_shared");
 }
 bool RWLock::try_lock_shared() { return lock_shared_errno(kNow) == 0; }
-bool RWLock::try_lock_shared_until(Clock::time_point t) { return lock_shared_errno(to_deadline(t)) == 0; }
+bool RWLock::try_lock_shared_until(Clock::time_point t) {
+  detail::StopPoint stop;
+  return lock_shared_errno(to_deadline(t)) == 0;
+}
 void RWLock::unlock_shared() { unlock(); }
 void RWLock::lock() {
   if (int e = lock_errno(kForever)) fail(e, "loom::RWLock::lock");
 }
 bool RWLock::try_lock() { return lock_errno(kNow) == 0; }
-bool RWLock::try_lock_until(Clock::time_point t) { return lock_errno(to_deadline(t)) == 0; }
+bool RWLock::try_lock_until(Clock::time_point t) {
+  detail::StopPoint stop;
+  return lock_errno(to_deadline(t)) == 0;
+}
 void RWLock::unlock() {
   if (int e = unlock_errno()) fail(e, "loom::RWLock::unlock");
 }

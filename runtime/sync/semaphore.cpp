@@ -32,7 +32,10 @@ int Semaphore::acquire_errno(Deadline d) {
 
 void Semaphore::acquire() { acquire_errno(kForever); }
 bool Semaphore::try_acquire() { return acquire_errno(kNow) == 0; }
-bool Semaphore::try_acquire_until(Clock::time_point t) { return acquire_errno(to_deadline(t)) == 0; }
+bool Semaphore::try_acquire_until(Clock::time_point t) {
+  detail::StopPoint stop;
+  return acquire_errno(to_deadline(t)) == 0;
+}
 
 int Semaphore::release_errno() {
   rt::lock_object(lock_, this, "loom::Semaphore");

@@ -55,9 +55,11 @@ bool sleep_until_cancellable(Deadline d) { return sleep_parked(d, true); }
 
 }  // namespace rt
 
+// The program's sleeps are stop points (Fibre::request_stop); the
+// runtime's own (rt::sleep_until_ns) are not: its retry loops would spin.
 namespace this_fibre {
-void sleep_for(std::chrono::nanoseconds d) { rt::sleep_until_ns(deadline_after(d)); }
-void sleep_until(Clock::time_point t) { rt::sleep_until_ns(to_deadline(t)); }
+bool sleep_for(std::chrono::nanoseconds d) { return rt::sleep_until_cancellable(deadline_after(d)); }
+bool sleep_until(Clock::time_point t) { return rt::sleep_until_cancellable(to_deadline(t)); }
 }  // namespace this_fibre
 
 }  // namespace loom

@@ -39,6 +39,15 @@ void timer_complete(TimerNode* n) {
   schedule(f);  // from here on w may be gone
 }
 
+void post_block(Processor&, Fibre*, void* arg) {
+  auto* w = static_cast<Waiter*>(arg);
+  SpinLock* lock = w->lock;
+  if (w->timer.deadline != kNoDeadline) w->cluster->add_timer(&w->timer);
+  if (lock) lock->unlock();
+}
+
+}  // namespace
+
 // The record is no longer published; once no requester is looking at it
 // (the busy count), the wait may return and end it.
 void end_cancellable_wait(Fibre* self) {
@@ -53,15 +62,6 @@ void end_cancellable_wait(Fibre* self) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
   while (self->cancel.load(std::memory_order_acquire) >= kCancelBusyUnit) cpu_relax();
 }
-
-void post_block(Processor&, Fibre*, void* arg) {
-  auto* w = static_cast<Waiter*>(arg);
-  SpinLock* lock = w->lock;
-  if (w->timer.deadline != kNoDeadline) w->cluster->add_timer(&w->timer);
-  if (lock) lock->unlock();
-}
-
-}  // namespace
 
 const void* identity() noexcept {
   if (Fibre* f = this_fibre_or_null()) return f;

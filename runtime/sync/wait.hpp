@@ -136,6 +136,14 @@ void wake(Waiter* w);
 // Fibre::cancel_waiter; sched/cancel.hpp keeps w alive meanwhile): if w is
 // still queued, ends its wait as a timeout would, with state kCancelled.
 void cancel_waiter(Waiter* w) noexcept;
+// The waiting side's end of a cancellable wait: unpublishes self's record
+// (Fibre::cancel_waiter) and waits until no requester looks at it.
+void end_cancellable_wait(Fibre* self);
+// A requester's look at a timed join published in Fibre::cancel_waiter
+// (tagged with kTimedJoinWaiter; sync/join.cpp): ends the join as its
+// timer would, if neither the timer nor the fibre's exit has yet.
+inline constexpr std::uintptr_t kTimedJoinWaiter = 1;
+void cancel_timed_join(void* record) noexcept;
 
 inline bool expired(Deadline d) { return d != kForever && (d == kNow || now_ns() >= d); }
 
