@@ -61,6 +61,7 @@ StackCache::~StackCache() { trim(0); }
 
 void StackCache::trim(std::size_t keep) noexcept {
   while (slots_.size() > keep) {
+    bytes_ -= slots_.back().size;
     stack_release(slots_.back());
     slots_.pop_back();
   }
@@ -68,9 +69,7 @@ void StackCache::trim(std::size_t keep) noexcept {
 
 void StackCache::trim_idle() noexcept {
   trim(kKeepIdle);
-  std::size_t bytes = 0, keep = 0;
-  while (keep < slots_.size() && bytes + slots_[keep].size <= kKeepIdleBytes) bytes += slots_[keep++].size;
-  trim(keep);
+  while (bytes_ > kKeepIdleBytes) trim(slots_.size() - 1);
 }
 
 void StackCache::clear() noexcept {
@@ -87,6 +86,7 @@ Stack StackCache::get(std::size_t size) {
       Stack s = slots_[i];
       slots_[i] = slots_.back();
       slots_.pop_back();
+      bytes_ -= s.size;
       // The previous fibre's frames left ASan poison behind.
       sanitizer_unpoison(s.lo(), s.size);
       hits_.store(hits_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -112,6 +112,7 @@ void StackCache::put(Stack s) noexcept {
     }
   }
   slots_.push_back(s);  // within capacity: cannot throw
+  bytes_ += s.size;
 }
 
 }  // namespace loom::rt

@@ -83,12 +83,15 @@ class StackCache {
   void trim_idle() noexcept;             // down to kKeepIdle and kKeepIdleBytes
   void clear() noexcept;                 // releases everything, slots too
   std::size_t cached() const { return slots_.size(); }
+  // Whether trim_idle() would give any back.
+  bool over_idle() const { return slots_.size() > kKeepIdle || bytes_ > kKeepIdleBytes; }
   // get()s served from the cache and by a new mapping (statistics).
   std::uint64_t hits() const { return hits_.load(std::memory_order_relaxed); }
   std::uint64_t misses() const { return misses_.load(std::memory_order_relaxed); }
 
  private:
   std::vector<Stack> slots_;  // reserved to kCapacity on first use
+  std::size_t bytes_ = 0;     // their usable sizes, summed
   // Written by the owning processor only, read by anyone.
   std::atomic<std::uint64_t> hits_{0}, misses_{0};
 };

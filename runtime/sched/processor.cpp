@@ -623,7 +623,7 @@ void Processor::idle_loop() {
         // server between bursts unmap and map stacks all the time (the web
         // benchmark's short connections: 0.3 mmap+mprotect+munmap each).
         std::int64_t trim_at = -1;
-        if (stacks_.cached() > StackCache::kKeepIdle) {
+        if (stacks_.over_idle()) {
           trim_at = now_ns() + kTrimAfterNs;
           if (deadline == kNoDeadline || trim_at < deadline) deadline = trim_at;
         }
