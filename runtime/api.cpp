@@ -195,7 +195,8 @@ void Fibre::request_stop() noexcept {
 // The mark the C API's cancellation points set too (CancellableWait): the
 // next wait_on, or each of a mutex's waits, is cancellable; a wait that
 // never came leaves it set, so it is cleared here.
-detail::StopPoint::StopPoint() noexcept : f_(rt::this_processor() ? rt::this_processor()->current() : nullptr) {
+detail::StopPoint::StopPoint(bool on) noexcept
+    : f_(on && rt::this_processor() ? rt::this_processor()->current() : nullptr) {
   if (f_) f_->cancel_wait = true;
 }
 

@@ -11,8 +11,10 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "loom/channel.hpp"
 #include "loom/future.hpp"
@@ -254,6 +256,156 @@ TEST(StopPoints, RequestsRaceWakeUps) {
     }
     while (sem.try_acquire()) ++taken;
     EXPECT_EQ(taken, released) << "a release was lost or doubled by a stop";
+  });
+}
+
+// Outside review: a request that reaches a waiter already woken, whose
+// primitive the program then destroyed (std allows a condvar's destruction
+// once every waiter is notified; a semaphore's after the release its
+// waiter needed): the requester locked the dead primitive's lock (a hang
+// on one processor, a write into freed memory on two). On one processor
+// the woken waiter has not run again when the request comes.
+TEST(StopPoints, ARequestAfterTheWakeTouchesNoDestroyedPrimitive) {
+  Watchdog dog(std::chrono::seconds(60));
+  Cluster c(1);
+  run_in(c, [&] {
+    for (int round = 0; round < 20; ++round) {
+      Mutex m;
+      auto* cv = new CondVar;
+      auto* sem = new Semaphore(0);
+      bool flag = false;
+      std::atomic<int> waiting{0};
+      Fibre a([&] {
+        std::lock_guard<Mutex> g(m);
+        ++waiting;
+        cv->wait_for(m, kFar, [&] { return flag; });
+      });
+      Fibre b([&] {
+        ++waiting;
+        sem->try_acquire_for(kFar);
+      });
+      while (waiting < 2) loom::this_fibre::yield();
+      loom::this_fibre::sleep_for(2ms);  // both blocked
+      {
+        std::lock_guard<Mutex> g(m);
+        flag = true;
+        cv->notify_all();
+      }
+      delete cv;
+      sem->release();
+      delete sem;
+      a.request_stop();
+      b.request_stop();
+      ASSERT_TRUE(a.join_for(10s));
+      ASSERT_TRUE(b.join_for(10s));
+    }
+  });
+}
+
+// Outside review: call_once_until waits again when a run it waited for
+// threw and another caller's run began meanwhile; each of its waits is a
+// stop point, not only the first.
+TEST(StopPoints, CallOnceStopsInALaterWait) {
+  Watchdog dog(std::chrono::seconds(60));
+  Cluster c(1);
+  int set_up = 0;
+  for (int r = 0; r < 20; ++r) {
+    run_in(c, [&] {
+      loom::OnceFlag once;
+      Semaphore go_throw(0), second_in(0), end_second(0);
+      std::atomic<bool> waiter_started{false};
+      Fibre runner([&] {
+        try {
+          loom::call_once(once, [&] {
+            go_throw.acquire();
+            throw std::runtime_error("first run fails");
+          });
+        } catch (const std::runtime_error&) {
+        }
+        loom::call_once(once, [&] {
+          second_in.release();
+          end_second.acquire();
+        });
+      });
+      Fibre waiter([&] {
+        waiter_started = true;
+        loom::call_once_until(once, Clock::time_point::max(), [] {});
+      });
+      while (!waiter_started) loom::this_fibre::yield();
+      loom::this_fibre::sleep_for(5ms);  // the waiter waits for the first run
+      go_throw.release();
+      if (second_in.try_acquire_for(1s)) {  // (else the waiter ran it itself: no second wait this round)
+        ++set_up;
+        loom::this_fibre::sleep_for(5ms);  // woken by the failure, it waits for the second run
+        waiter.request_stop();
+        EXPECT_TRUE(waiter.join_for(10s)) << "round " << r << ": the stop did not end the second wait";
+      }
+      end_second.release();
+      if (waiter.joinable()) waiter.join();
+      runner.join();
+    });
+  }
+  EXPECT_GT(set_up, 0);
+}
+
+// Outside review: the mark covers a channel's wait only, not the item's
+// move (an untimed acquire in a move constructor, with a stop pending,
+// returned with nothing taken).
+struct GatedItem {
+  static inline Semaphore* gate = nullptr;
+  static inline std::atomic<bool> opened{false}, early{false};
+  bool armed = false;
+  GatedItem() = default;
+  explicit GatedItem(bool a) : armed(a) {}
+  GatedItem(GatedItem&& o) noexcept : armed(o.armed) {
+    if (armed && gate) {
+      Semaphore* g = std::exchange(gate, nullptr);  // (once: the pop moves the item twice)
+      g->acquire();  // untimed: waits for the release whatever the stop
+      if (!opened) early = true;
+    }
+    o.armed = false;
+  }
+  GatedItem& operator=(GatedItem&& o) noexcept {
+    armed = false;
+    o.armed = false;
+    return *this;
+  }
+};
+
+TEST(StopPoints, AChannelsMarkIsNotTheItemsMove) {
+  Watchdog dog(std::chrono::seconds(60));
+  Cluster c(2);
+  run_in(c, [] {
+    Semaphore gate(0);
+    Channel<GatedItem> ch(4);
+    ASSERT_EQ(ch.try_push(GatedItem(true)), ChannelStatus::success);
+    GatedItem::gate = &gate;
+    std::atomic<bool> stopped{false};
+    Fibre w([&] {
+      while (!loom::this_fibre::stop_requested()) loom::this_fibre::yield();
+      stopped = true;
+      GatedItem out;
+      ch.pop_for(out, kFar);
+    });
+    w.request_stop();
+    while (!stopped) loom::this_fibre::yield();
+    loom::this_fibre::sleep_for(20ms);
+    GatedItem::opened = true;
+    gate.release();
+    ASSERT_TRUE(w.join_for(10s));
+    EXPECT_FALSE(GatedItem::early.load()) << "the untimed acquire in the move was ended by the stop";
+    EXPECT_EQ(gate.value(), 0u);
+  });
+}
+
+// A fibre's sleep with no deadline lasts until a stop.
+TEST(StopPoints, ASleepWithNoDeadlineEndsAtAStop) {
+  Watchdog dog(std::chrono::seconds(60));
+  Cluster c(2);
+  run_in(c, [] {
+    expect_stopped("sleep_until(max)", [] { return !loom::this_fibre::sleep_until(Clock::time_point::max()); }, false);
+    expect_stopped("sleep_for(max)", [] { return !loom::this_fibre::sleep_for(std::chrono::nanoseconds::max()); },
+                   true);
   });
 }
 

@@ -918,7 +918,7 @@ int sem_wait_shared_fibre(sem_t* s, clockid_t clock, const timespec* abs) {
       std::int64_t left = std::int64_t(abs->tv_sec) * 1000000000 + abs->tv_nsec - clock_ns(clock);
       if (left < sleep_ns) sleep_ns = left > 0 ? left : 0;
     }
-    this_fibre::sleep_for(std::chrono::nanoseconds(sleep_ns));
+    rt::sleep_until_ns(rt::now_ns() + sleep_ns);  // (no stop point: a stopped fibre that is no thread would poll hot)
     if (rt::cancel_pending_here() && cancel_acts_here()) return ECANCELED;  // a cancellation point: looked for between polls
     if (pause_ns < 1'000'000) pause_ns *= 2;
   }

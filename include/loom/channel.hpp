@@ -79,9 +79,10 @@ class ChannelCore {
   ChannelCore(const ChannelCore&) = delete;
   ChannelCore& operator=(const ChannelCore&) = delete;
   // item: a T moved from only on success. kNow: full (or closed), never waits.
-  ChannelStatus push(void* item, Deadline d);
+  // stop: the wait (only it, not the moves) is a stop point.
+  ChannelStatus push(void* item, Deadline d, bool stop = false);
   // out: raw storage where a T is move-constructed on success (only then).
-  ChannelStatus pop(void* out, Deadline d);
+  ChannelStatus pop(void* out, Deadline d, bool stop = false);
   void close() noexcept;
   bool closed() const noexcept;
   std::size_t size() const noexcept;
@@ -193,20 +194,11 @@ class Channel {
     T copy(v);
     return core_.push(&copy, d);
   }
-  // The timed forms' waits are stop points (the value is moved outside it).
-  ChannelStatus timed_push(T* item, Deadline d) {
-    detail::StopPoint stop;
-    return core_.push(item, d);
-  }
+  // The timed forms' waits are stop points.
+  ChannelStatus timed_push(T* item, Deadline d) { return core_.push(item, d, true); }
   ChannelStatus pop_into(T& out, Deadline d, bool timed = false) {
     Slot s;
-    ChannelStatus st;
-    if (timed) {
-      detail::StopPoint stop;
-      st = core_.pop(s.raw(), d);
-    } else {
-      st = core_.pop(s.raw(), d);
-    }
+    ChannelStatus st = core_.pop(s.raw(), d, timed);
     if (st == ChannelStatus::success) out = s.take();
     return st;
   }

@@ -39,7 +39,7 @@ namespace detail {
 // that is not a fibre.
 class StopPoint {
  public:
-  StopPoint() noexcept;
+  explicit StopPoint(bool on = true) noexcept;
   ~StopPoint();
   StopPoint(const StopPoint&) = delete;
   StopPoint& operator=(const StopPoint&) = delete;

@@ -56,7 +56,9 @@ Deadline deadline_after(std::chrono::nanoseconds d);
 
 namespace this_fibre {
 // True once the time has passed; false when Fibre::request_stop ended the
-// sleep early (at once if one was pending).
+// sleep early (at once if one was pending). With no deadline
+// (time_point::max(), a duration past it) a fibre sleeps until a stop; a
+// kernel thread that is not a fibre returns at once.
 bool sleep_for(std::chrono::nanoseconds d);
 bool sleep_until(Clock::time_point t);
 }  // namespace this_fibre

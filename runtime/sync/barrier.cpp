@@ -74,6 +74,9 @@ std::optional<bool> Barrier::arrive_and_wait_until(Clock::time_point t) {
 }
 
 int OnceFlag::begin(Deadline d) {
+  // A stop point (call_once_until's) for each of its waits: a run that
+  // failed wakes the waiters, and one may find another run started.
+  rt::Fibre* stoppable = rt::cancel_marked();
   lock_.lock();
   for (;;) {
     if (state_ == 2) {
@@ -91,6 +94,7 @@ int OnceFlag::begin(Deadline d) {
     }
     rt::Waiter w;
     rt::note_wait(rt::WaitKind::barrier, this);
+    if (stoppable) stoppable->cancel_wait = true;  // (wait_on takes it)
     if (!rt::wait_on(waiters_, lock_, w, d)) return -1;  // returns with lock_ released
     lock_.lock();
   }

@@ -89,7 +89,7 @@ namespace {
 ChannelStatus ended_early() { return this_fibre::stop_requested() ? ChannelStatus::stopped : ChannelStatus::timeout; }
 }  // namespace
 
-ChannelStatus ChannelCore::push(void* item, Deadline d) {
+ChannelStatus ChannelCore::push(void* item, Deadline d, bool stop) {
   char* spare = nullptr;  // a ring allocated outside the lock, or the one it replaced
   rt::lock_object(lock_, this, "loom::Channel");
   for (;;) {
@@ -153,13 +153,17 @@ ChannelStatus ChannelCore::push(void* item, Deadline d) {
   rt::Waiter w;
   w.tag = reinterpret_cast<std::uintptr_t>(item);
   rt::note_wait(rt::WaitKind::channel, this);
-  bool signalled = rt::wait_on(pushers_, lock_, w, d);
+  bool signalled;
+  {
+    detail::StopPoint mark(stop);  // (wait_on takes it)
+    signalled = rt::wait_on(pushers_, lock_, w, d);
+  }
   deallocate(spare, *ops_);
   if (!signalled) return ended_early();
   return w.handed_over ? ChannelStatus::success : ChannelStatus::closed;
 }
 
-ChannelStatus ChannelCore::pop(void* out, Deadline d) {
+ChannelStatus ChannelCore::pop(void* out, Deadline d, bool stop) {
   rt::lock_object(lock_, this, "loom::Channel");
   if (count_ > 0) {
     void* h = slot(0);
@@ -201,6 +205,7 @@ ChannelStatus ChannelCore::pop(void* out, Deadline d) {
   rt::Waiter w;
   w.tag = reinterpret_cast<std::uintptr_t>(out);
   rt::note_wait(rt::WaitKind::channel, this);
+  detail::StopPoint mark(stop);  // (wait_on takes it)
   if (!rt::wait_on(poppers_, lock_, w, d)) return ended_early();
   return w.handed_over ? ChannelStatus::success : ChannelStatus::closed;
 }

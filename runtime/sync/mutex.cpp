@@ -124,9 +124,7 @@ int Mutex::slow_lock(Deadline d, const void* self) {
   // I/O waiting for a descriptor's turn, io.cpp): each of its waits is
   // cancellable, not only the first (a waiter woken to compete may wait
   // again), and one a request ended gives ECANCELED.
-  rt::Fibre* cancellable = nullptr;
-  if (rt::Processor* p = rt::this_processor())
-    if (p->current()->cancel_wait) cancellable = p->current();
+  rt::Fibre* cancellable = rt::cancel_marked();
   for (;;) {
     rt::lock_object(lock_, this, "loom::Mutex");
     const void* seen = owner_.load(std::memory_order_relaxed);

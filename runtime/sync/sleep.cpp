@@ -33,9 +33,12 @@ namespace rt {
 
 namespace {
 // False: a cancellation request ended it (cancellable only).
+// With no deadline a cancellable sleep of a fibre lasts until a request
+// (this_fibre::sleep_until(time_point::max())); any other returns at once.
 bool sleep_parked(Deadline d, bool cancellable) {
-  if (d == kForever || now_ns() >= d) return true;
-  if (Processor* p = this_processor()) {
+  Processor* p = this_processor();
+  if (d == kForever ? !(cancellable && p) : now_ns() >= d) return true;
+  if (p) {
     parking_lot::ParkOps ops;
     ops.wait_kind = WaitKind::sleep;
     ops.cancellable = cancellable;

@@ -63,6 +63,11 @@ void end_cancellable_wait(Fibre* self) {
   while (self->cancel.load(std::memory_order_acquire) >= kCancelBusyUnit) cpu_relax();
 }
 
+Fibre* cancel_marked() noexcept {
+  Processor* p = this_processor();
+  return p && p->current()->cancel_wait ? p->current() : nullptr;
+}
+
 const void* identity() noexcept {
   if (Fibre* f = this_fibre_or_null()) return f;
   return &thread_identity;
@@ -110,19 +115,24 @@ Waiter* WaitList::signal_one(WaitQueue& q) {
   return nullptr;
 }
 
+// The timer's order: the state first, on the record (alive: our busy
+// count), and the primitive's lock only once the request has won it. A
+// waiter a signaller claimed may have returned from the primitive's view,
+// and the program may have destroyed the primitive since (a condvar after
+// notify_all; a semaphore after its release): its lock is not to be
+// touched then (outside review: a requester that locked first spun on a
+// freed lock, or wrote into freed memory). A waiter the request won is
+// still queued for the program, so its primitive is alive.
 void cancel_waiter(Waiter* w) noexcept {
+  int expected = kWaiting;
+  if (!w->state.compare_exchange_strong(expected, kCancelled, std::memory_order_acq_rel)) return;
   WakeBatch batch;
   Fibre* f = w->fibre;
-  w->lock->lock();
-  bool won = false;
-  if (w->queued) {  // no signaller has taken it (they unqueue first, under this lock); its timer may have
-    int expected = kWaiting;
-    won = w->state.compare_exchange_strong(expected, kCancelled, std::memory_order_acq_rel);
-    if (won) unqueue_timed_out(w, batch);
-  }
+  w->lock->lock();  // (also waits for the waiter's switch: its post_block releases it)
+  unqueue_timed_out(w, batch);
   w->lock->unlock();
   batch.wake_all();
-  if (won) schedule(f);
+  schedule(f);
 }
 
 void wake(Waiter* w) {
@@ -146,11 +156,16 @@ bool wait_on(WaitQueue& q, SpinLock& lock, Waiter& w, Deadline d) {
     const bool cancellable = self->cancel_wait;  // (the one load a wait pays for cancellation)
     if (cancellable) {
       self->cancel_wait = false;
+      w.timed = true;  // claimed by CAS: a request competes for the state too (cancel_waiter)
       self->cancel_waiter.store(&w, std::memory_order_release);  // (w filled in: the requester acquires) then the request
-      if (cancel_pending_here()) {
+      // Pending: ended here, unless a requester that found the record
+      // already won the state — it waits for the lock, and then unqueues
+      // and schedules this fibre, which so must suspend as usual.
+      int expected = kWaiting;
+      if (cancel_pending_here() &&
+          w.state.compare_exchange_strong(expected, kCancelled, std::memory_order_acq_rel)) {
         WakeBatch batch;
         unqueue_timed_out(&w, batch);
-        w.state.store(kCancelled, std::memory_order_relaxed);
         lock.unlock();
         batch.wake_all();
         end_cancellable_wait(self);

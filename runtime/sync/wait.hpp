@@ -70,7 +70,8 @@ struct Waiter {
   Waiter* next = nullptr;
   Waiter* prev = nullptr;
   bool queued = false;
-  bool timed = false;        // has a deadline: its timer (or, on a kernel thread, itself) may claim state
+  bool timed = false;        // has a deadline, or is cancellable: its timer (or, on a kernel thread,
+                             // itself) or a cancellation request may claim state
   std::atomic<int> state{kWaiting};
   std::atomic<int> released{0};  // kernel threads: the signaller is done
   Fibre* fibre = nullptr;    // null for a kernel thread
@@ -136,6 +137,11 @@ void wake(Waiter* w);
 // Fibre::cancel_waiter; sched/cancel.hpp keeps w alive meanwhile): if w is
 // still queued, ends its wait as a timeout would, with state kCancelled.
 void cancel_waiter(Waiter* w) noexcept;
+// The calling fibre when its next wait is marked cancellable
+// (Fibre::cancel_wait), else null: a primitive that may wait more than once
+// per call (a mutex woken to compete, a once flag whose run failed) marks
+// each of its waits again.
+Fibre* cancel_marked() noexcept;
 // The waiting side's end of a cancellable wait: unpublishes self's record
 // (Fibre::cancel_waiter) and waits until no requester looks at it.
 void end_cancellable_wait(Fibre* self);
