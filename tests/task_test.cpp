@@ -472,6 +472,36 @@ TEST(TaskGroup, AFailureStopsTheOneBeingJoined) {
   });
 }
 
+// Outside review: two fibres joining one group each wait outside its lock
+// for a fibre of their own; a failure asks both of those to stop (the
+// group kept one pointer, the last joiner's: the other join waited for good).
+TEST(TaskGroup, AFailureStopsWhatEveryConcurrentJoinerJoins) {
+  Watchdog dog(std::chrono::seconds(30));
+  Cluster c(2);
+  run_in(c, [] {
+    std::atomic<int> stopped{0}, thrown{0};
+    TaskGroup g;
+    g.spawn([] {
+      loom::this_fibre::sleep_for(50ms);  // both joiners are waiting by then
+      throw std::runtime_error("failed");
+    });
+    for (int i = 0; i < 2; ++i)
+      g.spawn([&] { stopped += !loom::this_fibre::sleep_until(Clock::time_point::max()); });
+    auto joiner = [&] {
+      try {
+        g.join();
+      } catch (const std::runtime_error&) {
+        ++thrown;
+      }
+    };
+    Fibre a(joiner), b(joiner);
+    EXPECT_TRUE(a.join_for(10s)) << "a joiner waited for a fibre the failure did not stop";
+    EXPECT_TRUE(b.join_for(10s)) << "a joiner waited for a fibre the failure did not stop";
+    EXPECT_EQ(stopped.load(), 2);
+    EXPECT_EQ(thrown.load(), 1);  // rethrown once, to one of them
+  });
+}
+
 // Outside review: join() freed the fibre it had joined before clearing the
 // pointer a failure's request_stop goes through, so a failure as the joined
 // fibre ended could stop a freed fibre (AddressSanitizer: use after free).

@@ -137,7 +137,7 @@ class TaskGroup {
     if (!first_) {
       first_ = std::move(ex);
       for (auto& f : fibres_) f.request_stop();
-      if (joining_) joining_->request_stop();
+      for (Joining* j = joining_; j; j = j->next) j->fibre->request_stop();
     }
     m_.unlock();
   }
@@ -148,7 +148,8 @@ class TaskGroup {
       Fibre f = std::move(fibres_.back());
       fibres_.pop_back();
       if (first_) f.request_stop();
-      joining_ = &f;  // a failure meanwhile asks it to stop too
+      Joining me{&f, joining_};  // a failure meanwhile asks it to stop too
+      joining_ = &me;
       m_.unlock();
       bool ended = true;
       if (!t)
@@ -156,7 +157,11 @@ class TaskGroup {
       else
         ended = f.wait_ended_until(*t);
       m_.lock();
-      joining_ = nullptr;  // (from here no request_stop can reach f: it may go)
+      for (Joining** j = &joining_; *j; j = &(*j)->next)  // (from here no request_stop can reach f: it may go)
+        if (*j == &me) {
+          *j = me.next;
+          break;
+        }
       if (!ended) {
         fibres_.push_back(std::move(f));  // (no allocation: its slot is still there)
         m_.unlock();
@@ -178,7 +183,13 @@ class TaskGroup {
   FibreAttr attr_;
   mutable Mutex m_;
   std::vector<Fibre> fibres_;  // guarded by m_
-  Fibre* joining_ = nullptr;   // the one wait_all joins outside m_ (guarded by m_)
+  // The fibres concurrent wait_alls join outside m_, one entry on each
+  // joiner's stack (guarded by m_).
+  struct Joining {
+    Fibre* fibre;
+    Joining* next;
+  };
+  Joining* joining_ = nullptr;
   std::size_t reap_at_ = 64;
   std::exception_ptr first_;
 };
