@@ -44,6 +44,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <new>
 #include <unordered_map>
 #include <vector>
 
@@ -117,9 +118,21 @@ class Monitor {
         if (!cfg.handoff_us) continue;
         std::int64_t b = std::int64_t(cfg.handoff_us) * 500;
         base = base ? std::min(base, b) : b;
-        look(*c, now, urgent, active, waiting);
+        // Its records of processors (first sight of one, a spare) are
+        // allocated: a process out of memory (glibc's tst-create-detached,
+        // under RLIMIT_AS) had the monitor's thread killed by bad_alloc. It
+        // looks again next time instead.
+        try {
+          look(*c, now, urgent, active, waiting);
+        } catch (const std::bad_alloc&) {
+          urgent = true;
+        }
       }
-      std::int64_t stall = stall_tick(now);
+      std::int64_t stall = 0;
+      try {
+        stall = stall_tick(now);
+      } catch (const std::bad_alloc&) {
+      }
       // Every processor asleep at every look for kIdleNs: the monitor
       // sleeps too, its spares parked first, until a processor wakes.
       // Before that it looks at most every 10 ms: waking it from go_busy
