@@ -121,18 +121,14 @@ class Channel {
   ChannelStatus try_push(const T& v) { return push_copy(v, kNow); }
   template <class R, class P>
   ChannelStatus push_for(T&& v, std::chrono::duration<R, P> d) {
-    return timed_push(&v, deadline_after(d));
+    return core_.push(&v, deadline_after(d), true);
   }
   template <class R, class P>
   ChannelStatus push_for(const T& v, std::chrono::duration<R, P> d) {
-    T copy(v);
-    return timed_push(&copy, deadline_after(d));
+    return push_copy(v, deadline_after(d), true);
   }
-  ChannelStatus push_until(T&& v, Clock::time_point t) { return timed_push(&v, to_deadline(t)); }
-  ChannelStatus push_until(const T& v, Clock::time_point t) {
-    T copy(v);
-    return timed_push(&copy, to_deadline(t));
-  }
+  ChannelStatus push_until(T&& v, Clock::time_point t) { return core_.push(&v, to_deadline(t), true); }
+  ChannelStatus push_until(const T& v, Clock::time_point t) { return push_copy(v, to_deadline(t), true); }
 
   // success, or closed once the channel is closed and drained.
   ChannelStatus pop(T& out) { return pop_into(out, kForever); }
@@ -190,15 +186,14 @@ class Channel {
       return v;
     }
   };
-  ChannelStatus push_copy(const T& v, Deadline d) {
+  // stop: the timed forms, whose waits are stop points.
+  ChannelStatus push_copy(const T& v, Deadline d, bool stop = false) {
     T copy(v);
-    return core_.push(&copy, d);
+    return core_.push(&copy, d, stop);
   }
-  // The timed forms' waits are stop points.
-  ChannelStatus timed_push(T* item, Deadline d) { return core_.push(item, d, true); }
-  ChannelStatus pop_into(T& out, Deadline d, bool timed = false) {
+  ChannelStatus pop_into(T& out, Deadline d, bool stop = false) {
     Slot s;
-    ChannelStatus st = core_.pop(s.raw(), d, timed);
+    ChannelStatus st = core_.pop(s.raw(), d, stop);
     if (st == ChannelStatus::success) out = s.take();
     return st;
   }

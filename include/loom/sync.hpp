@@ -327,10 +327,8 @@ class OnceFlag {
 template <class F>
 bool run_once(OnceFlag& flag, Deadline d, F& f, bool timed) {
   int r;
-  if (timed) {
-    detail::StopPoint stop;
-    r = flag.begin(d);
-  } else {
+  {
+    detail::StopPoint stop(timed);
     r = flag.begin(d);
   }
   if (r <= 0) return r == 0;

@@ -12,11 +12,11 @@
 
 #include "base/chaos.hpp"
 #include "base/check.hpp"
-#include "sched/cancel.hpp"
 #include "base/futex.hpp"
 #include "base/options.hpp"
 #include "loom/fibre.hpp"
 #include "loom/sync.hpp"
+#include "sched/cancel.hpp"
 #include "sched/cluster.hpp"
 #include "sched/fibre.hpp"
 #include "sched/processor.hpp"

@@ -23,8 +23,8 @@
 
 #include "base/spinlock.hpp"
 #include "loom/fibre.hpp"
-#include "sched/cancel.hpp"
 #include "loom/sync.hpp"
+#include "sched/cancel.hpp"
 
 namespace loom {
 

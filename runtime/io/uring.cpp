@@ -17,10 +17,10 @@
 
 #include "base/chaos.hpp"
 #include "base/sys.hpp"
-#include "sched/cancel.hpp"
 #include "io/fd_table.hpp"
 #include "io/poller.hpp"
 #include "loom/fibre.hpp"
+#include "sched/cancel.hpp"
 #include "sched/cluster.hpp"
 #include "sched/in_handler.hpp"
 #include "sched/processor.hpp"

@@ -104,7 +104,7 @@ Fibre* create_fibre(const FibreAttr& attr, std::size_t payload, std::size_t alig
       if (s.caller) {
         stack_forget(s);
       } else if (p) {
-        p->stacks().put(s);
+        stack_release(s);
         p->stacks().trim(0);
       } else {
         stack_release(s);
