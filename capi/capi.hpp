@@ -156,11 +156,20 @@ extern void (*run_glibc_cleanup)(GlibcCleanup*);
 // fibre (they write its own block's chain of buffers, which glibc's
 // unwinding follows). nullptr: glibc's checks are not told of loom's
 // requests (the link route, LOOM_TLS=off).
+// interrupt: a request found the fibre `f` inside one of those calls (its
+// word's asynchronous-type bit, which glibc sets around the system call):
+// signal the kernel thread running it, as glibc's pthread_cancel signals a
+// thread's tid, so that the call is ended there and the fibre acts.
 struct GlibcCancel {
   void (*reg)(void* buf);
   void (*unreg)(void* buf);
+  void (*interrupt)(void* f);
 };
 extern const GlibcCancel* glibc_cancel;
+// The innermost buffer of the calling thread's block's chain (glibc's
+// register stores it in a probe's link, taken back at once); with
+// glibc_cancel set.
+void* glibc_innermost_buffer() noexcept;
 // Sets glibc_cancel when it can (capi/pthread/cancel.cpp).
 void tell_glibc_checks() noexcept;
 // glibc's unwinding (a glibc cancellation point acted on a request loom put
@@ -201,6 +210,17 @@ struct CancellableWait {
 // a signal handler on any kernel thread may read and post to any slot, and
 // so that `wake` is never destroyed under a poster. Bit s-1 of a set is
 // signal s.
+// The instruction of the program's system calls through syscall(2)
+// (capi/pthread/futex.cpp), in [loom_program_syscall,
+// loom_program_syscall_end): where a hurried handler may run
+// (capi/pthread/sigthread.cpp).
+#if defined(__x86_64__)
+}  // namespace loom::capi
+extern "C" long loom_program_syscall(long n, long a0, long a1, long a2, long a3, long a4, long a5);
+extern "C" const char loom_program_syscall_end[];
+namespace loom::capi {
+#endif
+
 struct SignalInfo {  // what sigwaitinfo reports of a pending signal
   int code;
   int pid;
@@ -218,7 +238,22 @@ struct SignalState {
   // one was asked for (sigthread.cpp, "interrupts").
   std::atomic<const void*> parked_key{nullptr};
   std::atomic<const void*> parked_fibre{nullptr};
+  // Where its fibre sleeps in the io layer (rt::WaitKind: a descriptor or a
+  // poll set; none when it does not), and what on: the wait a handler due
+  // on it posts (sigthread.cpp, "interrupts").
+  std::atomic<unsigned char> io_kind{0};
+  std::atomic<const void*> io_object{nullptr};
+  // Its alternate signal stack as sigaltstack set it (sigthread.cpp; flags
+  // SS_DISABLE: none): kept, reported, never given to the kernel thread.
+  // Written and read by the thread itself.
+  void* alt_sp = nullptr;
+  std::size_t alt_size = 0;
+  int alt_flags = 0;
   std::atomic<bool> interrupt{false};
+  // Its thread's fibre (its id: the fibre may end meanwhile), for a
+  // handler due on it while it is blocked in a system call loom does not
+  // see (sigthread.cpp, "hurry"). Set as the fibre starts.
+  std::atomic<std::uint64_t> fibre_id{0};
   // Its thread has finished (it may not be joined yet): pthread_kill sends
   // nothing, routing passes it by (sigthread.cpp, thread_ended).
   std::atomic<bool> ended{false};

@@ -65,6 +65,7 @@
 #include "sched/cancel.hpp"
 #include "sched/cluster.hpp"
 #include "sched/cpu_clock.hpp"
+#include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
 #include "sched/tls.hpp"
 
@@ -137,6 +138,9 @@ struct Thread {
   int cancel_type = LOOM_CANCEL_DEFERRED;
   loom_cleanup_frame* cleanup = nullptr;  // innermost first
   GlibcCleanup glibc;                     // libloom-pthread's (capi.hpp)
+  // loom_exit's unwinding met frames without unwind tables and went on at
+  // the landing (unwind_stop): its value is the thread's, not LOOM_CANCELED.
+  bool landed_by_exit = false;
   // Cancellation: a request made before the fibre started (taken by the
   // trampoline); cancel_lock orders a canceller's use of `fibre` before the
   // fibre's end (cancel_closed, set by the trampoline as it finishes).
@@ -227,6 +231,9 @@ Thread* new_record() {
   s->signals.interrupt.store(false, std::memory_order_relaxed);
   s->signals.ended.store(false, std::memory_order_relaxed);
   s->signals.routed.store(0, std::memory_order_relaxed);
+  s->signals.alt_sp = nullptr;  // a new thread has no alternate stack (Linux, POSIX)
+  s->signals.alt_size = 0;
+  s->signals.alt_flags = SS_DISABLE;
   // The siginfo of what is posted to it (sigqueue's value, a sender's pid):
   // made here, once per slot (kept with it), since a poster may be a signal
   // handler, which cannot allocate; without it a post keeps no siginfo.
@@ -317,6 +324,7 @@ Thread* current_record() {
     Thread& m = main_thread();
     if (!m.fibre.load(std::memory_order_relaxed)) {
       m.fibre_id.store(f->id, std::memory_order_relaxed);
+      slot_of(&m)->signals.fibre_id.store(f->id, std::memory_order_release);
       m.fibre.store(f, std::memory_order_relaxed);
     }
     return &m;
@@ -348,17 +356,19 @@ void not_rethrown(_Unwind_Reason_Code, _Unwind_Exception*) {
 [[noreturn]] void unwind_thread(Thread* t);
 
 // ---- glibc's cancelhandling word (capi.hpp, GlibcCancel) ---------------------------
-// Bits of glibc 2.36's struct pthread::cancelhandling (nptl/descr.h).
-constexpr int kGlibcStateDisabled = 1;  // CANCELSTATE_BITMASK
-constexpr int kGlibcCanceled = 8;       // CANCELED_BITMASK
-constexpr int kGlibcExiting = 16;       // EXITING_BITMASK
+using rt::tls::kGlibcAsync;
+using rt::tls::kGlibcCanceled;
+using rt::tls::kGlibcExiting;
+using rt::tls::kGlibcStateDisabled;
 
 // f's word, when glibc's checks are to see loom's requests.
 int* glibc_word(rt::Fibre* f) noexcept {
   return (glibc_cancel && f) ? rt::tls::cancelhandling(f->tcb) : nullptr;
 }
-void glibc_word_set(rt::Fibre* f, int bits) noexcept {
-  if (int* w = glibc_word(f)) __atomic_fetch_or(w, bits, __ATOMIC_RELAXED);
+// Returns the word as it was (0 without one).
+int glibc_word_set(rt::Fibre* f, int bits) noexcept {
+  if (int* w = glibc_word(f)) return __atomic_fetch_or(w, bits, __ATOMIC_SEQ_CST);
+  return 0;
 }
 
 // main's outermost buffer is glibc's own (__libc_start_call_main's, around
@@ -369,16 +379,24 @@ void glibc_word_set(rt::Fibre* f, int bits) noexcept {
 // loom_exit's unwinding past main() ends it), its stack and registers kept.
 // Once; false if main's chain has no outermost buffer (main() not called by
 // glibc's start), and then glibc's checks are not told.
+}  // namespace
+
+void* glibc_innermost_buffer() noexcept {
+  __pthread_unwind_buf_t probe;
+  std::memset(&probe, 0, sizeof probe);
+  glibc_cancel->reg(&probe);
+  glibc_cancel->unreg(&probe);
+  return probe.__pad[0];
+}
+
+namespace {
+
 bool redirect_main_landing() noexcept {
 #if defined(__x86_64__)
   static bool done = false, ok = false;
   if (done) return ok;
   done = true;
-  __pthread_unwind_buf_t probe;
-  std::memset(&probe, 0, sizeof probe);
-  glibc_cancel->reg(&probe);  // glibc stores the chain's head in the probe
-  auto* b = static_cast<__pthread_unwind_buf_t*>(probe.__pad[0]);
-  glibc_cancel->unreg(&probe);
+  auto* b = static_cast<__pthread_unwind_buf_t*>(glibc_innermost_buffer());
   while (b && b->__pad[0]) b = static_cast<__pthread_unwind_buf_t*>(b->__pad[0]);
   if (!b) return false;
   std::uintptr_t guard;  // glibc's PTR_MANGLE: xor with the pointer guard, rotate left by 17
@@ -415,6 +433,16 @@ _Unwind_Reason_Code unwind_stop(int, _Unwind_Action actions, _Unwind_Exception_C
   }
   if (actions & _UA_END_OF_STACK) {
     if (t->main) exit_main(t);  // past main(): the thread ends, the process goes on
+    // Frames without unwind tables (C built with -fno-asynchronous-unwind-
+    // tables) end the unwinder's walk early. glibc assumes only such C
+    // frames lie between there and its next buffer, and jumps to it; the
+    // handlers are all run by now, so the next is the thread's landing.
+    if (glibc_cancel && t->glibc.chain == nullptr) {
+      if (auto* landing = static_cast<__pthread_unwind_buf_t*>(glibc_innermost_buffer())) {
+        t->landed_by_exit = true;
+        longjmp(reinterpret_cast<__jmp_buf_tag*>(landing->__cancel_jmp_buf), 1);
+      }
+    }
     std::fprintf(stderr, "loom: loom_exit's unwinding found no way back to its thread's start\n");
     std::abort();
   }
@@ -476,7 +504,7 @@ void main_ended(Thread* m, void* retval) {
   if (__sigsetjmp(reinterpret_cast<__jmp_buf_tag*>(landing.__cancel_jmp_buf), 0)) {
     Thread* me = current_record();
     if (!me) return;  // a fork child's forking thread (no fibres there): it ends as the child's (trampoline)
-    glibc_acted();  // (retval: LOOM_CANCELED)
+    if (!me->landed_by_exit) glibc_acted();  // (retval: LOOM_CANCELED)
     while (loom_cleanup_frame* c = me->cleanup) {
       me->cleanup = c->_loom_prev;
       c->_loom_fn(c->_loom_arg);
@@ -496,6 +524,7 @@ void trampoline(void* p) {
   auto* t = static_cast<Thread*>(p);
   rt::Fibre* self = rt::this_fibre_or_null();
   t->fibre_id.store(self->id, std::memory_order_relaxed);
+  slot_of(t)->signals.fibre_id.store(self->id, std::memory_order_release);
   t->fibre.store(self, std::memory_order_seq_cst);  // then cancel_early: loom_cancel does the converse
   if (__builtin_expect(t->cancel_early.load(std::memory_order_seq_cst), 0)) {
     self->cancel.fetch_or(rt::kCancelRequested, std::memory_order_relaxed);
@@ -1139,6 +1168,7 @@ int loom_yield(void) {
 void loom_exit(void* retval) {
   if (Thread* t = current_record()) {
     t->retval = retval;
+    if (rt::in_signal_handler()) rt::leave_handler_mask();  // it unwinds out of a handler: no sigreturn
     // No cancellation acts while it unwinds (glibc's pthread_exit disables it too).
     if (rt::Fibre* f = rt::this_fibre_or_null()) {
       f->cancel.fetch_or(rt::kCancelActing, std::memory_order_relaxed);
@@ -1295,6 +1325,12 @@ int loom_setcanceltype(int type, int* old) {
   if (old) *old = s;
   s = type;
   rt::Fibre* f = t ? rt::this_fibre_or_null() : nullptr;
+  if (f) {  // (the fibre's own bit: its waits that are no cancellation point read it)
+    if (type == LOOM_CANCEL_ASYNCHRONOUS)
+      f->cancel.fetch_or(rt::kCancelAsync, std::memory_order_relaxed);
+    else
+      f->cancel.fetch_and(~rt::kCancelAsync, std::memory_order_relaxed);
+  }
   if (f && type == LOOM_CANCEL_ASYNCHRONOUS && rt::cancel_pending(f)) act_on_cancel(t, f);
   return 0;
 }
@@ -1315,8 +1351,15 @@ int loom_cancel(loom_t id) {
       // glibc's own cancellation points see it too. Main only when it asks
       // itself: glibc's outermost buffer on main is its own (its main's
       // caller), which ends the kernel thread; on main it is redirected first.
-      if (glibc_cancel && (!t->main || (f == rt::this_fibre_or_null() && redirect_main_landing())))
-        glibc_word_set(f, kGlibcCanceled);
+      // One already inside such a call, blocked in the kernel (its word's
+      // asynchronous bit set before ours landed, so glibc's own check on
+      // entry came too early), is interrupted there as glibc would.
+      if (glibc_cancel && (!t->main || (f == rt::this_fibre_or_null() && redirect_main_landing()))) {
+        int was = glibc_word_set(f, kGlibcCanceled);
+        if ((was & (kGlibcStateDisabled | kGlibcAsync | kGlibcCanceled | kGlibcExiting)) == kGlibcAsync &&
+            f != rt::this_fibre_or_null())
+          glibc_cancel->interrupt(f);
+      }
     }
   t->cancel_lock.unlock();
   if (t == current_record()) {

@@ -33,24 +33,31 @@
 //    asynchronous type acts at once, as glibc.
 // What it does not:
 //  - asynchronous cancellation never interrupts user code: the type is kept
-//    and acts as deferred (at cancellation points, and when the state or
-//    type changes). A thread in a loop without cancellation points, or
-//    waiting for a mutex, is not cancelled.
-//  - a request does not wake a thread blocked in a mutex,
-//    rwlock or barrier (not cancellation points), in a process-shared
+//    and acts as deferred (at cancellation points, when the state or type
+//    changes, and in a pthread_mutex_lock's wait for one of loom's own
+//    mutexes, not a robust, priority or process-shared one: sync.cpp). A thread in a
+//    loop without cancellation points, or in a raw syscall(2), is not
+//    cancelled.
+//  - a request does not wake a thread blocked in a mutex (but with the
+//    asynchronous type), rwlock or barrier (not cancellation points), in a process-shared
 //    semaphore (it looks for the request between its polls), on io_uring's
 //    read path, or in a call loom offloads (a regular file, a terminal): it
 //    acts when that call returns and it reaches a cancellation point.
 //  - glibc's cancellation points that loom does not intercept (stdio's
 //    writes, open, fcntl with F_SETLKW, waitpid, system, msgrcv, lockf...)
 //    check glibc's word in the fibre's own struct pthread, which loom keeps
-//    told (capi.hpp, GlibcCancel; capi/thread.cpp): they act on entry, but a
-//    fibre already blocked in the kernel there is not interrupted (glibc
-//    sends SIGCANCEL to a tid; a fibre has none of its own). Callers that are
-//    not fibres of loom_create (kernel threads, a fork child's threads,
-//    which are glibc's) get glibc's calls.
+//    told (capi.hpp, GlibcCancel; capi/thread.cpp): they act on entry, and
+//    a fibre already blocked in the kernel there is interrupted as glibc
+//    interrupts a thread — SIGCANCEL, sent here to the kernel thread running
+//    the fibre ("a glibc cancellation point blocked in the kernel", below).
+//    Callers that are not fibres of loom_create (kernel threads, a fork
+//    child's threads, which are glibc's) get glibc's calls.
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -58,6 +65,8 @@
 #include "base/sys.hpp"
 #include "capi.hpp"
 #include "loom/loom.h"
+#include "sched/cluster.hpp"
+#include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
 #include "sched/tls.hpp"
 #include "signals.hpp"
@@ -78,6 +87,7 @@ struct Glibc {
   void (*testcancel)();
   int (*setcancelstate)(int, int*);
   int (*setcanceltype)(int, int*);
+  int (*libc_sigaction)(int, const struct sigaction*, struct sigaction*);
 };
 
 // Looked up in libc.so.6 itself (base/sys.cpp's rule: not RTLD_NEXT).
@@ -94,6 +104,7 @@ const Glibc& glibc() {
     rt::sys::find_symbol(r.testcancel, "libc.so.6", "pthread_testcancel");
     rt::sys::find_symbol(r.setcancelstate, "libc.so.6", "pthread_setcancelstate");
     rt::sys::find_symbol(r.setcanceltype, "libc.so.6", "pthread_setcanceltype");
+    rt::sys::find_symbol(r.libc_sigaction, "libc.so.6", "__libc_sigaction");
     return r;
   }();
   return g;
@@ -117,7 +128,95 @@ void*& link_of(__pthread_unwind_buf_t* b) { return b->__pad[3]; }
 
 void glibc_reg(void* b) { glibc().register_cancel(static_cast<__pthread_unwind_buf_t*>(b)); }
 void glibc_unreg(void* b) { glibc().unregister_cancel(static_cast<__pthread_unwind_buf_t*>(b)); }
-const GlibcCancel kGlibcCancel{&glibc_reg, &glibc_unreg};
+
+// ---- a glibc cancellation point blocked in the kernel ----------------------------------
+//
+// glibc's own cancellation points (SYSCALL_CANCEL: wait, waitpid, an open
+// that blocks, msgrcv, fcntl's F_SETLKW, lockf, tcdrain...) set the
+// asynchronous-type bit in the running block's word for the length of the
+// system call; glibc's pthread_cancel, finding it, sends SIGCANCEL to the
+// thread's tid and glibc's handler unwinds from inside the call. A fibre's
+// block is its own but its tid is its processor's kernel thread's:
+// loom_cancel, finding the bit in the fibre's word, calls interrupt(),
+// which signals the kernel thread running the fibre now (Cluster::
+// runner_of), and on_sigcancel, installed at start-up in glibc's place
+// (glibc installs its own only when its pthread_cancel runs, which in a
+// process with processors it never does; a fork child's glibc installs its
+// own at its first), does there what glibc's does. The fibre may have left
+// the call between the look and the signal, and another be running there:
+// the handler acts for whichever block is installed, and only on glibc's
+// own condition — inside such a call, cancellation enabled, a request made,
+// not already exiting — so a late signal acts for nobody (a call of the
+// other fibre's that the kernel does not restart then sees EINTR: a window
+// glibc does not have, where only the cancelled thread can see one).
+constexpr int kSigCancel = 32;  // __SIGRTMIN
+
+// glibc's own handler, once its pthread_cancel installed it (a request for
+// one of glibc's threads: keep_on_sigcancel): what a thread that is not
+// loom's gets.
+void (*glibc_sigcancel)(int, siginfo_t*, void*) = nullptr;
+
+void on_sigcancel(int sig, siginfo_t* si, void* uc) {
+  if (!on_fibre() || !glibc_cleanup()) {  // not a thread of loom_create
+    if (glibc_sigcancel) glibc_sigcancel(sig, si, uc);
+    return;
+  }
+  if (si->si_code != SI_TKILL || si->si_pid != pid_t(::syscall(SYS_getpid))) return;
+  int* w = rt::tls::cancelhandling(rt::tls::current());
+  if (!w) return;
+  int v = __atomic_load_n(w, __ATOMIC_RELAXED);
+  do {
+    using namespace rt::tls;
+    if ((v & (kGlibcStateDisabled | kGlibcAsync | kGlibcCanceled | kGlibcExiting)) != (kGlibcAsync | kGlibcCanceled))
+      return;
+  } while (!__atomic_compare_exchange_n(w, &v, v | rt::tls::kGlibcCanceling | rt::tls::kGlibcExiting, true, __ATOMIC_ACQUIRE,
+                                        __ATOMIC_RELAXED));
+  // The unwinding leaves this handler without a sigreturn: the kernel
+  // thread's mask is put back as the signal found it (SIGCANCEL would stay
+  // blocked for the fibres it runs next) — or, when the signal found the
+  // fibre inside a program's handler, which the unwinding leaves too, as
+  // it was before that one (rt::leave_handler_mask).
+  if (rt::in_signal_handler())
+    rt::leave_handler_mask();
+  else
+    ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &static_cast<ucontext_t*>(uc)->uc_sigmask, nullptr, 8L);
+  // glibc's __do_cancel: its unwinding from the block's innermost buffer
+  // (__pthread_unwind_next on a buffer whose link is it), through this
+  // frame, the signal frame and the call, to the program's handlers and
+  // the thread's landing (capi/thread.cpp), as when a check on entry acts.
+  __pthread_unwind_buf_t next;
+  next.__pad[0] = glibc_innermost_buffer();
+  if (next.__pad[0]) glibc().unwind_next(&next);
+}
+
+void interrupt(void* fp) {
+  auto* f = static_cast<rt::Fibre*>(fp);
+  rt::Processor* p = f->cluster ? f->cluster->runner_of(f) : nullptr;
+  if (!p) return;  // it left the call: nothing to interrupt
+  if (pid_t tid = p->tid.load(std::memory_order_relaxed))
+    ::syscall(SYS_tgkill, ::syscall(SYS_getpid), long(tid), long(kSigCancel));
+}
+
+const GlibcCancel kGlibcCancel{&glibc_reg, &glibc_unreg, &interrupt};
+
+// glibc's pthread_cancel installs its own handler at its first call (for one
+// of glibc's threads: a fork child's, a timer's). Where fibres run, loom's
+// must stay (glibc's marks whatever block it finds installed as cancelled,
+// and a late signal would find another fibre's): put back, with glibc's
+// kept for the threads that are glibc's.
+int glibc_cancel_keeping_ours(pthread_t t) {
+  int e = glibc().cancel(t);
+  if (glibc_cancel) {
+    struct sigaction now {};
+    if (glibc().libc_sigaction(kSigCancel, nullptr, &now) == 0 && (now.sa_flags & SA_SIGINFO) &&
+        now.sa_sigaction != &on_sigcancel) {
+      glibc_sigcancel = now.sa_sigaction;
+      now.sa_sigaction = &on_sigcancel;
+      glibc().libc_sigaction(kSigCancel, &now, nullptr);
+    }
+  }
+  return e;
+}
 
 // capi/thread.cpp's unwinding reached the innermost buffer's frame: back
 // into the push macro, whose `if` runs the handler and then calls
@@ -145,7 +244,13 @@ using namespace loom::capi::pthread_cancel;
 // glibc's checks see loom's requests if glibc says where its word is.
 void loom::capi::tell_glibc_checks() noexcept {
   if (rt::tls::switching && rt::tls::cancelhandling(rt::tls::current())) {
-    glibc();
+    const Glibc& g = glibc();
+    if (!g.libc_sigaction) return;
+    struct sigaction sa {};
+    sa.sa_sigaction = &on_sigcancel;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;  // glibc's own flags for it
+    sigemptyset(&sa.sa_mask);
+    if (g.libc_sigaction(kSigCancel, &sa, nullptr) != 0) return;
     glibc_cancel = &kGlibcCancel;
   }
 }
@@ -213,11 +318,12 @@ int pthread_setcanceltype(int type, int* old) {
 
 int pthread_cancel(pthread_t t) {
   if (pthread_signal::glibc_thread_of_fork_child(t)) {
-    int e = glibc().cancel(t);
+    int e = glibc_cancel_keeping_ours(t);
     if (e == 0) pthread_signal::wake_fork_child_thread(t);
     return e;
   }
-  if (!on_fibre() && t == pthread_self()) return glibc().cancel(glibc().self());  // (a fork child's forking thread)
+  if (!on_fibre() && t == pthread_self()) return glibc_cancel_keeping_ours(glibc().self());  // (a fork child's forking thread)
+  if (pthread_t g = pthread_signal::forking_thread_in_child(t)) return glibc_cancel_keeping_ours(g);  // ... from another
   return loom_cancel(t);
 }
 

@@ -77,12 +77,47 @@
 #include "sched/processor.hpp"
 #include "sync/parking_lot.hpp"
 
+#if defined(__x86_64__)
+// The instruction of every system call made through syscall(2), in a
+// function of its own, [loom_program_syscall, loom_program_syscall_end):
+// a handler hurried to a fibre blocked here runs at once, as in glibc's
+// syscall (sigthread.cpp, "hurry"), where one blocked in any other call of
+// loom's code waits for its delivery point. No frame, so unwinding (a
+// cancellation in such a handler) passes it as a leaf.
+asm(R"(
+    .text
+    .globl loom_program_syscall
+    .hidden loom_program_syscall
+    .type loom_program_syscall, @function
+loom_program_syscall:
+    .cfi_startproc
+    movq %rdi, %rax
+    movq %rsi, %rdi
+    movq %rdx, %rsi
+    movq %rcx, %rdx
+    movq %r8, %r10
+    movq %r9, %r8
+    movq 8(%rsp), %r9
+    syscall
+    ret
+    .cfi_endproc
+    .size loom_program_syscall, .-loom_program_syscall
+    .globl loom_program_syscall_end
+    .hidden loom_program_syscall_end
+loom_program_syscall_end:
+)");
+#endif
+
 namespace loom::capi::pthread_futex {
 namespace {
 
 // glibc's syscall(2), as it is: the instruction, -1 and errno on failure.
 long kernel(long n, long a0, long a1, long a2, long a3, long a4, long a5) {
+#if defined(__x86_64__)
+  long r = loom_program_syscall(n, a0, a1, a2, a3, a4, a5);
+#else
   long r = rt::raw_syscall(n, a0, a1, a2, a3, a4, a5);
+#endif
   if (r < 0 && r > -4096) {
     errno = int(-r);
     return -1;

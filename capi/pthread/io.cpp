@@ -1,7 +1,7 @@
 // capi/pthread/io.cpp — libloom-pthread's blocking I/O and sleeps by
 // glibc's names: read, write, readv, writev, recv, recvfrom, recvmsg,
 // recvmmsg, send, sendto, sendmsg, sendmmsg, accept, accept4, connect,
-// close, dup, dup2, dup3, close_range, closefrom, fcntl, socket,
+// close, dup, dup2, dup3, close_range, closefrom, fcntl, setsockopt, socket,
 // socketpair, pipe, pipe2, poll, ppoll, select, pselect, epoll_wait,
 // epoll_pwait, sendfile, nanosleep, usleep, sleep, clock_nanosleep (and the
 // aliases a glibc program may call instead: fcntl64, sendfile64, and
@@ -369,6 +369,19 @@ int do_fcntl(int fd, int cmd, long arg) {
     case F_DUPFD:
     case F_DUPFD_CLOEXEC:
       return loom_fcntl(fd, cmd, arg);  // keeps loom's view (O_NONBLOCK, dups)
+    case F_SETLKW:
+    case F_OFD_SETLKW: {
+      // A wait for a lock, and a cancellation point: glibc's own call,
+      // whose check a request acts on, also once it waits in the kernel
+      // (cancel.cpp).
+      static const auto glibc = [] {
+        int (*f)(int, int, ...) = nullptr;
+        rt::sys::find_symbol(f, "libc.so.6", "fcntl64");
+        return f;
+      }();
+      if (glibc) return glibc(fd, cmd, arg);
+      return k::fcntl(fd, cmd, arg);
+    }
     default:
       return k::fcntl(fd, cmd, arg);
   }
@@ -593,6 +606,14 @@ int pipe(int fds[2]) noexcept { return pipe2(fds, 0); }
 // close, the dups and close_range keep loom's table right from any caller
 // (do_close...); so do their raw system calls (descriptor_syscall).
 int close(int fd) { return do_close(fd); }
+
+// A socket's SO_RCVTIMEO and SO_SNDTIMEO bound a fibre's wait on it, as the
+// kernel bounds a blocking call (EAGAIN at the timeout): loom's table is
+// told (loom::io::setsockopt). Without it a read with SO_RCVTIMEO waited
+// for ever (an outside review).
+int setsockopt(int fd, int level, int name, const void* val, socklen_t len) noexcept {
+  return loom_setsockopt(fd, level, name, val, len);
+}
 int dup(int fd) noexcept { return do_dup(fd); }
 int dup2(int fd, int newfd) noexcept { return do_dup2(fd, newfd); }
 int dup3(int fd, int newfd, int flags) noexcept { return do_dup3(fd, newfd, flags); }

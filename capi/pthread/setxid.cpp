@@ -12,10 +12,22 @@
 //
 // Left alone: initgroups, whose setgroups is libc's internal one and which
 // may read /etc/group (a switch) first — it is glibc's own, unwrapped.
+//
+// ptrace: the kernel ties a tracee to the tracing kernel thread, and every
+// request after PTRACE_ATTACH or PTRACE_SEIZE must come from it (ESRCH
+// otherwise). A fibre that makes a request is pinned to the processor it
+// runs on (rt::pin_this_fibre): never stolen, its requests all come from
+// that kernel thread (gdb under the preload lost its tracee when its main
+// fibre moved: glibc's tst-pthread-gdb-attach). Waiting for the tracee
+// (waitpid) may come from any thread of the process, as on glibc.
 #include <grp.h>
+#include <sys/ptrace.h>
 #include <unistd.h>
 
+#include <cstdarg>
+
 #include "base/sys.hpp"
+#include "sched/processor.hpp"
 #include "sched/tls.hpp"
 
 namespace {
@@ -80,3 +92,15 @@ int setgroups(size_t n, const gid_t* list) {
 }
 
 }  // extern "C"
+
+extern "C" long ptrace(enum __ptrace_request request, ...) noexcept {
+  va_list ap;
+  va_start(ap, request);
+  pid_t pid = va_arg(ap, pid_t);
+  void* addr = va_arg(ap, void*);
+  void* data = va_arg(ap, void*);
+  va_end(ap);
+  loom::rt::pin_this_fibre();
+  static const auto glibc = real<long (*)(enum __ptrace_request, ...)>("ptrace");
+  return glibc(request, pid, addr, data);
+}

@@ -593,9 +593,7 @@ int rw_acquire(pthread_rwlock_t* rw, Deadline d, CanTake can_take, Next next) {
     if ((s & kWriter) && rw_mine(rw)) return EDEADLK;
     if (!(s & kWaiting) && !st.compare_exchange_weak(s, s | kWaiting, std::memory_order_relaxed)) continue;
     // A sleep looks again at least every kRwRecheckNs: a process that dies
-    // between its release and its wake leaves the sleepers unwoken, and a
-    // wake-up was seen lost here in-process too (destroy_after_use_linked,
-    // "shared rwlock": 1 run in 30 hung; not found yet — closing note).
+    // between its release and its wake leaves the sleepers unwoken.
     const Deadline cap = rt::now_ns() + kRwRecheckNs;
     const bool capped = d == kForever || cap < d;
     if (futex_wait_until(&st, s | kWaiting, false, capped ? cap : d) == ETIMEDOUT && !capped) return ETIMEDOUT;
@@ -624,12 +622,18 @@ int rw_wrlock(pthread_rwlock_t* rw, Deadline d) noexcept {
 int rw_unlock(pthread_rwlock_t* rw) noexcept {
   auto& st = rwstate(rw);
   std::uint32_t s = st.load(std::memory_order_relaxed);
+  // Whose unlock this is is decided once: a writer's bit stays set until
+  // its own CAS below, and its owner is cleared before that CAS, so a CAS
+  // that fails (a waiter just set kWaiting) must not ask again.
+  const bool writer = s & kWriter;
+  if (writer) {
+    if (!rw_mine(rw)) return EPERM;
+    rwowner(rw).store(nullptr, std::memory_order_relaxed);
+    rwpid(rw).store(0, std::memory_order_relaxed);
+  }
   std::uint32_t next;
   do {
-    if (s & kWriter) {
-      if (!rw_mine(rw)) return EPERM;
-      rwowner(rw).store(nullptr, std::memory_order_relaxed);
-      rwpid(rw).store(0, std::memory_order_relaxed);
+    if (writer) {
       next = s & ~(kWriter | kWaiting);
     } else {
       if (s < kReader) return EPERM;

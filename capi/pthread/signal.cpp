@@ -34,6 +34,7 @@
 #include <dlfcn.h>
 #include <signal.h>
 #include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -104,7 +105,7 @@ void trampoline(int sig, siginfo_t* si, void* context) {
   Slot::Value h = slots[sig].read();
   {
     int e = errno;
-    bool elsewhere = route(sig, si, h.fn == nullptr);
+    bool elsewhere = si && is_hurry(*si) ? !hurried(sig, si, context) : route(sig, si, h.fn == nullptr);
     errno = e;
     if (elsewhere) return;
   }
@@ -113,7 +114,10 @@ void trampoline(int sig, siginfo_t* si, void* context) {
     return;
   }
   rt::HandlerMark saved = rt::tls_handler_mark;
-  rt::tls_handler_mark = {static_cast<const char*>(__builtin_frame_address(0)), rt::this_fibre_or_null()};
+  unsigned long before = 0;  // the kernel's word of the mask the kernel saved for this handler's return
+  std::memcpy(&before, &static_cast<ucontext_t*>(context)->uc_sigmask, sizeof before);
+  rt::tls_handler_mark = {static_cast<const char*>(__builtin_frame_address(0)), rt::this_fibre_or_null(),
+                          saved.frame ? saved.outer_mask : before};
   if (h.info)
     reinterpret_cast<void (*)(int, siginfo_t*, void*)>(h.fn)(sig, si, context);
   else if (h.fn)
@@ -271,6 +275,11 @@ void default_action(int sig) noexcept {
 bool restarts(int sig) noexcept {
   struct sigaction a;
   return sig > 0 && sig < _NSIG && install(sig, nullptr, &a) == 0 && (a.sa_flags & SA_RESTART);
+}
+
+bool resets(int sig) noexcept {
+  struct sigaction a;
+  return sig > 0 && sig < _NSIG && install(sig, nullptr, &a) == 0 && (a.sa_flags & SA_RESETHAND);
 }
 
 Action action_of(int sig) noexcept {

@@ -36,6 +36,18 @@ void default_action(int sig) noexcept;
 // program's disposition is SIG_DFL (a guarded signal).
 bool route(int sig, const siginfo_t* si, bool by_default) noexcept;
 
+// A signal the interrupter sent to the kernel thread running a fibre it is
+// due on, blocked in a system call loom does not see (sigthread.cpp,
+// "hurry"): its own siginfo, which no kernel or libc code makes.
+bool is_hurry(const siginfo_t& si) noexcept;
+// The trampoline's, for such a signal (signal context): true when the
+// handler runs here, *si rewritten to the signal's own siginfo; false when
+// nothing runs here (the signal stays pending for its fibre).
+bool hurried(int sig, siginfo_t* si, void* context) noexcept;
+// Whether the program's disposition of sig has SA_RESETHAND (signal.cpp): a
+// hurry that lands where it cannot run would spend the one delivery.
+bool resets(int sig) noexcept;
+
 // Runs what is pending for the calling fibre and not blocked by its mask
 // (handlers, default actions): the fibre's "next switch". Cheap when
 // nothing is pending (two loads). No-op off a fibre and inside a handler.
@@ -63,6 +75,10 @@ bool fibre_mask(std::uint64_t* out) noexcept;
 // thread of glibc's, whose handle is glibc's), so pthread_kill and
 // pthread_sigqueue are glibc's for it.
 bool glibc_thread_of_fork_child(pthread_t t) noexcept;
+// In a fork child, the forking thread's handle from before the fork (its
+// pthread_self() there): glibc's handle of that kernel thread, which a
+// signal or a cancellation for it goes to; 0 for any other handle.
+pthread_t forking_thread_in_child(pthread_t t) noexcept;
 // thread.cpp's, for cancel.cpp: after glibc's pthread_cancel of such a
 // thread, ends its cancellable wait in loom's parking lot (a condvar), if
 // it is in one, so that it reaches glibc's test of the request.

@@ -41,20 +41,33 @@
 //    fibre parked in the parking lot (mutex, condvar, rwlock, barrier,
 //    semaphore, futex) runs on it at once: a kernel thread of this file's
 //    cuts the wait short (parking_lot::interrupt); sem_wait then gives
-//    EINTR unless the handler has SA_RESTART, the others wait on.
+//    EINTR unless the handler has SA_RESTART, the others wait on. So does
+//    one due on a fibre waiting on a descriptor or a poll set in the io
+//    layer (a blocking read, write, accept, connect..., poll, select,
+//    epoll_wait): its wait's word is posted (rt::wake_io_wait), and the call
+//    runs the handler and then waits again (SA_RESTART) or fails with EINTR
+//    (always, for the poll family), as the kernel's calls do.
+//    A fibre blocked in a system call loom does not see (glibc's own:
+//    aio_suspend's futex, semop, flock, waitpid) is hurried: the signal is
+//    sent to the kernel thread running it, marked, and runs there if it
+//    lands in such a call ("hurry" below).
 // Delivery points (deliver_pending): pthread_sigmask/sigprocmask, the
 // waits, raise/pthread_kill to oneself, sched_yield, and the sleeps and
-// poll-family waits of io.cpp. A fibre that runs none of them (a tight loop,
-// or blocked in a mutex or a read) runs a handler posted to it only when it
-// next reaches one: docs/DESIGN.md, "Signals and fibres".
+// poll-family waits of io.cpp. A fibre none of the above reaches (a tight
+// loop, a join, a call loom makes on the offload cluster: a regular file, a
+// terminal) runs a handler posted to it only when it next reaches one:
+// docs/DESIGN.md, "Signals and fibres".
 //
 // Callers that are not fibres with a record (kernel threads that are not
 // processors, a fork child, C++ loom::Fibres) and handlers get glibc's calls.
 #include <semaphore.h>
+#include <dlfcn.h>
+#include <link.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -67,6 +80,9 @@
 #include "base/sys.hpp"
 #include "capi.hpp"
 #include "loom/loom.h"
+#include "sched/cancel.hpp"
+#include "sched/cluster.hpp"
+#include "sched/monitor.hpp"
 #include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
 #include "signals.hpp"
@@ -109,6 +125,15 @@ std::atomic<int> waiters{0};                    // fibres inside a wait: route l
 SignalInfo info_of(const siginfo_t* si) {
   if (!si) return SignalInfo{SI_TKILL, int(::getpid()), unsigned(::getuid()), nullptr};
   return SignalInfo{si->si_code, si->si_pid, si->si_uid, si->si_value.sival_ptr};
+}
+// The converse: what a handler or sigwaitinfo is given of sig.
+void to_siginfo(int sig, const SignalInfo& i, siginfo_t* out) {
+  std::memset(out, 0, sizeof *out);
+  out->si_signo = sig;
+  out->si_code = i.code;
+  out->si_pid = i.pid;
+  out->si_uid = i.uid;
+  out->si_value.sival_ptr = i.value;
 }
 
 // sem_post is async-signal-safe in libloom-pthread (sync.cpp: a fibre
@@ -156,6 +181,7 @@ std::atomic<bool> interrupts_on{false};
 
 bool on_parking(const void* key, const rt::Fibre* f);
 bool on_interrupted();
+bool on_io_waiting(rt::WaitKind kind, const void* object);
 
 void ask_interrupt(SignalState& s) {
   if (!interrupts_on.load(std::memory_order_acquire)) return;
@@ -164,11 +190,159 @@ void ask_interrupt(SignalState& s) {
   rt::futex_wake(&interrupt_word, 1);
 }
 
+// ---- hurry: a handler due on a fibre blocked in a system call loom does not see ----------
+//
+// glibc's own waits (aio_suspend's and lio_listio's futex, a program's raw
+// syscall) block the fibre's kernel thread with the fibre on it: no
+// delivery point comes until the call returns. When neither the parking
+// lot nor the io layer holds the fibre, and it runs on a processor that has
+// not switched for kHurryLookNs and whose kernel thread sleeps in the
+// kernel then (/proc's state, sched/stall.cpp's thread_state: 'S'), the
+// interrupter sends each signal the fibre has pending (and does not
+// block) to that kernel thread, by
+// rt_tgsigqueueinfo with a siginfo of its own (kSiHurry, the thread's
+// SignalState as the value): the kernel interrupts the call with the
+// program's own flags (EINTR, or a restart with SA_RESTART) and runs the
+// trampoline, where hurried() takes the signal from the fibre's pending set
+// and hands its real siginfo to the handler — only if that fibre still runs
+// there, blocked in a system call (the interrupted instruction is, or just
+// follows, a `syscall`, with EINTR or a restart: a call that blocked) that
+// is not loom's own code (whose locks a handler must not run on top of).
+// Otherwise it does nothing: the signal stays pending for the fibre, which
+// takes it at its next delivery point, as before.
+//
+// The window it leaves: the fibre leaves the kernel thread between the
+// interrupter's look and the signal's arrival, and another fibre there is
+// in a blocking call of its own: that call sees EINTR (if the handler has
+// no SA_RESTART) with no handler run for it.
+constexpr int kSiHurry = -42;            // si_code: no kernel or libc code uses it
+constexpr int kHurryErrno = 0x6c6f6f6d;  // "loom", in si_errno
+
+struct CodeRange {
+  std::uintptr_t lo = 0, hi = 0;
+};
+CodeRange loom_code[2];  // libloom-pthread's and libloom's executable segments (set before interrupts_on)
+
+// The executable segment holding fn.
+void note_code_range(const void* fn, CodeRange* out) {
+  struct Find {
+    std::uintptr_t at;
+    CodeRange* out;
+  } find{reinterpret_cast<std::uintptr_t>(fn), out};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* arg) {
+        auto* f = static_cast<Find*>(arg);
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& h = info->dlpi_phdr[i];
+          if (h.p_type != PT_LOAD || !(h.p_flags & PF_X)) continue;
+          const std::uintptr_t lo = info->dlpi_addr + h.p_vaddr, hi = lo + h.p_memsz;
+          if (f->at < lo || f->at >= hi) continue;
+          *f->out = CodeRange{lo, hi};
+          return 1;
+        }
+        return 0;
+      },
+      &find);
+}
+
+// A system call instruction at ip is the program's: outside loom's code, or
+// the program's own syscall(2) (capi/pthread/futex.cpp).
+bool program_call_site(std::uintptr_t ip) {
+#if defined(__x86_64__)
+  if (ip >= reinterpret_cast<std::uintptr_t>(&loom_program_syscall) &&
+      ip < reinterpret_cast<std::uintptr_t>(loom_program_syscall_end))
+    return true;
+#endif
+  for (const CodeRange& r : loom_code)
+    if (ip >= r.lo && ip < r.hi) return false;
+  return true;
+}
+
+// The fibres to hurry, found in one pass of the interrupter: each with the
+// processor running it and that processor's switch count then. Sent only
+// if, kHurryLookNs later, the same fibre still runs there with no switch
+// since (blocked, most likely, in its call: a fibre that is merely
+// computing leaves soon, and its signal waits for its delivery point).
+struct HurryCandidate {
+  SignalState* s;
+  rt::Processor* p;
+  std::uint64_t id, switches;
+};
+constexpr int kHurryMax = 64;
+constexpr long kHurryLookNs = 200'000;
+HurryCandidate hurry_list[kHurryMax];  // the interrupter's only
+int hurry_count = 0;
+
+std::uint64_t pending_for(const SignalState& s);
+
+std::uint64_t switches_of(const rt::Processor& p) { return p.counters.get(rt::Stat::switches); }
+
+void hurry_note(SignalState& s) {
+#if !defined(__x86_64__)
+  return;  // (hurried() reads x86-64's registers and instructions)
+#endif
+  std::uint64_t id = s.fibre_id.load(std::memory_order_acquire);
+  if (!id) return;
+  if (hurry_count == kHurryMax) {  // in the next pass
+    s.interrupt.store(true, std::memory_order_seq_cst);
+    interrupt_word.fetch_add(1, std::memory_order_seq_cst);
+    return;
+  }
+  rt::Processor* p = nullptr;
+  for (rt::Cluster* c = rt::Cluster::first(); c && !p; c = c->next_made()) p = c->runner_of_id(id);
+  if (!p) return;  // not running: queued, it takes the signal when it runs
+  hurry_list[hurry_count++] = HurryCandidate{&s, p, id, switches_of(*p)};
+}
+
+void hurry_send() {
+  if (!hurry_count) return;
+  timespec t{0, kHurryLookNs};
+  ::nanosleep(&t, nullptr);
+  const long pid = ::getpid();
+  for (int k = 0; k < hurry_count; ++k) {
+    const HurryCandidate& h = hurry_list[k];
+    auto still_there = [&h] {
+      return h.p->running_id.load(std::memory_order_acquire) == h.id && switches_of(*h.p) == h.switches;
+    };
+    const long tid = h.p->tid.load(std::memory_order_relaxed);
+    if (!tid || !still_there()) continue;
+    // Asleep in the kernel, in a call of the program's (not one of loom's,
+    // whose waits a skipped landing would only cut short), and still there
+    // after that look.
+    long nr;
+    std::uintptr_t pc;
+    if (rt::thread_state(pid_t(tid), &nr, &pc) != 'S' || nr < 0 || !pc || !program_call_site(pc - 2)) continue;
+    if (!still_there()) continue;
+    SignalState& s = *h.s;
+    for (std::uint64_t ready = pending_for(s) & ~s.mask.load(std::memory_order_acquire); ready; ready &= ready - 1) {
+      int sig = lowest(ready);
+      // A one-shot disposition (SA_RESETHAND): the kernel resets it at the
+      // landing, even one that runs nothing here.
+      if (resets(sig)) continue;
+      siginfo_t si;
+      std::memset(&si, 0, sizeof si);
+      si.si_signo = sig;
+      si.si_code = kSiHurry;
+      si.si_errno = kHurryErrno;
+      si.si_pid = pid_t(pid);
+      si.si_uid = ::getuid();
+      si.si_value.sival_ptr = &s;
+      ::syscall(SYS_rt_tgsigqueueinfo, pid, tid, long(sig), &si);
+    }
+  }
+  hurry_count = 0;
+}
+
 bool interrupt_one(SignalState& s, void*) {
   if (!s.interrupt.exchange(false, std::memory_order_seq_cst)) return false;
   const void* key = s.parked_key.load(std::memory_order_seq_cst);
   const void* f = s.parked_fibre.load(std::memory_order_acquire);
   if (key && f) rt::parking_lot::interrupt(key, static_cast<const rt::Fibre*>(f));
+  // (kind and object may come from two waits in turn: the later is posted,
+  // and it is the one to cut short.)
+  auto kind = rt::WaitKind(s.io_kind.load(std::memory_order_seq_cst));
+  if (kind != rt::WaitKind::none) rt::wake_io_wait(kind, s.io_object.load(std::memory_order_acquire));
+  if (!key && kind == rt::WaitKind::none) hurry_note(s);
   return false;  // on to the next
 }
 
@@ -180,6 +354,7 @@ void* interrupter(void*) {
   for (;;) {
     int v = interrupt_word.load(std::memory_order_seq_cst);
     any_signal_state(&interrupt_one, nullptr);
+    hurry_send();
     rt::futex_wait(&interrupt_word, v);
   }
   return nullptr;
@@ -283,11 +458,21 @@ std::uint64_t pending_for(const SignalState& s) {
 
 // ---- delivery on the calling fibre --------------------------------------------------------
 
-// The signal this kernel thread sends itself now (read by the trampoline:
-// initial-exec, no TLS call in a handler).
-thread_local int tls_delivering __attribute__((tls_model("initial-exec"))) = 0;
+// The signal this kernel thread sends itself now, as it sends it (read by
+// the trampoline: initial-exec, no TLS call in a handler; a hurry merged
+// with it takes its siginfo: hurried).
+thread_local const siginfo_t* tls_delivering __attribute__((tls_model("initial-exec"))) = nullptr;
+bool delivering(int sig) { return tls_delivering && tls_delivering->si_signo == sig; }
 // Start-up unblocks the signals the process inherited blocked (look_up_early).
 thread_local bool tls_adopting __attribute__((tls_model("initial-exec"))) = false;
+
+// Sends sig with si to this kernel thread. Not noexcept, and opaque to the
+// compiler (noipa: it would otherwise find it cannot throw): see run_here.
+[[gnu::noipa]] void raise_here(int sig, siginfo_t* si) {
+  const long pid = rt::raw_syscall(SYS_getpid, 0, 0, 0, 0, 0, 0), tid = rt::raw_syscall(SYS_gettid, 0, 0, 0, 0, 0, 0);
+  if (rt::raw_syscall(SYS_rt_tgsigqueueinfo, pid, tid, sig, reinterpret_cast<long>(si), 0, 0) != 0)
+    rt::raw_syscall(SYS_tgkill, pid, tid, sig, 0, 0, 0);
+}
 
 // sig, which the caller's mask does not block, delivered here: the kernel
 // runs the trampoline (handler, or the guarded default action) before the
@@ -297,20 +482,21 @@ bool run_here(int sig, const SignalInfo& i) {
   if (a == Action::ignore) return false;
   int e = *errno_slot();
   siginfo_t si;
-  std::memset(&si, 0, sizeof si);
-  si.si_signo = sig;
-  si.si_code = i.code;
-  si.si_pid = i.pid;
-  si.si_uid = i.uid;
-  si.si_value.sival_ptr = i.value;
+  to_siginfo(sig, i, &si);
   sigset_t one;
   sigemptyset(&one);
   sigaddset(&one, sig);
   ::syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &one, nullptr, _NSIG / 8);  // the kernel thread's, as loom keeps it
-  tls_delivering = sig;
-  if (::syscall(SYS_rt_tgsigqueueinfo, ::getpid(), ::syscall(SYS_gettid), sig, &si) != 0)
-    ::syscall(SYS_tgkill, ::getpid(), ::syscall(SYS_gettid), sig);
-  tls_delivering = 0;
+  tls_delivering = &si;
+  // The handler runs as this system call returns, and may be cancelled
+  // there: its unwinding passes through this frame and its callers'. So
+  // the call is not made through `syscall`, which glibc's header declares
+  // nothrow, nor straight to rt::raw_syscall (noexcept): a caller with
+  // cleanups of its own (sigsuspend's) lists no call site for a call that
+  // cannot throw, and an unwinding from one it does not list ends in
+  // std::terminate. raise_here may throw, as far as its callers know.
+  raise_here(sig, &si);
+  tls_delivering = nullptr;
   *errno_slot() = e;
   return true;
 }
@@ -396,6 +582,7 @@ int wait_for(SignalState& s, std::uint64_t set, std::int64_t deadline, SignalInf
     int e = *errno_slot();
     long r = ::syscall(SYS_rt_sigtimedwait, &ks, &si, &zero, _NSIG / 8);
     *errno_slot() = e;
+    if (r > 0 && is_hurry(si)) continue;  // a hurry the kernel mask held: not a signal
     if (r > 0) {
       *out = info_of(&si);
       return int(r);
@@ -487,7 +674,10 @@ bool post_to_unblocked(SignalState& s, void* arg) {
   // idle processor, one of loom's own threads): run here, at once, as a
   // thread that blocks nothing would. A default action acts here either way.
   r->posted = !r->by_default && r->skip;
-  if (r->posted) post_routed(s, r->sig, r->info);
+  if (r->posted) {
+    post_routed(s, r->sig, r->info);
+    ask_interrupt(s);  // blocked in a call loom does not see: hurried
+  }
   return true;
 }
 
@@ -666,7 +856,7 @@ int send(SignalState& s, int sig, const SignalInfo& i, bool self) {
 }  // namespace
 
 bool route(int sig, const siginfo_t* si, bool by_default) noexcept {
-  if (synchronous(sig) || tls_delivering == sig) return false;
+  if (synchronous(sig) || delivering(sig)) return false;
   if (fork_child.load(std::memory_order_relaxed)) return false;  // the kernel's choice, with the kernel's masks
   // The runtime's own (the stall detector's tgkill) and glibc's raise and
   // abort: meant for this kernel thread.
@@ -713,6 +903,23 @@ bool on_parking(const void* key, const rt::Fibre* f) {
   return (pending_for(*s) & ~s->mask.load(std::memory_order_relaxed)) != 0;
 }
 
+// The io layer's (parking_lot::SignalHooks::io_waiting): the object first,
+// then the kind, which interrupt_one reads first. Then, as on_parking, the
+// pending set: either a poster's ask finds the kind, or this finds its bit.
+bool on_io_waiting(rt::WaitKind kind, const void* object) {
+  SignalState* s = fibre_state();
+  if (!s) return false;
+  if (kind == rt::WaitKind::none) {
+    s->io_kind.store(0, std::memory_order_relaxed);
+    return false;
+  }
+  s->io_object.store(object, std::memory_order_relaxed);
+  s->io_kind.store(static_cast<unsigned char>(kind), std::memory_order_seq_cst);
+  if ((pending_for(*s) & ~s->mask.load(std::memory_order_relaxed)) == 0) return false;
+  s->io_kind.store(0, std::memory_order_relaxed);  // it does not sleep
+  return true;
+}
+
 // deliver_pending's loop, telling whether the wait goes on.
 bool on_interrupted() {
   SignalState* s = fibre_state();
@@ -740,9 +947,51 @@ void enable_interrupts() noexcept {
   rt::sys::find_symbol(create, "libc.so.6", "pthread_create");
   pthread_t t;
   if (!create || create(&t, nullptr, &interrupter, nullptr) != 0) return;  // handlers wait for a delivery point
+  note_code_range(reinterpret_cast<const void*>(&hurry_send), &loom_code[0]);
+  note_code_range(reinterpret_cast<const void*>(&rt::this_fibre_or_null), &loom_code[1]);
   rt::parking_lot::signal_hooks.interrupted.store(&on_interrupted, std::memory_order_release);
   rt::parking_lot::signal_hooks.parking.store(&on_parking, std::memory_order_release);
+  rt::parking_lot::signal_hooks.io_waiting.store(&on_io_waiting, std::memory_order_release);
   interrupts_on.store(true, std::memory_order_release);
+}
+
+bool is_hurry(const siginfo_t& si) noexcept {
+  return si.si_code == kSiHurry && si.si_errno == kHurryErrno && si.si_pid == ::getpid();
+}
+
+bool hurried(int sig, siginfo_t* si, void* context) noexcept {
+  // run_here's own tgkill of sig merged with this one in the kernel (a
+  // standard signal is pending once): this is that delivery.
+  if (delivering(sig)) {
+    *si = *tls_delivering;
+    return true;
+  }
+#if defined(__x86_64__)
+  // The interrupted fibre, inside a handler too (a nested handler, as the
+  // kernel runs one: the kernel thread's mask, the handler's, let it in).
+  rt::Processor* p = rt::this_processor_at_entry();
+  if (!p || p->current() == &p->idle_fibre()) return false;
+  SignalState* s = signal_state();
+  if (!s || s != si->si_value.sival_ptr) return false;
+  if (!rt::in_signal_handler() && (s->mask.load(std::memory_order_acquire) & bit(sig))) return false;
+  // In a system call that blocked: the instruction after a `syscall` with
+  // EINTR, or the `syscall` itself to be restarted (bytes read only within
+  // the instruction's own page), made by the program or glibc, never by
+  // loom's code but for the program's own syscall(2).
+  const auto& regs = static_cast<const ucontext_t*>(context)->uc_mcontext.gregs;
+  const auto ip = static_cast<std::uintptr_t>(regs[REG_RIP]);
+  const auto* at = reinterpret_cast<const unsigned char*>(ip);
+  const bool interrupted = regs[REG_RAX] == -EINTR && (ip & 0xfff) >= 2 && at[-2] == 0x0f && at[-1] == 0x05;
+  const bool restarting = !interrupted && ((ip + 1) & 0xfff) != 0 && at[0] == 0x0f && at[1] == 0x05;
+  if (!(interrupted || restarting) || !program_call_site(interrupted ? ip - 2 : ip)) return false;
+  SignalInfo i;
+  if (!take(*s, sig, &i)) return false;  // a delivery point took it meanwhile
+  to_siginfo(sig, i, si);
+  return true;
+#else
+  (void)context;
+  return false;
+#endif
 }
 
 void discard_pending(int sig) noexcept {
@@ -807,6 +1056,7 @@ int sigprocmask(int how, const sigset_t* set, sigset_t* old) noexcept {
 
 int pthread_kill(pthread_t t, int sig) {
   if (sig < 0 || sig >= NSIG || sig == 32 || sig == 33) return EINVAL;
+  if (pthread_t g = forking_thread_in_child(t)) return glibc().kill(g, sig);
   SignalState* target = signal_state(t);
   SignalState* self = fibre_state();
   if (!target) {
@@ -826,6 +1076,7 @@ int pthread_kill(pthread_t t, int sig) {
 
 int pthread_sigqueue(pthread_t t, int sig, const union sigval value) {
   if (sig < 0 || sig >= NSIG || sig == 32 || sig == 33) return EINVAL;
+  if (pthread_t g = forking_thread_in_child(t)) return glibc().sigqueue(g, sig, value);
   SignalState* target = signal_state(t);
   if (!target && glibc_thread_of_fork_child(t)) return glibc().sigqueue(t, sig, value);
   if (!target) return t == loom_self() ? ENOTSUP : ESRCH;
@@ -870,14 +1121,7 @@ static int fill(int r, siginfo_t* info, const SignalInfo& i) {
     *errno_slot() = -r;
     return -1;
   }
-  if (info) {
-    std::memset(info, 0, sizeof *info);
-    info->si_signo = r;
-    info->si_code = i.code;
-    info->si_pid = i.pid;
-    info->si_uid = i.uid;
-    info->si_value.sival_ptr = i.value;
-  }
+  if (info) to_siginfo(r, i, info);
   return r;
 }
 
@@ -983,3 +1227,42 @@ int sigsetmask(int mask) noexcept { return bsd_mask(SIG_SETMASK, mask); }
 int siggetmask(void) noexcept { return bsd_mask(SIG_BLOCK, 0); }
 
 }  // extern "C"
+
+// ---- alternate signal stacks ------------------------------------------------------------
+//
+// sigaltstack is per thread: a fibre's is kept in its SignalState and
+// reported back, and never given to its processor's kernel thread, whose
+// alternate stack is loom's own (a fibre's overflow is reported from it;
+// runtime/sched/overflow.cpp). Given to the kernel thread, one thread's
+// stack would serve every fibre that runs there, and be left registered
+// after the thread freed it (Rust's runtime frees each thread's at its
+// end). A handler installed with SA_ONSTACK runs on the processor's
+// alternate stack (256 KiB, runtime/sched/overflow.cpp), not on the
+// thread's own: never SS_ONSTACK then, and so never EPERM. Callers that
+// are not fibres with a record get glibc's.
+extern "C" int sigaltstack(const stack_t* ss, stack_t* old) noexcept {
+  SignalState* s = signal_state();
+  if (!s || !rt::this_processor_at_entry()) return int(::syscall(SYS_sigaltstack, ss, old));
+  if (ss) {
+    if (ss->ss_flags & ~(SS_DISABLE | int(1u << 31))) {  // (1 << 31: Linux's SS_AUTODISARM)
+      *errno_slot() = EINVAL;
+      return -1;
+    }
+    if (!(ss->ss_flags & SS_DISABLE) && ss->ss_size < std::size_t(MINSIGSTKSZ)) {
+      *errno_slot() = ENOMEM;
+      return -1;
+    }
+  }
+  if (old) {
+    old->ss_sp = s->alt_sp;
+    old->ss_size = s->alt_size;
+    old->ss_flags = s->alt_flags & SS_DISABLE;
+  }
+  if (ss) {
+    const bool off = ss->ss_flags & SS_DISABLE;
+    s->alt_sp = off ? nullptr : ss->ss_sp;
+    s->alt_size = off ? 0 : ss->ss_size;
+    s->alt_flags = off ? SS_DISABLE : 0;
+  }
+  return 0;
+}

@@ -68,6 +68,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <setjmp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -206,7 +207,22 @@ bool hand_over(std::int64_t since) {
 // parking_lot.hpp): a waiter sets PARKED, then parks only while the word is
 // still LOCKED|PARKED; release() clears LOCKED first and, seeing PARKED,
 // unparks under the bucket lock that validate also runs under.
-int acquire_slow(std::atomic<std::uint32_t>& st, Deadline d, bool spin) {
+// Whether the calling kernel thread was of the asynchronous type, which it
+// leaves for the deferred one (pthread_setcanceltype: cancel.cpp's, which
+// is glibc's for a thread that is no fibre).
+bool kernel_defer_async() {
+  int old = PTHREAD_CANCEL_DEFERRED;
+  return pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, &old) == 0 && old == PTHREAD_CANCEL_ASYNCHRONOUS;
+}
+void kernel_restore_async() { pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, nullptr); }
+
+// async_ok: the caller is pthread_mutex_lock, timedlock or clocklock, whose
+// frames the unwinding may pass (nothrow.c; a noexcept C++ one ended it in
+// std::terminate, an outside review found for timedlock), and acting there
+// is what glibc does. Never the re-lock of a condvar wait: cancelled, it
+// must return with the mutex held for the cleanup handlers (the same review
+// found them run without it, and mutual exclusion broken).
+int acquire_slow(std::atomic<std::uint32_t>& st, Deadline d, bool spin, bool async_ok = false) {
   int spins = spin ? kSpinTries : 0;
   ErrnoKeeper keep;
   for (;;) {
@@ -233,10 +249,28 @@ int acquire_slow(std::atomic<std::uint32_t>& st, Deadline d, bool spin) {
     ops.timed_out = [](void* c, bool was_last) {
       if (was_last) static_cast<std::atomic<std::uint32_t>*>(c)->fetch_and(~kParked, std::memory_order_relaxed);
     };
+    // No cancellation point; but with cancellation enabled and of the
+    // asynchronous type a request ends the wait and acts, as glibc's signal
+    // would end it (glibc's tst-cancel1: cancelled while it waits for a
+    // mutex). The type is the fibre's own bit: one load.
+    // A kernel thread (a fork child's: glibc's) of glibc's asynchronous
+    // type: glibc's SIGCANCEL would unwind from inside the park, through
+    // the parking lot's frames (std::terminate, 1 run in 7 of glibc's
+    // tst-cancel1 forked). It waits deferred instead, cancellably (the
+    // preload's pthread_cancel wakes it: cancel_kernel), and goes back to
+    // the asynchronous type after, which acts on a request then, here.
+    rt::Fibre* self = async_ok ? rt::this_fibre_or_null() : nullptr;
+    const bool kernel_async = async_ok && !self && kernel_defer_async();
+    ops.cancellable = kernel_async || (self &&
+                                       (self->cancel.load(std::memory_order_relaxed) &
+                                        (rt::kCancelAsync | rt::kCancelDisabled)) == rt::kCancelAsync &&
+                                       cancel_acts_here());
     parking(&st);
     rt::Parked r = pl::park(&st, ops, d);
+    if (kernel_async) kernel_restore_async();  // (acts when a request stands)
     if (r.result == ParkResult::Unparked && r.token == kHandoff) return keep.done(), 0;  // it is ours
     if (r.result == ParkResult::TimedOut) return keep.done(), ETIMEDOUT;
+    if (r.result == ParkResult::Cancelled && self) cancel_point();  // (does not return when the request stands)
     spins = spin ? kSpinTries : 0;
   }
 }
@@ -266,7 +300,7 @@ int valid_kind(pthread_mutex_t* m) {
 }
 
 // d: kNow for trylock, else a deadline (kForever for lock).
-int mutex_lock(pthread_mutex_t* m, Deadline d) {
+int mutex_lock(pthread_mutex_t* m, Deadline d, bool async_ok = false) {
   int k = valid_kind(m);
   if (k < 0) return shared::mutex_lock(m, d);  // not loom's: shared.cpp's, or EINVAL
   auto& st = mstate(m);
@@ -274,7 +308,7 @@ int mutex_lock(pthread_mutex_t* m, Deadline d) {
     std::uint32_t z = 0;
     if (st.compare_exchange_strong(z, kLocked, std::memory_order_acquire)) return note_holder(m), 0;
     if (d == kNow) return EBUSY;
-    int e = acquire_slow(st, d, k == kAdaptive || policy() == MutexPolicy::spin);
+    int e = acquire_slow(st, d, k == kAdaptive || policy() == MutexPolicy::spin, async_ok);
     if (e == 0) note_holder(m);
     return e;
   }
@@ -290,7 +324,7 @@ int mutex_lock(pthread_mutex_t* m, Deadline d) {
   std::uint32_t z = 0;
   if (!st.compare_exchange_strong(z, kLocked, std::memory_order_acquire)) {
     if (d == kNow) return EBUSY;
-    if (int e = acquire_slow(st, d, policy() == MutexPolicy::spin)) return e;
+    if (int e = acquire_slow(st, d, policy() == MutexPolicy::spin, async_ok)) return e;
   }
   mowner(m).store(self, std::memory_order_relaxed);
   mcount(m) = 1;
@@ -309,6 +343,7 @@ int mutex_unlock(pthread_mutex_t* m) {
   return 0;
 }
 
+// (Called only from the C definitions of nothrow.c: async_ok.)
 int mutex_timed(pthread_mutex_t* m, clockid_t c, const timespec* abs) {
   if (!supported_clock(c)) return EINVAL;
   int e = mutex_lock(m, kNow);
@@ -317,7 +352,7 @@ int mutex_timed(pthread_mutex_t* m, clockid_t c, const timespec* abs) {
   if (k == kErrorcheck && mowner(m).load(std::memory_order_relaxed) == rt::identity()) return EDEADLK;
   if (!valid(abs)) return EINVAL;
   for (;;) {
-    e = mutex_lock(m, deadline(c, abs));
+    e = mutex_lock(m, deadline(c, abs), true);
     if (e != ETIMEDOUT || reached(c, *abs)) return e;
   }
 }
@@ -975,15 +1010,18 @@ int pthread_mutex_destroy(pthread_mutex_t* m) noexcept {
   return 0;
 }
 
-int pthread_mutex_lock(pthread_mutex_t* m) noexcept { return mutex_lock(m, kForever); }
-int pthread_mutex_trylock(pthread_mutex_t* m) noexcept { return mutex_lock(m, kNow); }
-int pthread_mutex_unlock(pthread_mutex_t* m) noexcept { return mutex_unlock(m); }
-int pthread_mutex_timedlock(pthread_mutex_t* m, const timespec* abs) noexcept {
+// pthread_mutex_lock, timedlock and clocklock themselves are nothrow.c's
+// (C frames, which a cancellation's unwinding passes; glibc's declarations
+// make C++ ones noexcept, where it would end in std::terminate).
+int loom_pthread_mutex_lock(pthread_mutex_t* m) { return mutex_lock(m, kForever, true); }
+int loom_pthread_mutex_timedlock(pthread_mutex_t* m, const timespec* abs) {
   return mutex_timed(m, CLOCK_REALTIME, abs);
 }
-int pthread_mutex_clocklock(pthread_mutex_t* m, clockid_t c, const timespec* abs) noexcept {
+int loom_pthread_mutex_clocklock(pthread_mutex_t* m, clockid_t c, const timespec* abs) {
   return mutex_timed(m, c, abs);
 }
+int pthread_mutex_trylock(pthread_mutex_t* m) noexcept { return mutex_lock(m, kNow); }
+int pthread_mutex_unlock(pthread_mutex_t* m) noexcept { return mutex_unlock(m); }
 // Robust and PRIO_PROTECT mutexes are shared.cpp's (EINVAL for loom's, as
 // glibc for a mutex that is not robust, or of another protocol).
 int pthread_mutex_consistent(pthread_mutex_t* m) noexcept { return shared::mutex_consistent(m); }
@@ -1287,6 +1325,49 @@ int pthread_spin_unlock(pthread_spinlock_t* l) noexcept {
 // exception thrown by init_routine (std::call_once from C++) puts the
 // word back to 0 so that another caller runs it, as glibc's cleanup does.
 
+}  // extern "C" (again below: the helpers here are this file's own, not exported)
+
+extern "C" {
+void __pthread_register_cancel(__pthread_unwind_buf_t* b);
+void __pthread_unregister_cancel(__pthread_unwind_buf_t* b);
+[[noreturn]] void __pthread_unwind_next(__pthread_unwind_buf_t* b);
+}
+
+namespace {
+
+void once_reset(std::atomic<int>& st) {
+  if (st.exchange(0, std::memory_order_release) & kOnceParked) pl::unpark_all(&st);
+}
+
+// init, with the word put back if it does not return: a C++ exception
+// (std::call_once), or the thread's cancellation or exit inside it. The
+// latter through a cleanup buffer on the thread's chain, as glibc's
+// pthread_once has (cancel.cpp): an unwinding that cannot walk init's
+// frames (C built without unwind tables) jumps to the next buffer, and
+// would pass a C++ catch by (glibc's tst-oncey3: the next pthread_once
+// waited for ever).
+[[gnu::noinline]] void run_once_init(std::atomic<int>* st, void (*init)(void)) {
+  __pthread_unwind_buf_t buf;
+  std::memset(&buf, 0, sizeof buf);
+  if (__sigsetjmp(reinterpret_cast<__jmp_buf_tag*>(buf.__cancel_jmp_buf), 0)) {
+    once_reset(*st);
+    __pthread_unwind_next(&buf);
+  }
+  __pthread_register_cancel(&buf);
+  try {
+    init();
+  } catch (...) {
+    __pthread_unregister_cancel(&buf);
+    once_reset(*st);
+    throw;
+  }
+  __pthread_unregister_cancel(&buf);
+}
+
+}  // namespace
+
+extern "C" {
+
 int pthread_once(pthread_once_t* once, void (*init)(void)) {
   auto& st = at<int>(once, 0);
   if (st.load(std::memory_order_acquire) == kOnceDone) return 0;
@@ -1295,12 +1376,7 @@ int pthread_once(pthread_once_t* once, void (*init)(void)) {
     if (s == kOnceDone) return 0;
     if (s == 0) {
       if (!st.compare_exchange_weak(s, kOnceRunning, std::memory_order_acquire)) continue;
-      try {
-        init();
-      } catch (...) {
-        if (st.exchange(0, std::memory_order_release) & kOnceParked) pl::unpark_all(&st);
-        throw;
-      }
+      run_once_init(&st, init);
       int was = st.exchange(kOnceDone, std::memory_order_release);
       released(const_cast<const int*>(once));
       if (was & kOnceParked) pl::unpark_all(&st);  // the address only

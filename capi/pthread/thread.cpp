@@ -259,6 +259,8 @@ struct Glibc {
   int (*attr_setsigmask_np)(pthread_attr_t*, const sigset_t*);
   int (*attr_setaffinity_np)(pthread_attr_t*, size_t, const cpu_set_t*);
   int (*setattr_default_np)(const pthread_attr_t*);
+  int (*key_create)(pthread_key_t*, void (*)(void*));
+  int (*setspecific)(pthread_key_t, const void*);
 };
 
 // Looked up in libc.so.6 itself, as base/sys.cpp does (not RTLD_NEXT: what
@@ -267,6 +269,8 @@ const Glibc& glibc() {
   static const Glibc g = [] {
     Glibc r{};
     rt::sys::find_symbol(r.exit, "libc.so.6", "pthread_exit");
+    rt::sys::find_symbol(r.key_create, "libc.so.6", "pthread_key_create");
+    rt::sys::find_symbol(r.setspecific, "libc.so.6", "pthread_setspecific");
     rt::sys::find_symbol(r.create, "libc.so.6", "pthread_create");
     rt::sys::find_symbol(r.join, "libc.so.6", "pthread_join");
     rt::sys::find_symbol(r.tryjoin_np, "libc.so.6", "pthread_tryjoin_np");
@@ -364,11 +368,38 @@ thread_local bool is_forking_thread = false;
 // the child, so that the calls by handle keep answering for it (its stack,
 // name, joining main) as they did in the parent.
 pthread_t fork_self = 0;
+// ... and glibc's handle for it there (its block, which glibc's fork told
+// the kernel thread's tid): what a signal or a cancellation sent to
+// fork_self goes to, since the child's threads are glibc's.
+pthread_t fork_glibc = 0;
+// ... and whether it has ended there (its kernel thread may wait on for the
+// child's other threads: nothing is sent to it then, as glibc sends nothing
+// to a thread that has exited).
+std::atomic<bool> fork_self_ended{false};
 // glibc's handle of the initial thread, taken before main's fibre has a
 // thread block of its own.
 pthread_t initial_thread = 0;
 
 bool on_fibre() { return rt::this_fibre_or_null() != nullptr; }
+
+// Kernel threads loom did not make whose handle their pthread_self() gave
+// out (glibc's SIGEV_THREAD timer threads, mq_notify's): so that another
+// thread's pthread_cancel, pthread_kill... of that handle reach glibc's,
+// as on glibc (its tst-cancel28 cancels a timer's thread). The last 64;
+// a handle of a thread that has ended stays listed, as stale as glibc's.
+std::atomic<pthread_t> foreign_seen[64];
+std::atomic<unsigned> foreign_next{0};
+
+bool known_foreign(pthread_t t) {
+  if (t == 0) return false;
+  for (auto& f : foreign_seen)
+    if (f.load(std::memory_order_acquire) == t) return true;
+  return false;
+}
+void note_foreign(pthread_t t) {
+  if (known_foreign(t)) return;
+  foreign_seen[foreign_next.fetch_add(1, std::memory_order_relaxed) % 64].store(t, std::memory_order_release);
+}
 
 // A kernel thread loom knows nothing of: not a fibre, and not the forking
 // thread of a fork child (which keeps its handle from before the fork).
@@ -573,15 +604,43 @@ int child_create(pthread_t* thread, const Attr* r, void* (*start)(void*), void* 
   return e;
 }
 
+// glibc ends the forking thread itself when its cancellation acts there
+// (the child's threads are glibc's): the unwinding lands in glibc's
+// outermost buffer, which runs glibc's key destructors and exits the kernel
+// thread. A key of glibc's, set on that thread, tells loom's record, so
+// that a thread joining it gets PTHREAD_CANCELED (glibc's tst-cancel21: the
+// joiner waited for ever). After a pthread_exit there, loom's, the record
+// already holds its value.
+void forking_thread_gone(void*) {
+  fork_self_ended.store(true, std::memory_order_release);
+  record_exit_value(fork_self, PTHREAD_CANCELED);
+}
+
+void watch_forking_thread() {
+  static pthread_key_t key;
+  static bool made = false;  // (per process image: a child of a child inherits it)
+  if (!made) {
+    if (!glibc().key_create || glibc().key_create(&key, &forking_thread_gone) != 0) return;
+    made = true;
+  }
+  glibc().setspecific(key, &key);
+}
+
 // Runs in the child, before the program's own child handlers (registered by
 // this library's constructor, which runs before the program's; a library
 // initialised earlier may have registered one before it).
 void after_fork_in_child() {
+  // Its pthread_self() from before the fork (in a child of a child, the
+  // one it had in the first child, not a handle made anew).
+  const pthread_t before = pthread_self();
   forked_child.store(true, std::memory_order_relaxed);
   if (rt::Processor* p = rt::tls_processor) rt::tls::forget_kernel_rseq(p->kernel_tcb());
   keys_after_fork_in_child();  // the registry's lock may have been held by a processor at the fork
   keys_move_to_kernel_thread(rt::this_fibre_or_null());
-  fork_self = loom_self();  // while it is still the fibre that forked
+  fork_self = before;  // while it is still the fibre that forked
+  fork_glibc = glibc_self();
+  fork_self_ended.store(false, std::memory_order_relaxed);
+  watch_forking_thread();
   rt::tls_processor = nullptr;
   // Waiters queued in the parking lot are the parent's, and a bucket lock
   // may have been held by one of its processors at the fork.
@@ -600,10 +659,19 @@ void after_fork_in_child() {
 
 // A thread of glibc's: made in a fork child, or the caller itself when it
 // is a kernel thread loom did not make (glibc's own helper threads, such as
-// SIGEV_THREAD timers', which its pthread_create makes without the PLT).
+// SIGEV_THREAD timers', which its pthread_create makes without the PLT), or
+// another such thread whose pthread_self() handed out its handle.
 bool loom::capi::pthread_signal::glibc_thread_of_fork_child(pthread_t t) noexcept {
   using namespace loom::capi::pthread_lib;
-  return child_handle(t) || (foreign_caller() && t == glibc_self());
+  return child_handle(t) || (foreign_caller() && t == glibc_self()) || known_foreign(t);
+}
+
+pthread_t loom::capi::pthread_signal::forking_thread_in_child(pthread_t t) noexcept {
+  using namespace loom::capi::pthread_lib;
+  return forked_child.load(std::memory_order_relaxed) && fork_self != 0 && t == fork_self &&
+                 !fork_self_ended.load(std::memory_order_acquire)
+             ? fork_glibc
+             : 0;
 }
 
 void loom::capi::pthread_signal::wake_fork_child_thread(pthread_t t) noexcept {
@@ -1036,7 +1104,10 @@ int pthread_detach(pthread_t t) { return child_handle(t) ? detach_child(t) : loo
 // helper threads) is glibc's and answers with glibc's handle.
 pthread_t pthread_self(void) {
   if (on_fibre()) return loom_self();
-  return foreign_caller() ? glibc_self() : fork_self;
+  if (!foreign_caller()) return fork_self;
+  pthread_t g = glibc_self();
+  note_foreign(g);
+  return g;
 }
 int pthread_equal(pthread_t a, pthread_t b) { return a == b; }
 
@@ -1048,6 +1119,7 @@ void pthread_exit(void* retval) {
     // run there): a thread joining it gets retval; the process ends with the
     // last of the child's threads.
     keys_run_kernel_thread_destructors();  // as a thread's exit does (glibc's tst-tsd5: one unlocks a mutex)
+    fork_self_ended.store(true, std::memory_order_release);
     record_exit_value(fork_self, retval);
     forking_thread_ends();
     std::exit(0);

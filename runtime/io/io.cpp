@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -45,6 +46,7 @@
 #include "sched/cluster.hpp"
 #include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
+#include "sync/parking_lot.hpp"
 
 namespace loom::rt {
 
@@ -367,8 +369,41 @@ long thread_call(int fd, FdEntry& e, Side side, Op& op, Deadline d, int timeout_
 // first attempt: a close since then (and the number's reuse) is EBADF, never
 // a wait on whatever the number refers to now.
 template <typename Op>
+long wait_once(int fd, FdEntry& e, std::uint32_t gen, Side side, Op& op, Deadline d, int timeout_err,
+               bool contended_retry, bool program_flag, bool* handler_due);
+
+// A handler due on the waiting fibre (parking_lot::SignalHooks::io_waiting)
+// ends one wait: it runs outside the descriptor's turn, and then the call
+// waits again (every handler had SA_RESTART) or fails with EINTR. A call
+// the kernel never restarts (`restartable` false: poll) fails with EINTR at
+// once; its caller's delivery point runs the handler.
+template <typename Op>
 long wait_and_retry(int fd, FdEntry& e, std::uint32_t gen, Side side, Op& op, Deadline d, int timeout_err,
-                    bool contended_retry, bool program_flag = false) {
+                    bool contended_retry, bool program_flag = false, bool restartable = true) {
+  for (;;) {
+    bool handler_due = false;
+    long r = wait_once(fd, e, gen, side, op, d, timeout_err, contended_retry, program_flag, &handler_due);
+    if (!handler_due) return r;
+    if (!restartable) return -EINTR;
+    auto interrupted = parking_lot::signal_hooks.interrupted.load(std::memory_order_acquire);
+    if (!interrupted || !interrupted()) return -EINTR;
+    // signal(7): a socket call with a timeout (SO_RCVTIMEO, SO_SNDTIMEO)
+    // is never restarted.
+    if ((side == kIn ? e.in : e.out).timeout_ns.load(std::memory_order_relaxed) != 0) return -EINTR;
+    contended_retry = true;  // look before waiting again
+  }
+}
+
+// Tells the signal side where the calling fibre is about to sleep (or, with
+// WaitKind::none, that it woke): true if a handler is due on it already.
+bool io_waiting(WaitKind kind, const void* object) {
+  auto h = parking_lot::signal_hooks.io_waiting.load(std::memory_order_acquire);
+  return h && h(kind, object);
+}
+
+template <typename Op>
+long wait_once(int fd, FdEntry& e, std::uint32_t gen, Side side, Op& op, Deadline d, int timeout_err,
+               bool contended_retry, bool program_flag, bool* handler_due) {
   FdSide& s = side == kIn ? e.in : e.out;
   if (d == kForever) {
     if (std::int64_t t = s.timeout_ns.load(std::memory_order_relaxed)) d = now_ns() + t;
@@ -405,14 +440,21 @@ long wait_and_retry(int fd, FdEntry& e, std::uint32_t gen, Side side, Op& op, De
         break;
       }
       this_processor()->counters.add(Stat::io_blocks);
-      note_wait(side == kIn ? WaitKind::fd_in : WaitKind::fd_out, reinterpret_cast<const void*>(std::intptr_t(fd)));
+      const WaitKind kind = side == kIn ? WaitKind::fd_in : WaitKind::fd_out;
+      const void* object = reinterpret_cast<const void*>(std::intptr_t(fd));
+      note_wait(kind, object);
       if (cancel_pending_here()) {  // a cancellation point (sched/cancel.hpp): its request posts the word
         r = -ECANCELED;
+        break;
+      }
+      if (io_waiting(kind, object)) {
+        *handler_due = true;
         break;
       }
       io_arm(fd, e, side == kOut);
       LOOM_CHAOS_POINT(io_park);
       int rc = s.ready.wait(d, &e.gen, gen);  // a close since `gen` was read: no sleep (issue 25, bug 4)
+      io_waiting(WaitKind::none, nullptr);
       if (e.gen.load(std::memory_order_acquire) != gen) {
         r = -EBADF;
         break;
@@ -805,13 +847,19 @@ long wait_fresh_input(int fd, FdEntry& e, short events, Deadline d) {
   int rc = EAGAIN;
   if (!e.in.ready.has_token()) {
     this_processor()->counters.add(Stat::io_blocks);
-    note_wait(WaitKind::fd_in, reinterpret_cast<const void*>(std::intptr_t(fd)));
+    const void* object = reinterpret_cast<const void*>(std::intptr_t(fd));
+    note_wait(WaitKind::fd_in, object);
     if (cancel_pending_here()) {
       e.in.turn.unlock();
       return -ECANCELED;
     }
+    if (io_waiting(WaitKind::fd_in, object)) {  // a handler due: poll fails with EINTR
+      e.in.turn.unlock();
+      return -EINTR;
+    }
     io_arm(fd, e, false);
     rc = e.in.ready.wait(d, &e.gen, gen);
+    io_waiting(WaitKind::none, nullptr);
   }
   e.in.turn.unlock();
   if (e.gen.load(std::memory_order_acquire) != gen) return -EBADF;
@@ -872,8 +920,9 @@ long poll_one_until(int fd, short events, Deadline d) {
   for (;;) {
     Deadline slice = both ? now_ns() + 1'000'000 : d;
     if (both && d != kForever && d < slice) slice = d;
-    r = wait_and_retry(fd, *e, gen, (events & POLLIN) ? kIn : kOut, op, slice, ETIMEDOUT, false);
-    if (r != -ETIMEDOUT) return r;  // (-ECANCELED too)
+    r = wait_and_retry(fd, *e, gen, (events & POLLIN) ? kIn : kOut, op, slice, ETIMEDOUT, false, false,
+                       /*restartable=*/false);
+    if (r != -ETIMEDOUT) return r;  // (-ECANCELED, -EINTR too)
     if (d != kForever && now_ns() >= d) return 0;
   }
 }
@@ -882,7 +931,7 @@ long poll_one_until(int fd, short events, Deadline d) {
 // a descriptor or a poll set posts that side's word. A stale note (the
 // fibre has moved on) posts a spurious readiness, which every waiter
 // tolerates (it looks again).
-void cancel_wake_io(WaitKind kind, const void* object) noexcept {
+void wake_io_wait(WaitKind kind, const void* object) noexcept {
   if (!object) return;
   if (kind == WaitKind::poll) {
     static_cast<FdEntry*>(const_cast<void*>(object))->in.ready.post();  // the set's entry: never freed
@@ -1194,7 +1243,10 @@ int fcntl(int fd, int cmd, long arg) {
 }
 
 int setsockopt(int fd, int level, int name, const void* val, socklen_t len) {
-  int r = ::setsockopt(fd, level, name, val, len);
+  // The system call itself: libloom-pthread's setsockopt comes here.
+  long k = rt::raw_syscall(SYS_setsockopt, fd, level, name, reinterpret_cast<long>(val), long(len), 0);
+  if (k < 0) errno = int(-k);
+  int r = k < 0 ? -1 : 0;
   if (r == 0 && level == SOL_SOCKET && (name == SO_RCVTIMEO || name == SO_SNDTIMEO) && len >= sizeof(timeval)) {
     auto* tv = static_cast<const timeval*>(val);
     std::int64_t ns = std::int64_t(tv->tv_sec) * 1'000'000'000 + std::int64_t(tv->tv_usec) * 1000;

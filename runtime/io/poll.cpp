@@ -74,6 +74,7 @@
 #include "sched/cancel.hpp"
 #include "sched/cluster.hpp"
 #include "sched/processor.hpp"
+#include "sync/parking_lot.hpp"
 
 namespace loom::rt {
 namespace {
@@ -222,7 +223,9 @@ class WatchSet {
   }
 
   // Waits for the set to become readable, or until d: 0, or ETIMEDOUT;
-  // ECANCELED for a pending cancellation request (sched/cancel.hpp).
+  // ECANCELED for a pending cancellation request (sched/cancel.hpp); EINTR
+  // for a handler due on the fibre (parking_lot::SignalHooks::io_waiting:
+  // the caller's delivery point runs it).
   int wait(Deadline d) {
     if (!entry_->registered.load(std::memory_order_acquire) && !io_register(io_state(*cluster_), ep_, *entry_))
       sliced_ = true;  // the cluster refused it (ENOMEM...): look in slices
@@ -238,8 +241,12 @@ class WatchSet {
       if (!sleep_until_cancellable(w)) return ECANCELED;  // (w is a slice's end: never kForever)
       return ETIMEDOUT;
     }
+    auto due = parking_lot::signal_hooks.io_waiting.load(std::memory_order_acquire);
+    if (due && due(WaitKind::poll, entry_)) return EINTR;
     io_arm(ep_, *entry_, false);
-    return entry_->in.ready.wait(w);
+    int rc = entry_->in.ready.wait(w);
+    if (due) due(WaitKind::none, nullptr);
+    return rc;
   }
 
   int fd() const { return ep_; }
@@ -282,8 +289,8 @@ long wait_many(Processor& p, Deadline d, Look&& look, Watch&& watch, Blocking&& 
     if (d != kForever && now_ns() >= d) return 0;
     if (set.empty()) {  // nothing to watch: a sleep (in day-long steps if forever)
       if (!sleep_until_cancellable(d != kForever ? d : now_ns() + 86'400'000'000'000)) return -ECANCELED;
-    } else if (set.wait(d) == ECANCELED) {  // else 0 or ETIMEDOUT: look either way
-      return -ECANCELED;
+    } else if (int rc = set.wait(d); rc == ECANCELED || rc == EINTR) {  // else 0 or ETIMEDOUT: look either way
+      return -rc;
     }
   }
 }

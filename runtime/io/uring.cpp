@@ -137,18 +137,7 @@ void queue_remove(IoState& s, std::uint64_t key) {
 
 // ---- the write-side epoll set (uring.hpp) ----------------------------------------
 
-int out_epoll(Uring& u) {
-  int ep = u.out_epfd.load(std::memory_order_acquire);
-  if (ep >= 0) return ep;
-  SpinGuard g(u.out_epfd_lock);
-  ep = u.out_epfd.load(std::memory_order_relaxed);
-  if (ep < 0) {
-    ep = ::epoll_create1(EPOLL_CLOEXEC);
-    if (ep < 0) die("epoll_create1 (io_uring write sides)", errno);
-    u.out_epfd.store(ep, std::memory_order_release);
-  }
-  return ep;
-}
+int out_epoll(Uring& u) { return u.out_epfd.load(std::memory_order_acquire); }
 
 void arm_out_epoll_poll(IoState& s, int ep) {
   queue(s, [&](io_uring_sqe* sqe) {
@@ -336,11 +325,20 @@ bool uring_open(IoState& s) {
       r = -ENOSYS;
     }
   }
+  // The write-side set, made with the ring: made at a first write wait, it
+  // took a number in the middle of a program's run (one a server at its
+  // descriptor limit counted on), and at the limit it could not be made.
+  int ep = r == 0 ? ::epoll_create1(EPOLL_CLOEXEC) : -1;
+  if (r == 0 && ep < 0) {
+    r = -errno;
+    io_uring_queue_exit(&u->ring);
+  }
   if (r != 0) {
     delete u;
     errno = -r;
     return false;
   }
+  u->out_epfd.store(ep, std::memory_order_relaxed);
   for (unsigned i = 0; i < u->ring.sq.ring_entries; ++i) u->ring.sq.array[i] = i;
   s.uring = u;
   return true;

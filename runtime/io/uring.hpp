@@ -77,9 +77,8 @@ struct Uring {
   std::atomic<bool> pending{false};  // SQEs queued and not yet submitted
   std::atomic<bool> reaping{false};  // taking completions: one thread at a time
   std::atomic<unsigned long> removes_again{0};  // removals refused with EALREADY, queued again
-  // The write-side epoll set (above): made on first use, never closed.
+  // The write-side epoll set (above): made with the ring, never closed.
   std::atomic<int> out_epfd{-1};
-  SpinLock out_epfd_lock;              // making it
   std::atomic<bool> out_armed{false};  // its ring poll is on
 };
 

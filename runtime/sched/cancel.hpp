@@ -43,9 +43,16 @@ inline constexpr unsigned kCancelAsync = 8;      // the fibre's cancel type is A
 // end its record, until none is.
 inline constexpr unsigned kCancelBusyUnit = 16;
 
+// glibc acting on the request itself (its own cancellation point's check,
+// or its SIGCANCEL handler: capi/pthread/cancel.cpp) says so only in its
+// word in the fibre's block (EXITING, sched/tls.hpp): the handlers its
+// unwinding runs must not see the request again at loom's points. Looked
+// at only when a request is pending.
+bool cancel_glibc_acting(const Fibre* f) noexcept;
 inline bool cancel_pending(const Fibre* f) noexcept {
   return (f->cancel.load(std::memory_order_relaxed) & (kCancelRequested | kCancelDisabled | kCancelActing)) ==
-         kCancelRequested;
+             kCancelRequested &&
+         !cancel_glibc_acting(f);
 }
 // The calling fibre's request, at a blocking point after its note_wait: the
 // waiting side of the pair above. False on a kernel thread that is no fibre.
@@ -62,8 +69,11 @@ bool sleep_until_cancellable(Deadline d);
 // A sleep no request ends: the runtime's own (retry loops, slices).
 void sleep_until_ns(Deadline d);
 
-// The io layer's part of request(): wakes a fibre noted as waiting on a
-// descriptor (fd_in, fd_out) or a poll set (poll) (io/io.cpp).
-void cancel_wake_io(WaitKind kind, const void* object) noexcept;
+// The io layer's part of request(), and of a signal handler due on a fibre
+// (sync/parking_lot.hpp, SignalHooks::io_waiting): wakes a fibre noted as
+// waiting on a descriptor (fd_in, fd_out) or a poll set (poll), which
+// looks again (io/io.cpp). A post that finds nobody waiting leaves a token:
+// a spurious wake-up later, no more.
+void wake_io_wait(WaitKind kind, const void* object) noexcept;
 
 }  // namespace loom::rt

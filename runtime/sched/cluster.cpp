@@ -67,6 +67,16 @@ void Cluster::shutdown() {
   for (std::size_t i = 0; i < k; ++i) spare(i)->retire();
 }
 
+Processor* Cluster::runner_of(const Fibre* f) const noexcept { return runner_of_id(f->id); }
+
+Processor* Cluster::runner_of_id(std::uint64_t id) const noexcept {
+  for (std::size_t i = 0, n = size(); i < n; ++i)
+    if (processor(i)->running_id.load(std::memory_order_acquire) == id) return processor(i);
+  for (std::size_t i = 0, n = spare_count(); i < n; ++i)
+    if (spare(i)->running_id.load(std::memory_order_acquire) == id) return spare(i);
+  return nullptr;
+}
+
 bool Cluster::activate_spare() {
   SpinGuard g(grow_lock_);
   std::size_t k = nspares_.load(std::memory_order_relaxed);

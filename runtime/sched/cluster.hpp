@@ -71,6 +71,12 @@ class Cluster {
   static constexpr std::size_t kMaxSpares = 256;
   std::size_t spare_count() const { return nspares_.load(std::memory_order_acquire); }
   Processor* spare(std::size_t i) const { return spares_[i].load(std::memory_order_acquire); }
+  // The processor (or spare) whose kernel thread runs f now, by its
+  // running_id; nullptr if none: a moment's answer (cpu_clock.cpp; the C
+  // layer's interruption of a glibc call, capi/pthread/cancel.cpp).
+  Processor* runner_of(const Fibre* f) const noexcept;
+  // The same, by the fibre's id (a fibre that may have ended: never read).
+  Processor* runner_of_id(std::uint64_t id) const noexcept;
   // Wakes a parked spare or starts a new one; false at the cap.
   bool activate_spare();
   // Every active spare parks at its next idle moment.

@@ -30,17 +30,6 @@ std::uint64_t kernel_thread_cpu_ns(int tid) noexcept {
   return ns_of(ts);
 }
 
-// The processor (or spare) running f now, if any: a moment's answer.
-Processor* runner_of(const Fibre* f) noexcept {
-  Cluster* c = f->cluster;
-  if (!c) return nullptr;
-  for (std::size_t i = 0, n = c->size(); i < n; ++i)
-    if (c->processor(i)->running_id.load(std::memory_order_acquire) == f->id) return c->processor(i);
-  for (std::size_t i = 0, n = c->spare_count(); i < n; ++i)
-    if (c->spare(i)->running_id.load(std::memory_order_acquire) == f->id) return c->spare(i);
-  return nullptr;
-}
-
 }  // namespace
 
 void cpu_clock_start(Fibre* f) noexcept {
@@ -58,7 +47,7 @@ void cpu_clock_start(Fibre* f) noexcept {
   // from its kernel thread's clock now. A switch out before the mark saw
   // none and counted nothing; then the fibre no longer runs there and the
   // mark is taken back (a reader meanwhile may count a moment too much).
-  if (Processor* p = runner_of(f)) {
+  if (Processor* p = f->cluster ? f->cluster->runner_of(f) : nullptr) {
     const int tid = p->tid.load(std::memory_order_relaxed);
     const std::uint64_t at = tid ? kernel_thread_cpu_ns(tid) : 0;
     std::uint64_t none = 0;

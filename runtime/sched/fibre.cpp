@@ -112,6 +112,7 @@ Fibre* create_fibre(const FibreAttr& attr, std::size_t payload, std::size_t alig
       throw;
     }
     if (!heap_tls) below -= tls_bytes;
+    tls::set_stack(f->tcb, s.lo(), s.hi());
   }
   if (payload) {
     below = align_down(below - payload, align < 16 ? 16 : align);

@@ -35,6 +35,13 @@ namespace loom::rt {
 struct HandlerMark {
   const char* frame;  // the innermost trampoline's frame; null: none
   const void* fibre;  // the fibre it interrupted (null off a processor)
+  // The kernel thread's mask before the outermost of the handlers running
+  // (the kernel's word of it). A handler left without returning (a longjmp,
+  // a thread's exit or cancellation unwinding out of it) never reaches the
+  // sigreturn that puts it back: whoever finds the mark stale puts it back
+  // (leave_handler_mask), or every fibre of the processor would run with
+  // the handler's mask blocked.
+  unsigned long outer_mask;
 };
 extern thread_local HandlerMark tls_handler_mark __attribute__((tls_model("initial-exec")));
 
@@ -44,6 +51,11 @@ inline constexpr std::size_t kHandlerReach = std::size_t(1) << 20;
 // The frame and fibre tests; clears a stale mark. Out of line: a handler
 // is rare, the test of the mark is on every hooked call.
 bool handler_mark_holds() noexcept;
+
+// The calling fibre leaves the handlers it runs in without returning from
+// them (loom_exit, a cancellation acting there): the kernel thread's mask
+// is put back as it was before the outermost, and the mark cleared.
+void leave_handler_mask() noexcept;
 
 inline bool in_signal_handler() noexcept {
   return __builtin_expect(tls_handler_mark.frame != nullptr, 0) && handler_mark_holds();

@@ -100,6 +100,7 @@ std::int64_t thread_cpu_ns(pid_t tid) {
 class Monitor {
  public:
   [[noreturn]] void run() {
+    proc_files_start();
     std::int64_t period = 0;
     std::int64_t quiet_since = 0;  // every processor asleep at every look since (0: not)
     std::int64_t deaf = 0;         // after a poke, naps hear no poke for this long

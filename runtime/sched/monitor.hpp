@@ -39,8 +39,12 @@ std::int64_t stall_tick(std::int64_t now);
 
 // A kernel thread's scheduler state from /proc ('R' on a CPU, 'S' or 'D'
 // in the kernel, '?' unknown) and, when in a system call, its number (-1
-// when not, or unknown).
-char thread_state(pid_t tid, long* syscall_nr);
+// when not, or unknown) and, if pc is given, the address it was made from
+// (0 when unknown).
+char thread_state(pid_t tid, long* syscall_nr, std::uintptr_t* pc = nullptr);
+// Readies thread_state's files for the calling thread, the monitor's, at
+// its start (sched/stall.cpp: they hold no number of the program's).
+void proc_files_start();
 // A system call's name, with a word on what it waits for where the name
 // alone does not say; buf holds a number the table lacks.
 const char* syscall_name(long nr, char* buf, std::size_t size);

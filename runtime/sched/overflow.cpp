@@ -3,6 +3,7 @@
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,7 +15,11 @@ namespace loom::rt {
 
 namespace {
 
-constexpr std::size_t kAltStackSize = 64 * 1024;
+// Also where the program's SA_ONSTACK handlers run (a thread's own
+// alternate stack is kept per thread, never given to the kernel thread:
+// capi/pthread/sigthread.cpp): room for a handler that needs more than a
+// small coroutine stack holds. Only the pages touched are memory.
+constexpr std::size_t kAltStackSize = 256 * 1024;
 struct sigaction previous_segv;
 
 void on_segv(int sig, siginfo_t* info, void* uctx) {
@@ -50,14 +55,16 @@ void install_overflow_handler() {
 
 void* enter_signal_stack() {
   stack_t old;
-  if (sigaltstack(nullptr, &old) == 0 && !(old.ss_flags & SS_DISABLE)) return nullptr;  // keep the host's
+  // The system call itself: libloom-pthread's sigaltstack keeps a thread's
+  // stack for the thread (a fibre), never on the kernel thread.
+  if (::syscall(SYS_sigaltstack, nullptr, &old) == 0 && !(old.ss_flags & SS_DISABLE)) return nullptr;  // keep the host's
   void* p = mmap(nullptr, kAltStackSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return nullptr;
   stack_t ss;
   ss.ss_sp = p;
   ss.ss_size = kAltStackSize;
   ss.ss_flags = 0;
-  if (sigaltstack(&ss, nullptr) != 0) {
+  if (::syscall(SYS_sigaltstack, &ss, nullptr) != 0) {
     munmap(p, kAltStackSize);
     return nullptr;
   }

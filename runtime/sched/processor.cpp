@@ -89,6 +89,15 @@ __attribute__((noinline)) Fibre* this_fibre_or_null() noexcept {
   return p ? p->current() : nullptr;
 }
 
+void pin_this_fibre() noexcept {
+  Processor* p = this_processor();
+  if (!p) return;
+  Fibre* f = p->current();
+  if (f == &p->idle_fibre() || f->pinned) return;
+  f->affinity = p;  // (running: no waker reads it until it waits)
+  f->pinned = true;
+}
+
 // ---- fibre start and exit --------------------------------------------------
 
 namespace {
@@ -240,7 +249,12 @@ Processor::Processor(Cluster& cluster, unsigned index, bool adopt, bool spare)
       std::abort();
     }
     has_thread_ = true;
-    name_thread(false);  // now, not when the thread first runs: the name is there once the cluster is
+    // Now, not when the thread first runs: the name is there once the
+    // cluster is. Not a spare's: naming another thread opens its /proc
+    // file, and a spare starts at any moment of a program's run (a number
+    // the program counted on, taken for that moment: stall.cpp's files).
+    // It names itself (thread_main), by prctl.
+    if (!spare) name_thread(false);
   }
 }
 

@@ -209,6 +209,12 @@ extern thread_local Processor* tls_processor __attribute__((tls_model("initial-e
 inline Processor* this_processor_at_entry() noexcept { return tls_processor; }
 // The running fibre, or nullptr on a kernel thread that is not a processor.
 Fibre* this_fibre_or_null() noexcept;
+// The calling fibre stays on the processor (so the kernel thread) it runs
+// on now, for good: never stolen, always woken there. For a fibre the
+// kernel ties to its kernel thread (a ptrace tracer: capi/pthread/
+// setxid.cpp). A spare processor hands its fibres to the cluster's when it
+// parks, pinned or not. No-op on a kernel thread that is not a processor.
+void pin_this_fibre() noexcept;
 
 // Wake-ups deferred while a batch of fibres is made ready (the poller): each
 // processor that received work is woken once, when the batch ends.

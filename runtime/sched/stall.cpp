@@ -22,6 +22,7 @@
 // once.
 #include <execinfo.h>
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -35,6 +36,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "base/futex.hpp"
 #include "base/options.hpp"
 #include "base/spinlock.hpp"
 #include "base/symbolize.hpp"
@@ -82,43 +84,59 @@ struct Watch {
 namespace {
 
 // A processor's kernel thread's /proc files, opened once and kept (the
-// monitor reads them at many of its looks). An open takes the lowest free
-// number: opened at each look, they took for a moment the number a
-// program's close then open (or socketpair) expected to get back (issue
-// 35's close_reuse saw it). Kept, and moved up to half the descriptor
-// limit, out of the program's way; opened again if the thread is gone or
-// the program closed them (closefrom). The runtime's own calls: raw system
-// calls, never the preload's names.
+// monitor reads them at many of its looks). They must take no number from
+// the program's descriptor table: an open takes the lowest free number, so
+// one made at a look took for a moment the number a program's close then
+// open expected to get back (issue 35's close_reuse), and a file kept at a
+// number below the descriptor limit took one that a server at its limit
+// counted on: memcached -c 100 counts its connections against its limit,
+// and met EMFILE mid-burst (its listener then stops accepting). So they are
+// opened and read by a thread of their own, `loom-proc`, whose descriptor
+// table is its own, empty at its start (close_range with
+// CLOSE_RANGE_UNSHARE: none of the program's files is copied into it); the
+// monitor asks it and waits for the answer (ProcReader). (The monitor's
+// table cannot be its own: the spares it starts share their creator's.)
+// Where that thread cannot be had (it failed to start, or a fork child,
+// which has no monitor of its own either), the monitor opens the files
+// itself, kept at half the descriptor limit or above and closed rather
+// than kept below it. Either way a file is opened again if its thread is
+// gone (or the program closed it: closefrom). The runtime's own calls: raw
+// system calls, never the preload's names.
+constexpr std::size_t kProcFiles = 64;
+
 struct ProcFiles {
   pid_t tid = 0;
   int stat = -1;
   int syscall = -1;
 };
-constexpr std::size_t kProcFiles = 64;
-ProcFiles proc_files[kProcFiles];
+
+// The files in loom-proc's table, and (without it) the monitor's in the
+// program's: numbers of two tables, never mixed.
+ProcFiles proc_files_own[kProcFiles];
+ProcFiles proc_files_shared[kProcFiles];
 SpinLock proc_files_lock;
 
-int open_kept(pid_t tid, const char* file) {
+// own_table: the calling thread's table is its own (loom-proc's), where any
+// number will do.
+int open_kept(pid_t tid, const char* file, bool own_table) {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/self/task/%d/%s", int(tid), file);
   long fd = raw_syscall(SYS_openat, AT_FDCWD, long(path), O_RDONLY | O_CLOEXEC, 0, 0, 0);
-  if (fd < 0) return -1;
+  if (fd < 0 || own_table) return int(fd < 0 ? -1 : fd);
   rlimit rl{};
   long floor = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? long(rl.rlim_cur / 2) : 512;
   if (fd < floor) {
     long high = sys::fcntl(int(fd), F_DUPFD_CLOEXEC, std::max(floor, 64L));
-    if (high >= 0) {
-      sys::close(int(fd));
-      fd = high;
-    }
+    sys::close(int(fd));  // (kept below the floor, it would hold a number the program may count on)
+    fd = high >= 0 ? high : -1;
   }
   return int(fd);
 }
 
 // Reads the file from its start into buf; its length, or -1.
-long read_kept(int& fd, pid_t tid, const char* file, char* buf, std::size_t size) {
+long read_kept(int& fd, pid_t tid, const char* file, char* buf, std::size_t size, bool own_table) {
   for (int attempt = 0; attempt < 2; ++attempt) {
-    if (fd < 0) fd = open_kept(tid, file);
+    if (fd < 0) fd = open_kept(tid, file, own_table);
     if (fd < 0) return -1;
     long n = raw_syscall(SYS_pread64, fd, long(buf), long(size - 1), 0, 0, 0);
     if (n >= 0) return n;
@@ -128,16 +146,15 @@ long read_kept(int& fd, pid_t tid, const char* file, char* buf, std::size_t size
   return -1;
 }
 
-}  // namespace
-
-char thread_state(pid_t tid, long* syscall_nr) {
+// What thread_state answers, read where the files are (under proc_files_lock).
+char read_state(pid_t tid, long* syscall_nr, std::uintptr_t* pc, bool own_table) {
   char buf[512];
   *syscall_nr = -1;
-  if (tid <= 0) return '?';
-  SpinGuard g(proc_files_lock);
+  *pc = 0;
+  ProcFiles* proc_files = own_table ? proc_files_own : proc_files_shared;
   ProcFiles* slot = nullptr;
-  for (ProcFiles& f : proc_files)
-    if (f.tid == tid || (!slot && f.tid == 0)) {
+  for (std::size_t i = 0; i < kProcFiles; ++i)
+    if (ProcFiles& f = proc_files[i]; f.tid == tid || (!slot && f.tid == 0)) {
       slot = &f;
       if (f.tid == tid) break;
     }
@@ -147,18 +164,96 @@ char thread_state(pid_t tid, long* syscall_nr) {
     if (slot->syscall >= 0) sys::close(slot->syscall);
     *slot = ProcFiles{tid, -1, -1};
   }
-  long n = read_kept(slot->stat, tid, "stat", buf, sizeof buf);
+  long n = read_kept(slot->stat, tid, "stat", buf, sizeof buf, own_table);
   if (n < 0) return '?';
   buf[n] = '\0';
   const char* close = std::strrchr(buf, ')');
   char state = close && close[1] == ' ' ? close[2] : '?';
-  n = read_kept(slot->syscall, tid, "syscall", buf, sizeof buf);
+  n = read_kept(slot->syscall, tid, "syscall", buf, sizeof buf, own_table);
   if (n > 0) {
     buf[n] = '\0';
     char* end = nullptr;
     long nr = std::strtol(buf, &end, 10);
     if (end != buf) *syscall_nr = nr;
+    // "nr arg1 ... arg6 sp pc" (or "-1 sp pc" off a system call): the
+    // last field is where the call was made from.
+    if (const char* last = std::strrchr(buf, ' ')) *pc = std::uintptr_t(std::strtoull(last + 1, nullptr, 16));
   }
+  return state;
+}
+
+// loom-proc and the one request it answers at a time (the monitor's: the
+// only caller; proc_files_lock orders any other).
+struct ProcReader {
+  std::atomic<int> phase{0};  // kIdle, kAsked, kAnswered; kGone: none
+  pid_t tid = 0;              // asked for
+  long nr = -1;               // answered
+  std::uintptr_t pc = 0;
+  char state = '?';
+  pid_t pid = 0;              // the process it serves (a fork child has none)
+};
+constexpr int kIdle = 0, kAsked = 1, kAnswered = 2, kStarting = 3, kGone = 4;
+ProcReader reader;
+std::atomic<bool> reader_up{false};
+
+void* reader_main(void*) {
+  // A table of its own, holding none of the program's files.
+  bool own = raw_syscall(SYS_close_range, 0, long(~0U), CLOSE_RANGE_UNSHARE, 0, 0, 0) == 0;
+  if (own) {
+    reader.pid = ::getpid();
+    reader_up.store(true, std::memory_order_release);
+  }
+  reader.phase.store(own ? kIdle : kGone, std::memory_order_release);
+  futex_wake(&reader.phase, 1);
+  if (!own) return nullptr;
+  for (;;) {
+    for (int v; (v = reader.phase.load(std::memory_order_acquire)) != kAsked;) futex_wait(&reader.phase, v);
+    reader.state = read_state(reader.tid, &reader.nr, &reader.pc, true);
+    reader.phase.store(kAnswered, std::memory_order_release);
+    futex_wake(&reader.phase, 1);
+  }
+}
+
+// Nobody waits for loom-proc's start: a thread that boots the runtime may
+// hold a lock its creation needs (a malloc wrapper's, around the program's
+// first allocation: an outside review found monitor_start waiting for it
+// there, and the monitor for the lock). Until it is up the monitor reads
+// no state ('?'); if it is not up after kReaderStartNs (dead at its start:
+// a seccomp filter that kills a thread calling close_range), the monitor
+// keeps the files itself.
+constexpr std::int64_t kReaderStartNs = 1'000'000'000;
+std::int64_t reader_started_at = 0;  // (the monitor's: set before the thread starts)
+
+}  // namespace
+
+void proc_files_start() {
+  static std::atomic<bool> started{false};
+  if (started.exchange(true)) return;
+  reader_started_at = now_ns();
+  reader.phase.store(kStarting, std::memory_order_release);
+  if (!start_runtime_thread("loom-proc", &reader_main)) reader.phase.store(kGone, std::memory_order_release);
+}
+
+char thread_state(pid_t tid, long* syscall_nr, std::uintptr_t* pc) {
+  std::uintptr_t ignored;
+  if (!pc) pc = &ignored;
+  *syscall_nr = -1;
+  *pc = 0;
+  if (tid <= 0) return '?';
+  SpinGuard g(proc_files_lock);
+  if (!reader_up.load(std::memory_order_acquire) || reader.pid != ::getpid()) {  // (a fork child: none)
+    if (reader.phase.load(std::memory_order_acquire) == kStarting && now_ns() - reader_started_at < kReaderStartNs)
+      return '?';
+    return read_state(tid, syscall_nr, pc, false);
+  }
+  reader.tid = tid;
+  reader.phase.store(kAsked, std::memory_order_release);
+  futex_wake(&reader.phase, 1);
+  while (reader.phase.load(std::memory_order_acquire) != kAnswered) futex_wait(&reader.phase, kAsked);
+  *syscall_nr = reader.nr;
+  *pc = reader.pc;
+  char state = reader.state;
+  reader.phase.store(kIdle, std::memory_order_relaxed);
   return state;
 }
 
@@ -292,6 +387,15 @@ class Watchdog {
                    "loom's I/O did not see%s\n",
                    who, p.index(), c.id(), (long long)held_ms, call,
                    others ? "; other fibres are ready on that processor" : "");
+      return;
+    }
+    if (state == '?') {
+      // Its state unknown (no /proc file could be read): it may sit in the
+      // kernel, and a signal would end its call with EINTR. No backtrace.
+      std::fprintf(stderr,
+                   "loom: stall: %s has held processor %u of cluster %u for %lld ms%s (its kernel thread's state "
+                   "could not be read)\n",
+                   who, p.index(), c.id(), (long long)held_ms, others ? "; other fibres are ready on that processor" : "");
       return;
     }
     StallProbe* s = probe(p);

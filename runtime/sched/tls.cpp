@@ -55,6 +55,7 @@ struct Contract {
   std::size_t tid_off = 0;       // struct pthread's tid
   std::size_t list_off = 0;      // struct pthread's list (glibc's list of threads)
   std::ptrdiff_t cancel_off = -1;  // struct pthread's cancelhandling; -1: unknown
+  std::ptrdiff_t stackblock_off = -1;  // struct pthread's stackblock, stackblock_size; -1: unknown
   std::ptrdiff_t rseq_off = 0;   // the rseq area, from the thread pointer
   unsigned rseq_size = 0;        // 0: glibc registered none
   std::ptrdiff_t resp_off = 0;   // __resp, the thread's resolver state pointer
@@ -201,6 +202,26 @@ bool glibc_malloc() {
   void* theirs = dlsym(libc, "malloc");
   dlclose(libc);
   return theirs && theirs == dlsym(RTLD_DEFAULT, "malloc");
+}
+
+// struct pthread's stackblock and stackblock_size (a pointer and a size,
+// side by side), which no table of glibc's names: in the main thread's
+// block they hold (NULL, __libc_stack_end) (glibc 2.36,
+// sysdeps/nptl/dl-tls_init_tp.c), looked for there and found once only.
+// -1: not found, or not on the main thread.
+std::ptrdiff_t find_stackblock(void* main_tp) {
+  if (at<pid_t>(main_tp, std::ptrdiff_t(g.tid_off)) != ::getpid()) return -1;
+  auto* end = static_cast<void* const*>(dlsym(RTLD_DEFAULT, "__libc_stack_end"));
+  if (!end || !*end) return -1;
+  std::ptrdiff_t found = -1;
+  for (std::size_t off = 0; off + 2 * sizeof(void*) <= g.tcb_size; off += sizeof(void*)) {
+    if (at<void*>(main_tp, std::ptrdiff_t(off)) != nullptr ||
+        at<std::uintptr_t>(main_tp, std::ptrdiff_t(off + sizeof(void*))) != reinterpret_cast<std::uintptr_t>(*end))
+      continue;
+    if (found >= 0) return -1;  // not one place: none
+    found = std::ptrdiff_t(off);
+  }
+  return found;
 }
 
 bool discover_tcache(Processor* p, std::ptrdiff_t* off) {
@@ -350,6 +371,13 @@ void thread_end(Fibre* self) noexcept {
   }
 }
 
+void set_stack(void* tp, void* lo, void* hi) noexcept {
+  if (!switching || g.stackblock_off < 0) return;
+  put<void*>(tp, g.stackblock_off, lo);
+  put<std::size_t>(tp, g.stackblock_off + std::ptrdiff_t(sizeof(void*)),
+                   std::size_t(static_cast<char*>(hi) - static_cast<char*>(lo)));
+}
+
 void* make_home(Processor* p) {
   void* tp = g.allocate_tls(nullptr);
   if (!tp) throw std::bad_alloc();
@@ -465,6 +493,7 @@ bool enable() noexcept {
     say("glibc's thread control block is not laid out as expected");
     return false;
   }
+  g.stackblock_off = find_stackblock(tp);
   g.wrfsbase = (getauxval(AT_HWCAP2) & 2) != 0;  // HWCAP2_FSGSBASE: the kernel allows wrfsbase
   {
     SpinGuard guard(pool_lock);
@@ -487,6 +516,11 @@ bool enable() noexcept {
 int* cancelhandling(void* tp) noexcept {
   if (!switching || !tp || g.cancel_off < 0) return nullptr;
   return reinterpret_cast<int*>(static_cast<char*>(tp) + g.cancel_off);
+}
+
+bool glibc_exiting(void* tp) noexcept {
+  const int* w = cancelhandling(tp);
+  return w && (__atomic_load_n(w, __ATOMIC_RELAXED) & kGlibcExiting) != 0;
 }
 
 // The kernel registered the rseq area glibc gave the kernel thread, in that

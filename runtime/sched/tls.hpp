@@ -48,6 +48,11 @@ std::size_t reserve() noexcept;
 // Builds a block in [top - reserve(), top) for a fibre; returns the thread
 // pointer. Throws std::bad_alloc when glibc cannot allocate its vector.
 void* make(char* top);
+// Tells the block's glibc fields which stack its thread runs on
+// (stackblock, stackblock_size): glibc's unwinding compares frames with its
+// top, so that a handler's frames on an alternate stack count as the
+// innermost (nptl/unwind.c), and glibc sizes its alloca cutoff by it.
+void set_stack(void* tp, void* lo, void* hi) noexcept;
 // Frees what make() allocated outside the stack (the dynamic-TLS vector and
 // blocks); the block's memory itself belongs to the stack.
 void destroy(void* tp) noexcept;
@@ -104,6 +109,15 @@ class KernelIdentity {
 // glibc's own cancellation points check: capi/pthread/cancel.cpp); nullptr
 // when per-fibre TLS is off or glibc does not say where it is.
 int* cancelhandling(void* tp) noexcept;
+// Its bits (glibc 2.36, nptl/descr.h), for the C layer's reads and writes.
+inline constexpr int kGlibcStateDisabled = 1;  // CANCELSTATE_BITMASK
+inline constexpr int kGlibcAsync = 2;          // CANCELTYPE_BITMASK: inside a glibc cancellation point's system call
+inline constexpr int kGlibcCanceling = 4;      // CANCELING_BITMASK
+inline constexpr int kGlibcCanceled = 8;       // CANCELED_BITMASK
+inline constexpr int kGlibcExiting = 16;       // EXITING_BITMASK
+// That word says EXITING (glibc's EXITING_BITMASK): glibc is unwinding the
+// thread for a cancellation, or the thread is ending; false without a word.
+bool glibc_exiting(void* tp) noexcept;
 
 // Statistics for tests and the benchmark.
 std::size_t blocks_made() noexcept;

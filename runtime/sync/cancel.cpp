@@ -4,6 +4,7 @@
 
 #include "base/membarrier.hpp"
 #include "sched/processor.hpp"
+#include "sched/tls.hpp"
 #include "sync/parking_lot.hpp"
 #include "sync/wait.hpp"
 
@@ -32,12 +33,13 @@ void wake_for_cancel(Fibre* f) {
     case WaitKind::semaphore:  //  parking_lot::cancel skips any wait that is not cancellable)
     case WaitKind::futex:
     case WaitKind::sleep:
+    case WaitKind::pthread_mutex:  // (cancellable only with the asynchronous type: capi/pthread/sync.cpp)
       parking_lot::cancel(object, f);  // finds nothing if the note is stale
       break;
     case WaitKind::fd_in:
     case WaitKind::fd_out:
     case WaitKind::poll:
-      cancel_wake_io(kind, object);
+      wake_io_wait(kind, object);
       break;
     default:
       break;  // not a cancellation point: it acts at its next one
@@ -45,6 +47,8 @@ void wake_for_cancel(Fibre* f) {
 }
 
 }  // namespace
+
+bool cancel_glibc_acting(const Fibre* f) noexcept { return f->tcb && tls::glibc_exiting(f->tcb); }
 
 bool cancel_pending_here() noexcept {
   Processor* p = this_processor();

@@ -211,9 +211,19 @@ extern std::atomic<bool (*)()> kernel_cancel_due;
 //   interrupted()  runs on the fibre, outside any lock, when its wait was
 //       cut short for a handler: it runs the handlers due, and returns true
 //       if an interruptible wait is to go on (every one had SA_RESTART).
+//   io_waiting(kind, object)  the io layer's form of `parking`, for a
+//       fibre about to sleep on a descriptor or a poll set (runtime/io: the
+//       kind and object it noted, note_wait): the signal side notes them
+//       (a handler due later posts that wait's word: wake_io_wait), then
+//       returns true if a handler is already due (the call then does not
+//       sleep: it runs `interrupted` outside the descriptor's turn, and
+//       waits again or fails with EINTR; a poll-family call always fails
+//       with EINTR, as the kernel's). Called with WaitKind::none when the
+//       fibre wakes.
 struct SignalHooks {
   std::atomic<bool (*)(const void* key, const Fibre* f)> parking{nullptr};
   std::atomic<bool (*)()> interrupted{nullptr};
+  std::atomic<bool (*)(WaitKind kind, const void* object)> io_waiting{nullptr};
 };
 extern SignalHooks signal_hooks;
 

@@ -1,5 +1,5 @@
-/* unseen_wait.c MODE WAITERS — WAITERS threads wait where loom cannot see,
- * and a thread created after them wakes them (issue 31):
+/* unseen_wait.c MODE WAITERS [full] — WAITERS threads wait where loom
+ * cannot see, and a thread created after them wakes them (issue 31):
  *
  *   futex  each waiter sleeps in FUTEX_WAIT on a word, the system call made
  *          with the instruction itself (libgomp's way); the waker stores the
@@ -22,7 +22,15 @@
  * to wait. It gives up after 10 s and says how many were waiting: a loom
  * that runs the waker but not all the waiters fails too. After its wait each
  * waiter takes a pthread mutex (a call loom sees) to count itself. The
- * output is the same every run; exit status 0 when all were woken. */
+ * output is the same every run; exit status 0 when all were woken.
+ *
+ * full: the descriptor table is filled first (RLIMIT_NOFILE lowered to 64,
+ * every number but one taken), as a server at its limit has it. The one
+ * left is the waker's to read /proc with, and must be free again at the
+ * end: a runtime that takes a number of the program's while it looks after
+ * lost processors (loom's monitor reading the same /proc files; a spare
+ * named through its /proc file) makes the waker's reads fail, and the run
+ * with them, or keeps the number. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -33,8 +41,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "raw_syscall.h"
 
@@ -137,13 +147,32 @@ static void* wake(void* arg) {
   return NULL;
 }
 
+/* Fills the descriptor table under a limit of 64 but for one number, which
+ * it returns (-1: could not). */
+static int fill_table(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return -1;
+  rl.rlim_cur = 64;
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0) return -1;
+  int last = -1;
+  for (;;) {
+    int fd = dup(0);
+    if (fd < 0) break;
+    last = fd;
+  }
+  if (errno != EMFILE || last < 0) return -1;
+  close(last);
+  return last;
+}
+
 int main(int argc, char** argv) {
   int m = -1;
-  for (int i = 0; argc == 3 && i < 3; i++)
+  int args_ok = argc == 3 || (argc == 4 && strcmp(argv[3], "full") == 0);
+  for (int i = 0; args_ok && i < 3; i++)
     if (strcmp(argv[1], mode_names[i]) == 0) m = i;
-  waiters = argc == 3 ? atoi(argv[2]) : 0;
+  waiters = args_ok ? atoi(argv[2]) : 0;
   if (m < 0 || waiters < 1 || waiters > MAX_WAITERS) {
-    fprintf(stderr, "usage: unseen_wait futex|pipe|spin WAITERS (1..%d)\n", MAX_WAITERS);
+    fprintf(stderr, "usage: unseen_wait futex|pipe|spin WAITERS (1..%d) [full]\n", MAX_WAITERS);
     return 2;
   }
   mode = (enum mode)m;
@@ -153,6 +182,11 @@ int main(int argc, char** argv) {
       fprintf(stderr, "unseen_wait: pipe2: %s\n", strerror((int)-r));
       return 1;
     }
+  }
+  int spare_fd = -1; /* full: the one number left free */
+  if (argc == 4 && (spare_fd = fill_table()) < 0) {
+    fprintf(stderr, "unseen_wait: cannot fill the descriptor table: %s\n", strerror(errno));
+    return 1;
   }
   for (int i = 0; i < waiters; i++)
     if (pthread_create(&w[i].thread, NULL, wait_unseen, &w[i]) != 0) return 1;
@@ -166,5 +200,12 @@ int main(int argc, char** argv) {
   printf("%s: woken: %d of %d\n", name, woken, waiters);
   for (int i = 0; i < waiters; i++)
     if (mode == PIPE && w[i].result != 1) printf("%s: waiter %d's read returned %ld\n", name, i, w[i].result);
-  return in_wait == waiters && woken == waiters ? 0 : 1;
+  int spare_ok = 1;
+  if (spare_fd >= 0) {
+    int fd = dup(0);
+    spare_ok = fd == spare_fd;
+    printf("%s: the one free descriptor number is free at the end: %s\n", name, spare_ok ? "yes" : "no");
+    if (!spare_ok) fprintf(stderr, "unseen_wait: dup gave %d (%s), not %d\n", fd, fd < 0 ? strerror(errno) : "", spare_fd);
+  }
+  return in_wait == waiters && woken == waiters && spare_ok ? 0 : 1;
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# unseen_wait.sh LIB PROG MODE WAITERS — unseen_wait.c (a glibc binary) run
+# unseen_wait.sh LIB PROG MODE WAITERS [full] — unseen_wait.c (a glibc binary) run
 # as is, then RUNS times (default 3) with LD_PRELOAD=LIB on LOOM_PROCESSORS
 # processors (the environment's), each run bounded by HANDOFF_TIMEOUT
 # seconds (default 20; the program takes milliseconds): the preloaded runs
@@ -9,14 +9,15 @@
 # failure, described by its kernel threads' states (bounded.sh).
 set -uo pipefail
 lib=$1 prog=$2 mode=$3 waiters=$4
+extra=(${5:+"$5"})  # full: the descriptor table filled first (unseen_wait.c)
 runs=${RUNS:-3}
 limit=${HANDOFF_TIMEOUT:-20}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/bounded.sh"
-what="$mode, $waiters waiter(s), LOOM_PROCESSORS=${LOOM_PROCESSORS:-default}"
+what="$mode, $waiters waiter(s)${5:+, $5 descriptor table}, LOOM_PROCESSORS=${LOOM_PROCESSORS:-default}"
 
-bounded "$limit" "$tmp/plain" "$tmp/plain.err" "$prog" "$mode" "$waiters"
+bounded "$limit" "$tmp/plain" "$tmp/plain.err" "$prog" "$mode" "$waiters" "${extra[@]}"
 rc=$?
 if [ $rc -ne 0 ]; then
   cat "$tmp/plain" "$tmp/plain.err"
@@ -26,7 +27,7 @@ fi
 cat "$tmp/plain"
 for ((i = 1; i <= runs; i++)); do
   start=$SECONDS
-  bounded "$limit" "$tmp/loom" "$tmp/loom.err" env LD_PRELOAD="$lib" LOOM_PTHREAD_STATS=1 "$prog" "$mode" "$waiters"
+  bounded "$limit" "$tmp/loom" "$tmp/loom.err" env LD_PRELOAD="$lib" LOOM_PTHREAD_STATS=1 "$prog" "$mode" "$waiters" "${extra[@]}"
   rc=$?
   if [ $rc -eq 124 ]; then
     cat "$tmp/loom" "$tmp/loom.err"

@@ -14,10 +14,18 @@
 //     cancelled (and one of pthread_exit's): no second cancellation.
 //  5. main cancels itself and reaches fflush with no buffer: main ends, the
 //     process goes on until the last thread ends (status 0).
+//  6. a thread already blocked in the kernel inside one (waitpid for a
+//     child that sleeps): the request interrupts the call there (glibc:
+//     SIGCANCEL to the thread; loom: to the kernel thread running the
+//     fibre), its handler runs, the joiner gets PTHREAD_CANCELED.
+//  7. the same with cancellation disabled: the call is not interrupted;
+//     it returns when the child ends, and the request acts once enabled.
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static FILE* null_file;
@@ -104,6 +112,68 @@ static void* case4(void* arg) {
   return NULL;
 }
 
+// A child that sleeps until it is killed, for a waitpid that blocks.
+static pid_t sleeper(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    pause();
+    _exit(0);
+  }
+  return pid;
+}
+
+static volatile pid_t waited;
+
+static void* case6(void* arg) {
+  (void)arg;
+  pthread_cleanup_push(handler, "  case 6: handler\n");
+  pthread_barrier_wait(&barrier);
+  pthread_barrier_wait(&barrier);  // the child is there
+  int status;
+  waitpid(waited, &status, 0);  // cancelled inside the kernel
+  say("  case 6: not cancelled\n");
+  pthread_cleanup_pop(0);
+  return NULL;
+}
+
+static void* case7(void* arg) {
+  (void)arg;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+  pthread_cleanup_push(handler, "  case 7: handler\n");
+  pthread_barrier_wait(&barrier);
+  pthread_barrier_wait(&barrier);
+  int status;
+  if (waitpid(waited, &status, 0) == waited && WIFSIGNALED(status)) say("  case 7: waitpid returned when the child ended\n");
+  pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
+  pthread_testcancel();
+  say("  case 7: not cancelled\n");
+  pthread_cleanup_pop(0);
+  return NULL;
+}
+
+// Cases 6 and 7: the thread is let into waitpid, then cancelled; the child
+// is killed a moment later (case 7's waitpid returns then; case 6's must
+// have been interrupted already, or the child is reaped here).
+static void run_blocked(const char* name, void* (*fn)(void*)) {
+  printf("%s\n", name);
+  fflush(stdout);
+  waited = sleeper();
+  if (waited < 0) abort();
+  pthread_t t;
+  if (pthread_create(&t, NULL, fn, NULL) != 0) abort();
+  pthread_barrier_wait(&barrier);
+  pthread_barrier_wait(&barrier);
+  usleep(200 * 1000);  // inside waitpid by now
+  if (pthread_cancel(t) != 0) abort();
+  usleep(200 * 1000);
+  kill(waited, SIGKILL);
+  void* r;
+  if (pthread_join(t, &r) != 0) abort();
+  waitpid(waited, NULL, 0);  // (case 6's child)
+  printf("  joined: %s\n", r == PTHREAD_CANCELED ? "PTHREAD_CANCELED" : "a value");
+  fflush(stdout);
+}
+
 static void run(const char* name, void* (*fn)(void*), void* arg, int cancel) {
   printf("%s\n", name);
   fflush(stdout);
@@ -139,6 +209,8 @@ int main(void) {
   run("case 3: cancellation disabled around fflush", case3, NULL, 1);
   run("case 4: a handler flushes while the thread is cancelled", case4, NULL, 1);
   run("case 4: the same, the thread calls pthread_exit", case4, (void*)1, 0);
+  run_blocked("case 6: cancelled while blocked in waitpid", case6);
+  run_blocked("case 7: the same, cancellation disabled", case7);
   printf("case 5: main cancels itself and reaches fflush\n");
   fflush(stdout);
   pthread_t t;

@@ -23,10 +23,39 @@
 //   siginfo   an SA_SIGINFO handler reads what was sent: a timer's SI_TIMER
 //             and value, pthread_sigqueue's SI_QUEUE and value to a thread
 //             that never waited for a signal
+//   ioeintr   a handler sent to a thread blocked on a descriptor runs at
+//             once: a read on a pipe fails with EINTR without SA_RESTART
+//             and goes on reading with it; poll fails with EINTR either way
+//             (never restarted); so does accept without SA_RESTART
+//   timeo     a socket's SO_RCVTIMEO bounds a thread's recv (EAGAIN), and a
+//             handler ends such a recv with EINTR even with SA_RESTART
+//             (signal(7): a call with a timeout is never restarted)
+//   leavemask a thread cancelled inside a handler (sa_mask full) that blocks
+//             in read: afterwards alarm() still reaches the process (the
+//             kernel thread's mask is put back: an outside review found
+//             every signal lost)
+//   altcancel a thread with an alternate stack, cancelled while its SA_ONSTACK
+//             handler blocks in read: the cleanups of its frames on its own
+//             stack below the handler run (the file is built with
+//             -fexceptions, as glibc's tst-cancelx20: cleanups by unwinding;
+//             glibc's unwinding must see the handler's frames, on another
+//             stack, as the innermost)
+//   unseen    a handler sent to a thread blocked in a call loom does not
+//             see (glibc's own system call: semop, flock, waitpid) runs at
+//             once, with the sender's siginfo: semop fails with EINTR either
+//             way (never restarted), flock and waitpid fail with EINTR
+//             without SA_RESTART and go on waiting with it; so does the
+//             program's own syscall(SYS_nanosleep) (EINTR); a one-shot
+//             handler due on a computing thread runs once
+//   altstack  sigaltstack is per thread: a thread's stack is its own, a new
+//             thread has none, SS_DISABLE drops it; a handler installed
+//             with SA_ONSTACK runs, and sigaction reports SA_ONSTACK back
 #define _GNU_SOURCE
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
@@ -35,6 +64,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/ipc.h>
+#include <sys/sem.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -289,6 +322,20 @@ static int queue(void) {
   return 0;
 }
 
+// Installs fn for sig with these flags and an empty sa_mask, or all
+// blocked (full).
+static void handle(int sig, void (*fn)(int), int flags, int full) {
+  struct sigaction a;
+  memset(&a, 0, sizeof a);
+  a.sa_handler = fn;
+  a.sa_flags = flags;
+  if (full)
+    sigfillset(&a.sa_mask);
+  else
+    sigemptyset(&a.sa_mask);
+  sigaction(sig, &a, NULL);
+}
+
 // ---- samask: pending inside the handler ---------------------------------------------------------
 
 static atomic_int usr2_in_handler = -1, usr2_pending_in_handler = -1;
@@ -367,16 +414,419 @@ static int storm(void) {
 static void on_alarm(int sig) { (void)sig; }
 
 static int eintr(void) {
-  struct sigaction a;
-  memset(&a, 0, sizeof a);
-  a.sa_handler = on_alarm;
-  sigemptyset(&a.sa_mask);
-  sigaction(SIGALRM, &a, NULL);
+  handle(SIGALRM, on_alarm, 0, 0);
   sem_t s;
   sem_init(&s, 0, 0);
   alarm(1);
   int r = sem_wait(&s);
   printf("eintr: sem_wait %d EINTR %d\n", r, errno == EINTR);
+  return 0;
+}
+
+// ---- ioeintr: a handler cuts a wait on a descriptor short ----------------------------------------
+
+static atomic_int io_handled;
+static void on_io_signal(int sig) {
+  (void)sig;
+  io_handled++;
+}
+
+static int io_fd[2];
+static atomic_int io_ready;
+enum { kRead, kPoll, kAccept };
+static int io_kind;
+static int io_listener;
+
+static void* io_blocked(void* arg) {
+  (void)arg;
+  char c;
+  io_ready = 1;
+  long r;
+  if (io_kind == kRead) {
+    r = read(io_fd[0], &c, 1);
+  } else if (io_kind == kPoll) {
+    struct pollfd p = {io_fd[0], POLLIN, 0};
+    r = poll(&p, 1, 5000);
+  } else {
+    r = accept(io_listener, NULL, NULL);
+  }
+  int e = errno;
+  printf("ioeintr:   returned %ld%s, handler ran %d\n", r, r < 0 && e == EINTR ? " EINTR" : "", io_handled);
+  return NULL;
+}
+
+// One blocked call in a thread, a SIGUSR1 to that thread once it waits;
+// after 2 s a byte is written (a missed interruption shows as "returned 1").
+static void io_round(const char* what, int kind, int flags) {
+  handle(SIGUSR1, on_io_signal, flags, 0);
+  io_handled = 0;
+  io_ready = 0;
+  io_kind = kind;
+  if (pipe(io_fd) != 0) abort();
+  printf("ioeintr: %s\n", what);
+  pthread_t t;
+  pthread_create(&t, NULL, io_blocked, NULL);
+  while (!io_ready) usleep(1000);
+  usleep(200 * 1000);  // in the call by now
+  pthread_kill(t, SIGUSR1);
+  usleep(kind == kRead && (flags & SA_RESTART) ? 300 * 1000 : 2000 * 1000);
+  if (write(io_fd[1], "x", 1) != 1) abort();
+  if (kind == kAccept) {  // a connection ends a missed accept
+    struct sockaddr_in sa;
+    socklen_t n = sizeof sa;
+    getsockname(io_listener, (struct sockaddr*)&sa, &n);
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    connect(c, (struct sockaddr*)&sa, n);
+    pthread_join(t, NULL);
+    close(c);
+  } else {
+    pthread_join(t, NULL);
+  }
+  close(io_fd[0]);
+  close(io_fd[1]);
+}
+
+static int ioeintr(void) {
+  io_round("read, no SA_RESTART", kRead, 0);
+  io_round("read, SA_RESTART", kRead, SA_RESTART);
+  io_round("poll, SA_RESTART", kPoll, SA_RESTART);
+  io_listener = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(io_listener, (struct sockaddr*)&sa, sizeof sa) != 0 || listen(io_listener, 4) != 0) abort();
+  io_round("accept, no SA_RESTART", kAccept, 0);
+  close(io_listener);
+  return 0;
+}
+
+// ---- unseen: a handler cuts short a call loom does not see ---------------------------------------
+
+static atomic_int un_handled, un_code_tkill, un_ready;
+static void on_unseen_signal(int sig, siginfo_t* si, void* uc) {
+  (void)sig;
+  (void)uc;
+  un_handled++;
+  if (si->si_code == SI_TKILL && si->si_pid == getpid()) un_code_tkill++;
+}
+enum { kSemop, kFlock, kWaitpid, kRawSleep };
+static int un_kind, un_sem, un_lock_fd, un_child_fd[2];
+static pid_t un_child;
+static const char* un_lock_path;
+
+static void* un_blocked(void* arg) {
+  (void)arg;
+  long r;
+  int fd = -1;
+  un_ready = 1;
+  if (un_kind == kSemop) {
+    struct sembuf op = {0, -1, 0};
+    r = semop(un_sem, &op, 1);
+  } else if (un_kind == kFlock) {
+    fd = open(un_lock_path, O_RDWR);
+    r = flock(fd, LOCK_EX);
+  } else if (un_kind == kWaitpid) {
+    int status;
+    r = waitpid(un_child, &status, 0);
+    if (r == un_child) r = 1;
+  } else {
+    struct timespec t = {1, 500 * 1000 * 1000};
+    r = syscall(SYS_nanosleep, &t, NULL);
+  }
+  int e = errno;
+  printf("unseen:   returned %ld%s, handler ran %d, with the sender's siginfo %d\n", r,
+         r < 0 && e == EINTR ? " EINTR" : "", un_handled, un_code_tkill);
+  if (fd >= 0) close(fd);
+  return NULL;
+}
+
+static void un_handler(int flags) {
+  struct sigaction a;
+  memset(&a, 0, sizeof a);
+  a.sa_sigaction = on_unseen_signal;
+  a.sa_flags = flags | SA_SIGINFO;
+  sigemptyset(&a.sa_mask);
+  sigaction(SIGUSR1, &a, NULL);
+}
+
+// One blocked call in a thread, a SIGUSR1 to that thread once it waits;
+// after 1 s the call's wait is ended (a missed interruption shows as a
+// success with the handler run late).
+static void un_round(const char* what, int kind, int flags) {
+  un_handler(flags);
+  un_handled = un_code_tkill = un_ready = 0;
+  un_kind = kind;
+  printf("unseen: %s\n", what);
+  if (kind == kSemop) {
+    un_sem = semget(IPC_PRIVATE, 1, 0600);
+    if (un_sem < 0) abort();
+  } else if (kind == kFlock) {
+    if (flock(un_lock_fd, LOCK_EX) != 0) abort();  // held through another open file
+  } else if (kind == kWaitpid) {
+    if (pipe(un_child_fd) != 0) abort();
+    un_child = fork();
+    if (un_child == 0) {
+      char c;
+      close(un_child_fd[1]);
+      _exit(read(un_child_fd[0], &c, 1) == 1 ? 0 : 1);
+    }
+    close(un_child_fd[0]);
+  }
+  pthread_t t;
+  pthread_create(&t, NULL, un_blocked, NULL);
+  while (!un_ready) usleep(1000);
+  usleep(300 * 1000);  // in the call by now
+  pthread_kill(t, SIGUSR1);
+  usleep(1000 * 1000);
+  if (kind == kSemop) {
+    struct sembuf op = {0, 1, 0};
+    semop(un_sem, &op, 1);
+    pthread_join(t, NULL);
+    semctl(un_sem, 0, IPC_RMID);
+  } else if (kind == kFlock) {
+    flock(un_lock_fd, LOCK_UN);
+    pthread_join(t, NULL);
+  } else if (kind == kWaitpid) {
+    if (write(un_child_fd[1], "x", 1) != 1) abort();
+    pthread_join(t, NULL);
+    close(un_child_fd[1]);
+    waitpid(un_child, NULL, 0);  // (reaped already when the wait went on)
+  } else {
+    pthread_join(t, NULL);
+  }
+}
+
+// A one-shot handler (SA_RESETHAND) due on a thread that computes, then
+// reaches a delivery point: it runs once, and the process lives on.
+static atomic_int un_computing;
+static void* un_compute(void* arg) {
+  (void)arg;
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  un_computing = 1;
+  do clock_gettime(CLOCK_MONOTONIC, &t);
+  while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 500 * 1000 * 1000L);
+  sched_yield();
+  printf("unseen:   computed, handler ran %d\n", un_handled);
+  return NULL;
+}
+
+static int unseen(void) {
+  char path[] = "/tmp/loom-unseen-XXXXXX";
+  un_lock_fd = mkstemp(path);
+  if (un_lock_fd < 0) abort();
+  un_lock_path = path;
+  un_round("semop, SA_RESTART", kSemop, SA_RESTART);
+  un_round("flock, no SA_RESTART", kFlock, 0);
+  un_round("flock, SA_RESTART", kFlock, SA_RESTART);
+  un_round("waitpid, no SA_RESTART", kWaitpid, 0);
+  un_round("waitpid, SA_RESTART", kWaitpid, SA_RESTART);
+  un_round("syscall(SYS_nanosleep), SA_RESTART", kRawSleep, SA_RESTART);
+  printf("unseen: a computing thread, SA_RESETHAND\n");
+  un_handler(SA_RESETHAND);
+  un_handled = un_code_tkill = 0;
+  pthread_t t;
+  pthread_create(&t, NULL, un_compute, NULL);
+  while (!un_computing) usleep(1000);
+  usleep(100 * 1000);
+  pthread_kill(t, SIGUSR1);
+  pthread_join(t, NULL);
+  close(un_lock_fd);
+  unlink(path);
+  return 0;
+}
+
+// ---- timeo: SO_RCVTIMEO -------------------------------------------------------------------------
+
+static int timeo_sock;
+static void* timeo_thread(void* arg) {
+  (void)arg;
+  char c;
+  io_ready = 1;
+  long r = recv(timeo_sock, &c, 1, 0);
+  int e = errno;
+  printf("timeo:   recv %ld%s%s, handler ran %d\n", r, r < 0 && (e == EAGAIN || e == EWOULDBLOCK) ? " EAGAIN" : "",
+         r < 0 && e == EINTR ? " EINTR" : "", io_handled);
+  return NULL;
+}
+
+static int timeo(void) {
+  handle(SIGUSR1, on_io_signal, SA_RESTART, 0);
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) abort();
+  timeo_sock = sv[0];
+  for (int round = 0; round < 2; round++) {
+    struct timeval tv = {round == 0 ? 0 : 5, round == 0 ? 300 * 1000 : 0};
+    setsockopt(timeo_sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    printf("timeo: %s\n", round == 0 ? "a 0.3 s timeout, no signal" : "a 5 s timeout, a handler (SA_RESTART)");
+    io_handled = 0;
+    io_ready = 0;
+    pthread_t t;
+    pthread_create(&t, NULL, timeo_thread, NULL);
+    while (!io_ready) usleep(1000);
+    if (round == 1) {
+      usleep(200 * 1000);
+      pthread_kill(t, SIGUSR1);
+    }
+    pthread_join(t, NULL);
+  }
+  return 0;
+}
+
+// ---- leavemask: leaving a handler by cancellation ------------------------------------------------
+
+static int lm_fd[2];
+static atomic_int lm_in_handler, lm_alarms;
+static void lm_handler(int sig) {
+  (void)sig;
+  lm_in_handler = 1;
+  char c;
+  if (read(lm_fd[0], &c, 1) == 1) lm_in_handler = 2;  // cancelled here
+}
+static void lm_alarm(int sig) {
+  (void)sig;
+  lm_alarms++;
+}
+// Starts fn's thread, sends it SIGUSR1, waits until its handler says it
+// is in (*in_handler), lets it block there, cancels it and joins it: what
+// it ended with.
+static void* cancel_in_handler(void* (*fn)(void*), atomic_int* in_handler) {
+  pthread_t t;
+  pthread_create(&t, NULL, fn, NULL);
+  usleep(50 * 1000);
+  pthread_kill(t, SIGUSR1);
+  while (!*in_handler) usleep(1000);
+  usleep(50 * 1000);
+  pthread_cancel(t);
+  void* r;
+  pthread_join(t, &r);
+  return r;
+}
+
+static int lm_idle[2];
+static void* lm_thread(void* arg) {
+  (void)arg;
+  char c;
+  for (;;) (void)!read(lm_idle[0], &c, 1);  // (a wait the handler cuts short)
+  return NULL;
+}
+
+static int leavemask(void) {
+  handle(SIGUSR1, lm_handler, 0, 1);
+  handle(SIGALRM, lm_alarm, 0, 0);
+  if (pipe(lm_fd) != 0 || pipe(lm_idle) != 0) abort();
+  for (int round = 0; round < 2; round++) {
+    lm_in_handler = 0;
+    void* r = cancel_in_handler(lm_thread, &lm_in_handler);
+    printf("leavemask: round %d: cancelled in the handler %d\n", round, r == PTHREAD_CANCELED);
+  }
+  alarm(1);
+  for (int i = 0; i < 30 && !lm_alarms; i++) usleep(100 * 1000);
+  printf("leavemask: alarm handled %d\n", lm_alarms > 0);
+  return 0;
+}
+
+// ---- altcancel: cancelled in a handler on the alternate stack ----------------------------------
+
+static int ac_fd[2];
+static atomic_int ac_in_handler, ac_cleanups;
+static void ac_handler(int sig) {
+  (void)sig;
+  ac_in_handler = 1;
+  char c;
+  (void)!read(ac_fd[0], &c, 1);  // cancelled here
+  ac_in_handler = 2;
+}
+static void ac_cleanup(int* which) { ac_cleanups |= *which; }
+static void __attribute__((noinline)) ac_inner(void) {
+  int which __attribute__((cleanup(ac_cleanup))) = 2;
+  int idle[2];
+  if (pipe(idle) != 0) abort();
+  char c;
+  for (;;) (void)!read(idle[0], &c, 1);  // (a wait the handler cuts short)
+}
+static void ac_outer_cleanup(void* arg) { ac_cleanups |= *(int*)arg; }
+static void* ac_thread(void* arg) {
+  (void)arg;
+  stack_t ss;
+  ss.ss_sp = malloc(1 << 16);
+  ss.ss_size = 1 << 16;
+  ss.ss_flags = 0;
+  if (sigaltstack(&ss, NULL) != 0) abort();
+  int one = 1;
+  pthread_cleanup_push(ac_outer_cleanup, &one);
+  ac_inner();
+  pthread_cleanup_pop(0);
+  return NULL;
+}
+
+static int altcancel(void) {
+  handle(SIGUSR1, ac_handler, SA_ONSTACK, 0);
+  if (pipe(ac_fd) != 0) abort();
+  void* r = cancel_in_handler(ac_thread, &ac_in_handler);
+  printf("altcancel: cancelled in the handler %d, handler returned %d\n", r == PTHREAD_CANCELED, ac_in_handler == 2);
+  printf("altcancel: cleanup below the handler ran %d, pthread_cleanup_push's ran %d\n", (ac_cleanups & 2) != 0,
+         (ac_cleanups & 1) != 0);
+  return 0;
+}
+
+// ---- altstack: sigaltstack per thread -----------------------------------------------------------
+
+static atomic_int alt_handled;
+static void on_alt_signal(int sig) {
+  (void)sig;
+  alt_handled++;
+}
+
+static void show_alt(const char* who, size_t expect) {
+  stack_t now;
+  sigaltstack(NULL, &now);
+  printf("altstack: %s: %s%s\n", who, (now.ss_flags & SS_DISABLE) ? "none" : "set",
+         !(now.ss_flags & SS_DISABLE) && now.ss_size == expect ? ", its size" : "");
+}
+
+static void* alt_thread(void* arg) {
+  (void)arg;
+  show_alt("new thread", 0);
+  stack_t ss;
+  ss.ss_sp = malloc(65536);
+  ss.ss_size = 65536;
+  ss.ss_flags = 0;
+  printf("altstack: new thread sets one: %d\n", sigaltstack(&ss, NULL));
+  show_alt("new thread", 65536);
+  raise(SIGUSR2);
+  printf("altstack: SA_ONSTACK handler ran in the new thread: %d\n", alt_handled);
+  ss.ss_flags = SS_DISABLE;
+  sigaltstack(&ss, NULL);
+  show_alt("new thread, after SS_DISABLE", 0);
+  return NULL;
+}
+
+static int altstack(void) {
+  stack_t ss, bad;
+  ss.ss_sp = malloc(1 << 20);
+  ss.ss_size = 1 << 20;
+  ss.ss_flags = 0;
+  printf("altstack: main sets one: %d\n", sigaltstack(&ss, NULL));
+  bad = ss;
+  bad.ss_size = 1024;
+  errno = 0;
+  printf("altstack: too small: %d ENOMEM %d\n", sigaltstack(&bad, NULL), errno == ENOMEM);
+  bad.ss_size = 1 << 20;
+  bad.ss_flags = 12345;
+  errno = 0;
+  printf("altstack: bad flags: %d EINVAL %d\n", sigaltstack(&bad, NULL), errno == EINVAL);
+  struct sigaction old;
+  handle(SIGUSR2, on_alt_signal, SA_ONSTACK, 0);
+  sigaction(SIGUSR2, NULL, &old);
+  printf("altstack: sigaction reports SA_ONSTACK: %d\n", (old.sa_flags & SA_ONSTACK) != 0);
+  pthread_t t;
+  pthread_create(&t, NULL, alt_thread, NULL);
+  pthread_join(t, NULL);
+  show_alt("main", (size_t)1 << 20);
+  raise(SIGUSR2);
+  printf("altstack: SA_ONSTACK handler ran in main: %d\n", alt_handled);
   return 0;
 }
 
@@ -481,6 +931,12 @@ int main(int argc, char** argv) {
   if (strcmp(c, "eintr") == 0) return eintr();
   if (strcmp(c, "attrmask") == 0) return attrmask();
   if (strcmp(c, "siginfo") == 0) return siginfo_case();
-  fprintf(stderr, "usage: signal_cases lost [tgkill]|hold|exec|queue|samask|storm|eintr|attrmask|siginfo\n");
+  if (strcmp(c, "ioeintr") == 0) return ioeintr();
+  if (strcmp(c, "altstack") == 0) return altstack();
+  if (strcmp(c, "leavemask") == 0) return leavemask();
+  if (strcmp(c, "altcancel") == 0) return altcancel();
+  if (strcmp(c, "timeo") == 0) return timeo();
+  if (strcmp(c, "unseen") == 0) return unseen();
+  fprintf(stderr, "usage: signal_cases lost [tgkill]|hold|exec|queue|samask|storm|eintr|attrmask|siginfo|ioeintr|altstack|leavemask|timeo|altcancel|unseen\n");
   return 2;
 }
