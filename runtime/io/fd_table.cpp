@@ -4,7 +4,10 @@
 #include "base/sys.hpp"
 #include "sched/fibre.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <fcntl.h>
 #include <sys/resource.h>
 
 
@@ -100,6 +103,57 @@ bool FdEntry::program_nonblock(int fd) noexcept {
   bool nb = fl >= 0 && (fl & O_NONBLOCK);
   if (nb != user_nonblock.load(std::memory_order_relaxed)) user_nonblock.store(nb, std::memory_order_relaxed);
   return nb;
+}
+
+// ---- the runtime's own descriptors ------------------------------------------
+
+namespace {
+std::atomic<int> own_fds[kMaxOwnFds];
+std::atomic<int> own_count{0};
+std::atomic<int> own_lowest{INT_MAX};  // close()'s quick answer
+SpinLock own_lock;                     // orders keep_own's appends
+}  // namespace
+
+int own_floor() noexcept {
+  rlimit rl{};
+  long limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? long(rl.rlim_cur) : 2048;
+  return int(std::clamp(limit / 2, 64L, 1024L));
+}
+
+int keep_own(int fd) noexcept {
+  if (fd < 0) return fd;
+  if (fd < own_floor()) {
+    int high = sys::fcntl(fd, F_DUPFD_CLOEXEC, own_floor());
+    if (high >= 0) {
+      sys::close(fd);
+      fd = high;
+    }
+  }
+  SpinGuard g(own_lock);
+  int n = own_count.load(std::memory_order_relaxed);
+  if (n < kMaxOwnFds) {
+    own_fds[n].store(fd, std::memory_order_relaxed);
+    own_count.store(n + 1, std::memory_order_release);
+    if (fd < own_lowest.load(std::memory_order_relaxed)) own_lowest.store(fd, std::memory_order_release);
+  }
+  return fd;
+}
+
+bool is_own(int fd) noexcept {
+  if (fd < own_lowest.load(std::memory_order_acquire)) return false;
+  for (int i = 0, n = own_count.load(std::memory_order_acquire); i < n; ++i)
+    if (own_fds[i].load(std::memory_order_relaxed) == fd) return true;
+  return false;
+}
+
+int own_in(unsigned first, unsigned last, int* out, int max) noexcept {
+  int found = 0;
+  for (int i = 0, n = own_count.load(std::memory_order_acquire); i < n && found < max; ++i) {
+    int fd = own_fds[i].load(std::memory_order_relaxed);
+    if (unsigned(fd) >= first && unsigned(fd) <= last) out[found++] = fd;
+  }
+  std::sort(out, out + found);
+  return found;
 }
 
 }  // namespace loom::rt

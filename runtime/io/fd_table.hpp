@@ -196,4 +196,33 @@ class FdTable {
   unsigned nchunks_;
 };
 
+// ---- the runtime's own descriptors ------------------------------------------
+//
+// The descriptors loom keeps for the life of the process (the pollers' epoll
+// sets and eventfds, the io_uring ring and its write-side set) live in the
+// program's table, but are not the program's: on glibc those numbers are
+// free. So each is moved at its making to a number a program does not count
+// on (own_floor() or above: a server at its limit counts from 0, a program
+// that closes then opens expects the lowest free number back), and the
+// program's close, close_range and closefrom pass over it — a daemon's
+// closefrom(3) once took the pollers' eventfd, and the next wake-up aborted
+// the process. close() of one fails with EBADF and a dup2 onto one with
+// EBUSY (the program never had it; see docs/DESIGN.md, "Close, then the
+// same number at once"). Short-lived descriptors made inside one of the
+// program's calls (poll's set, sigwait's signalfd) are not kept.
+
+// The lowest number a kept descriptor takes: half the descriptor limit, at
+// least 64 and at most 1,024 (a larger floor grows the kernel's table, and
+// a fork copies it).
+int own_floor() noexcept;
+constexpr int kMaxOwnFds = 32;  // a cluster keeps two or three; clusters are few
+// Moves fd (just made, close-on-exec) to own_floor() or above and marks it
+// the runtime's; the new number. Where it cannot move (the table full up
+// there) it is kept and marked where it is. fd < 0 passes through.
+int keep_own(int fd) noexcept;
+// Whether fd is one keep_own() marked.
+bool is_own(int fd) noexcept;
+// The marked numbers in [first, last], ascending, at most max; how many.
+int own_in(unsigned first, unsigned last, int* out, int max) noexcept;
+
 }  // namespace loom::rt

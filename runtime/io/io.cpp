@@ -432,7 +432,8 @@ long wait_once(int fd, FdEntry& e, std::uint32_t gen, Side side, Op& op, Deadlin
   }
   IoState& io = io_state(this_processor()->cluster());
   if (!e.registered.load(std::memory_order_acquire) && !io_register(io, fd, e)) {
-    r = -errno;
+    // (closed meanwhile, the number maybe another's: EBADF, as after a wait)
+    r = e.gen.load(std::memory_order_acquire) != gen ? -EBADF : -errno;
   } else {
     for (;;) {
       if (program_flag && !s.ready.has_token() && e.program_nonblock(fd)) {
@@ -1151,6 +1152,10 @@ int getaddrinfo(const char* node, const char* service, const addrinfo* hints, ad
 }
 
 int close(int fd) {
+  if (rt::is_own(fd)) {  // the runtime's (fd_table.hpp): not the program's to close
+    errno = EBADF;
+    return -1;
+  }
   rt::Disarmed d;
   rt::retire(fd, d);
   LOOM_CHAOS_POINT(close_syscall);
@@ -1188,7 +1193,17 @@ int close_range(unsigned first, unsigned last, int flags) {
     rt::retire(int(fd), d);
     if (d.fn[0] || d.fn[1]) armed.push_back(d);
   }
-  long r = syscall_op(op);
+  // The runtime's own numbers in the range stay open: the range is closed
+  // around them, a call per piece.
+  int own[rt::kMaxOwnFds];
+  int n_own = rt::own_in(first, last, own, rt::kMaxOwnFds);
+  long r = 0;
+  unsigned from = first;
+  for (int i = 0; i <= n_own && r == 0; ++i) {
+    unsigned to = i < n_own ? unsigned(own[i]) - 1 : last;  // (own[i] >= own_floor() > 0)
+    if (from <= to) r = syscall_op([&] { return rt::sys::close_range(from, to, 0); });
+    if (i < n_own) from = unsigned(own[i]) + 1;
+  }
   for (rt::Disarmed& d : armed) d.fire();
   return int(finish(r));
 }
@@ -1199,6 +1214,10 @@ int dup(int fd) {
   return int(finish(r));
 }
 int dup3(int fd, int newfd, int flags) {
+  if (fd != newfd && rt::is_own(newfd)) {  // the runtime's (fd_table.hpp): Linux's answer to a number it holds
+    errno = EBUSY;
+    return -1;
+  }
   rt::Disarmed d;
   if (fd != newfd) rt::retire(newfd, d);
   long r = syscall_op([&] { return rt::sys::dup3(fd, newfd, flags); });

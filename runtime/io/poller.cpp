@@ -155,7 +155,7 @@ void* master_main(void* arg) {
 Master& master() {
   static Master* m = [] {
     auto* m = new Master;
-    m->epfd = epoll_create1(EPOLL_CLOEXEC);
+    m->epfd = keep_own(epoll_create1(EPOLL_CLOEXEC));
     if (m->epfd < 0) die("epoll_create1 (master poller)");
     if (int e = sys::create_thread(&m->thread, &master_main, m)) {
       errno = e;
@@ -206,7 +206,7 @@ void poller_fibre_main(void* arg) {
 }
 
 void add_eventfd(IoState& s, int* fd) {
-  *fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  *fd = keep_own(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (*fd < 0) die("eventfd");
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -279,7 +279,7 @@ IoState& io_state(Cluster& c) {
     }
   }
   if (!s->uring) {
-    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    s->epfd = keep_own(epoll_create1(EPOLL_CLOEXEC));
     if (s->epfd < 0) die("epoll_create1");
   }
   s->owner_pid = ::getpid();

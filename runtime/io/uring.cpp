@@ -338,7 +338,10 @@ bool uring_open(IoState& s) {
     errno = -r;
     return false;
   }
-  u->out_epfd.store(ep, std::memory_order_relaxed);
+  // Both kept from the program's closes (fd_table.hpp, "the runtime's own
+  // descriptors"); the ring's mappings stay with the moved descriptor.
+  u->ring.ring_fd = u->ring.enter_ring_fd = keep_own(u->ring.ring_fd);
+  u->out_epfd.store(keep_own(ep), std::memory_order_relaxed);
   for (unsigned i = 0; i < u->ring.sq.ring_entries; ++i) u->ring.sq.array[i] = i;
   s.uring = u;
   return true;

@@ -41,6 +41,7 @@
 #include "base/spinlock.hpp"
 #include "base/symbolize.hpp"
 #include "base/sys.hpp"
+#include "io/fd_table.hpp"
 #include "sched/cluster.hpp"
 #include "sched/monitor.hpp"
 #include "sched/processor.hpp"
@@ -98,7 +99,7 @@ namespace {
 // table cannot be its own: the spares it starts share their creator's.)
 // Where that thread cannot be had (it failed to start, or a fork child,
 // which has no monitor of its own either), the monitor opens the files
-// itself, kept at half the descriptor limit or above and closed rather
+// itself, kept at the runtime's floor (io/fd_table.hpp, own_floor) or above and closed rather
 // than kept below it. Either way a file is opened again if its thread is
 // gone (or the program closed it: closefrom). The runtime's own calls: raw
 // system calls, never the preload's names.
@@ -123,10 +124,9 @@ int open_kept(pid_t tid, const char* file, bool own_table) {
   std::snprintf(path, sizeof path, "/proc/self/task/%d/%s", int(tid), file);
   long fd = raw_syscall(SYS_openat, AT_FDCWD, long(path), O_RDONLY | O_CLOEXEC, 0, 0, 0);
   if (fd < 0 || own_table) return int(fd < 0 ? -1 : fd);
-  rlimit rl{};
-  long floor = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? long(rl.rlim_cur / 2) : 512;
+  const long floor = own_floor();  // (io/fd_table.hpp: the runtime's own descriptors' floor)
   if (fd < floor) {
-    long high = sys::fcntl(int(fd), F_DUPFD_CLOEXEC, std::max(floor, 64L));
+    long high = sys::fcntl(int(fd), F_DUPFD_CLOEXEC, floor);
     sys::close(int(fd));  // (kept below the floor, it would hold a number the program may count on)
     fd = high >= 0 ? high : -1;
   }
