@@ -190,7 +190,10 @@ def stack_use(f, base, size, running):
             used = hi - sp
     deepest = None
     try:
-        marked = bool(gdb.parse_and_eval("loom::rt::stack_watermark"))
+        # Quoted, as every_cluster: with an assembly frame selected (glibc's
+        # syscall(), where an idle processor waits in epoll) gdb parses no
+        # C++ scope, and the column went blank.
+        marked = bool(gdb.parse_and_eval("'loom::rt::stack_watermark'"))
     except gdb.error:
         marked = False
     if marked:
