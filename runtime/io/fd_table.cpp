@@ -86,6 +86,7 @@ void FdEntry::describe(std::uint8_t k, bool user_nb, bool is_stream, bool is_sha
   hup.store(false, std::memory_order_relaxed);
   probe_for.store(-1, std::memory_order_relaxed);
   first_read_score.store(0, std::memory_order_relaxed);
+  accepts.store(0, std::memory_order_relaxed);  // (a former listener's count set where the probes fell)
   cached_run.store(0, std::memory_order_relaxed);
   // (release: a registration whose mark lands after this one reads the
   // count the new descriptor moved: poller.cpp, io_register)
