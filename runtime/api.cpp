@@ -39,12 +39,6 @@ void rt::boot_runtime() {
   auto* c = new rt::Cluster(config, cluster_ids.fetch_add(1));
   default_facade = new loom::Cluster(loom::Cluster::Adopt{}, c);
   c->add_processors(n, /*adopt=*/true);
-  // The I/O layer's descriptors now, while the process is one thread: made
-  // at a fibre's first wait, they took for a moment a number another
-  // thread had just closed and expected back (close_reuse's socketpair got
-  // other numbers, and the waiting read registered its descriptor with the
-  // new epoll set itself: EINVAL); and at a full table the first wait died.
-  rt::io_state(*c);
 }
 
 namespace {

@@ -292,7 +292,18 @@ bool keep_table() { return hooks_on() && !in_child.load(std::memory_order_relaxe
 // rule"): loom makes none non-blocking underneath on these routes, so a
 // kernel thread's call, a fork child's and an exec'd program's are the
 // kernel's on the file as the program left it.
-__attribute__((constructor(101))) void keep_descriptor_flags() { rt::io_keep_flags(); }
+__attribute__((constructor(101))) void keep_descriptor_flags() {
+  rt::io_keep_flags();
+  // With the hooks on, the default cluster's I/O descriptors now, while the
+  // process is one thread (after libloom's boot: its constructors ran
+  // first). Made at a fibre's first wait, they took for a moment a number
+  // another thread had just closed and expected back (close_reuse's
+  // socketpair got other numbers, and the waiting read registered its
+  // descriptor with the new epoll set itself: EINVAL), and at a full table
+  // the first wait died. With the hooks off the program's closes are the
+  // kernel's and pass over nothing: loom makes them only if it must.
+  if (hooks_on()) rt::io_state(loom::Cluster::default_cluster().impl());
+}
 
 // The caller is a fibre, not inside a signal handler, and the hooks are on.
 bool fibre() {

@@ -118,7 +118,7 @@ SpinLock own_lock;                     // orders keep_own's appends
 int own_floor() noexcept {
   rlimit rl{};
   long limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? long(rl.rlim_cur) : 2048;
-  return int(std::clamp(limit / 2, 64L, 1024L));
+  return int(std::clamp(limit / 2, 3L, 1024L));
 }
 
 int keep_own(int fd) noexcept {

@@ -211,9 +211,9 @@ class FdTable {
 // same number at once"). Short-lived descriptors made inside one of the
 // program's calls (poll's set, sigwait's signalfd) are not kept.
 
-// The lowest number a kept descriptor takes: half the descriptor limit, at
-// least 64 and at most 1,024 (a larger floor grows the kernel's table, and
-// a fork copies it).
+// The lowest number a kept descriptor takes: half the soft descriptor
+// limit, at most 1,024 (a larger floor grows the kernel's table, and a fork
+// copies it) and never below 3 (a limit of 64 keeps them at 32 and up).
 int own_floor() noexcept;
 constexpr int kMaxOwnFds = 32;  // a cluster keeps two or three; clusters are few
 // Moves fd (just made, close-on-exec) to own_floor() or above and marks it

@@ -1198,11 +1198,15 @@ int close_range(unsigned first, unsigned last, int flags) {
   int own[rt::kMaxOwnFds];
   int n_own = rt::own_in(first, last, own, rt::kMaxOwnFds);
   long r = 0;
-  unsigned from = first;
+  unsigned from = first;  // the next number to close
   for (int i = 0; i <= n_own && r == 0; ++i) {
-    unsigned to = i < n_own ? unsigned(own[i]) - 1 : last;  // (own[i] >= own_floor() > 0)
-    if (from <= to) r = syscall_op([&] { return rt::sys::close_range(from, to, 0); });
-    if (i < n_own) from = unsigned(own[i]) + 1;
+    if (i < n_own) {
+      unsigned o = unsigned(own[i]);  // (ascending, within [first, last])
+      if (o > from) r = syscall_op([&] { return rt::sys::close_range(from, o - 1, 0); });
+      from = o + 1;
+    } else if (from <= last) {
+      r = syscall_op([&] { return rt::sys::close_range(from, last, 0); });
+    }
   }
   for (rt::Disarmed& d : armed) d.fire();
   return int(finish(r));

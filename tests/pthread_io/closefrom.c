@@ -6,8 +6,11 @@
  * and stay invisible to it (close fails with EBADF), and blocking I/O must
  * go on working after each sweep: before the fix, closefrom(3) after a
  * first blocking read took the pollers' eventfd, and the next wake-up
- * aborted the process ("write (wake fd) failed"). Run as is and preloaded:
- * the same output. */
+ * aborted the process ("write (wake fd) failed"). And every low number
+ * stays the program's (dup2 onto it, close it). Run as is and preloaded:
+ * the same output; ctest runs it also with a descriptor limit of 64, on
+ * the fibre poller and with the hooks off (LOOM_HOOK_IO=0, where loom
+ * makes its descriptors only when it must). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -16,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -68,7 +73,32 @@ static int sweep(void) {
   return closed;
 }
 
+/* The numbers from 3 below the limit's half (at most 63): how many are
+ * open (*open: those the program inherited, the same as and preloaded:
+ * loom's own are above), and dup2 onto each free one, then close it — the
+ * program's to take on glibc (run with a limit of 64 too). How many failed. */
+static int low_numbers_taken(int* open) {
+  struct rlimit rl;
+  int top = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 128 ? (int)rl.rlim_cur / 2 : 64;
+  int failed = 0;
+  *open = 0;
+  for (int fd = 3; fd < top; ++fd) {
+    if (fcntl(fd, F_GETFD) >= 0) {
+      ++*open;
+      continue;
+    }
+    if (dup2(1, fd) != fd) {
+      ++failed;
+      continue;
+    }
+    if (close(fd) != 0) ++failed;
+  }
+  return failed;
+}
+
 int main(void) {
+  int open_at_start, open_now;
+  int taken = low_numbers_taken(&open_at_start);
   int ok = round_trip();
   closefrom(3);
   ok += round_trip();
@@ -76,6 +106,8 @@ int main(void) {
   ok += round_trip();
   int closed = sweep();
   ok += round_trip();
-  printf("closefrom: %d of 4 rounds of blocking I/O worked; the last sweep closed %d descriptors\n", ok, closed);
-  return ok == 4 && closed == 0 ? 0 : 1;
+  taken += low_numbers_taken(&open_now);
+  printf("closefrom: %d of 4 rounds of blocking I/O worked; the last sweep closed %d descriptors; "
+         "%d low numbers open at the start, %d the program could not take\n", ok, closed, open_at_start, taken);
+  return ok == 4 && closed == 0 && taken == 0 ? 0 : 1;
 }
