@@ -126,6 +126,12 @@ int keep_own(int fd) noexcept {
   if (fd < own_floor()) {
     int high = sys::fcntl(fd, F_DUPFD_CLOEXEC, own_floor());
     if (high >= 0) {
+      // Once more by dup3, onto the number just taken (the same file): a
+      // call ThreadSanitizer follows, where it does not follow F_DUPFD, so
+      // the descriptor keeps the record by which epoll_ctl and epoll_wait
+      // order the threads (without it, the master poller's reads of a
+      // cluster's I/O state were races to it).
+      sys::dup3(fd, high, O_CLOEXEC);
       sys::close(fd);
       fd = high;
     }
