@@ -121,21 +121,24 @@ int own_floor() noexcept {
   return int(std::clamp(limit / 2, 3L, 1024L));
 }
 
+int move_to_floor(int fd) noexcept {
+  const int floor = own_floor();
+  if (fd >= floor) return fd;
+  int high = sys::fcntl(fd, F_DUPFD_CLOEXEC, floor);
+  if (high < 0) return -1;
+  // Once more by dup3, onto the number just taken (the same file): a call
+  // ThreadSanitizer follows, where it does not follow F_DUPFD, so the
+  // descriptor keeps the record by which epoll_ctl and epoll_wait order the
+  // threads (without it, the master poller's reads of a cluster's I/O
+  // state were races to it).
+  sys::dup3(fd, high, O_CLOEXEC);
+  sys::close(fd);
+  return high;
+}
+
 int keep_own(int fd) noexcept {
   if (fd < 0) return fd;
-  if (fd < own_floor()) {
-    int high = sys::fcntl(fd, F_DUPFD_CLOEXEC, own_floor());
-    if (high >= 0) {
-      // Once more by dup3, onto the number just taken (the same file): a
-      // call ThreadSanitizer follows, where it does not follow F_DUPFD, so
-      // the descriptor keeps the record by which epoll_ctl and epoll_wait
-      // order the threads (without it, the master poller's reads of a
-      // cluster's I/O state were races to it).
-      sys::dup3(fd, high, O_CLOEXEC);
-      sys::close(fd);
-      fd = high;
-    }
-  }
+  if (int high = move_to_floor(fd); high >= 0) fd = high;
   SpinGuard g(own_lock);
   int n = own_count.load(std::memory_order_relaxed);
   if (n < kMaxOwnFds) {

@@ -216,6 +216,9 @@ class FdTable {
 // copies it) and never below 3 (a limit of 64 keeps them at 32 and up).
 int own_floor() noexcept;
 constexpr int kMaxOwnFds = 32;  // a cluster keeps two or three; clusters are few
+// fd (close-on-exec) at own_floor() or above: itself if it is there, else
+// a copy there, fd closed; -1 (fd left open) where none can be had.
+int move_to_floor(int fd) noexcept;
 // Moves fd (just made, close-on-exec) to own_floor() or above and marks it
 // the runtime's; the new number. Where it cannot move (the table full up
 // there) it is kept and marked where it is. fd < 0 passes through.

@@ -99,8 +99,8 @@ namespace {
 // table cannot be its own: the spares it starts share their creator's.)
 // Where that thread cannot be had (it failed to start, or a fork child,
 // which has no monitor of its own either), the monitor opens the files
-// itself, kept at the runtime's floor (io/fd_table.hpp, own_floor) or above and closed rather
-// than kept below it. Either way a file is opened again if its thread is
+// itself, kept at the runtime's floor (io/fd_table.hpp, move_to_floor) or
+// above and closed rather than kept below it. Either way a file is opened again if its thread is
 // gone (or the program closed it: closefrom). The runtime's own calls: raw
 // system calls, never the preload's names.
 constexpr std::size_t kProcFiles = 64;
@@ -124,13 +124,9 @@ int open_kept(pid_t tid, const char* file, bool own_table) {
   std::snprintf(path, sizeof path, "/proc/self/task/%d/%s", int(tid), file);
   long fd = raw_syscall(SYS_openat, AT_FDCWD, long(path), O_RDONLY | O_CLOEXEC, 0, 0, 0);
   if (fd < 0 || own_table) return int(fd < 0 ? -1 : fd);
-  const long floor = own_floor();  // (io/fd_table.hpp: the runtime's own descriptors' floor)
-  if (fd < floor) {
-    long high = sys::fcntl(int(fd), F_DUPFD_CLOEXEC, floor);
-    sys::close(int(fd));  // (kept below the floor, it would hold a number the program may count on)
-    fd = high >= 0 ? high : -1;
-  }
-  return int(fd);
+  int high = move_to_floor(int(fd));
+  if (high < 0) sys::close(int(fd));  // (kept below the floor, it would hold a number the program may count on)
+  return high;
 }
 
 // Reads the file from its start into buf; its length, or -1.
