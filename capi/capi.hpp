@@ -220,6 +220,21 @@ extern "C" long loom_program_syscall(long n, long a0, long a1, long a2, long a3,
 extern "C" const char loom_program_syscall_end[];
 namespace loom::capi {
 #endif
+// Whether code at ip is loom's (libloom's or libloom-pthread's executable
+// segments, noted at libloom-pthread's start: capi/pthread/futex.cpp).
+bool loom_code_at(std::uintptr_t ip) noexcept;
+// Whether a system call instruction at ip is the program's: outside loom's
+// code, or the program's own syscall(2)'s (loom_program_syscall).
+bool program_call_site(std::uintptr_t ip) noexcept;
+// Bracket the program's own system call through syscall(2) (futex.cpp):
+// with the calling fibre's cancellation enabled and asynchronous, the call
+// is inside glibc's "asynchronous" window, where a request ends it as
+// glibc's asynchronous cancellation would (capi/thread.cpp). enter returns
+// the fibre's glibc word with that bit set, or nullptr (not such a fibre:
+// nothing to undo); either may act on a request already made (loom_exit's
+// unwinding: they do not return then).
+int* async_call_enter();
+void async_call_leave(int* word);
 
 struct SignalInfo {  // what sigwaitinfo reports of a pending signal
   int code;

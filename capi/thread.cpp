@@ -1412,3 +1412,37 @@ void* loom_getspecific(loom_key_t key) { return get_specific(key); }
 int loom_setspecific(loom_key_t key, const void* value) { return set_specific(key, value); }
 
 }  // extern "C"
+
+// The program's own system call (syscall(2)) on a fibre whose cancellation
+// is enabled and asynchronous: glibc's window for its own cancellation
+// points (__pthread_enable_asynccancel, __pthread_disable_asynccancel)
+// around it, in the fibre's word. A request then finds the bit and
+// interrupts the kernel thread running the fibre (loom_cancel below; cancel.
+// cpp's on_sigcancel unwinds from inside the call). Setting and clearing
+// the bit are atomic against the request's setting of kGlibcCanceled, so
+// one side sees the other: a request that came first acts on entry, one
+// whose signal the call's end outran acts on leaving.
+int* loom::capi::async_call_enter() {
+  rt::Fibre* f = rt::this_fibre_or_null();
+  if (!f || (f->cancel.load(std::memory_order_relaxed) & (rt::kCancelAsync | rt::kCancelDisabled | rt::kCancelActing)) !=
+                rt::kCancelAsync)
+    return nullptr;
+  Thread* t = current_record();
+  int* w = t ? glibc_word(f) : nullptr;
+  if (!w) return nullptr;
+  int was = __atomic_fetch_or(w, kGlibcAsync, __ATOMIC_SEQ_CST);
+  if (was & kGlibcCanceled) {
+    __atomic_fetch_and(w, ~kGlibcAsync, __ATOMIC_SEQ_CST);
+    if (rt::cancel_pending(f)) act_on_cancel(t, f);
+    return nullptr;
+  }
+  return w;
+}
+
+void loom::capi::async_call_leave(int* w) {
+  int was = __atomic_fetch_and(w, ~kGlibcAsync, __ATOMIC_SEQ_CST);
+  if (!(was & kGlibcCanceled)) return;
+  rt::Fibre* f = rt::this_fibre_or_null();
+  Thread* t = current_record();
+  if (t && rt::cancel_pending(f)) act_on_cancel(t, f);
+}

@@ -34,10 +34,11 @@
 // What it does not:
 //  - asynchronous cancellation never interrupts user code: the type is kept
 //    and acts as deferred (at cancellation points, when the state or type
-//    changes, and in a pthread_mutex_lock's wait for one of loom's own
-//    mutexes, not a robust, priority or process-shared one: sync.cpp). A thread in a
-//    loop without cancellation points, or in a raw syscall(2), is not
-//    cancelled.
+//    changes, in a pthread_mutex_lock's wait for one of loom's own
+//    mutexes, not a robust, priority or process-shared one: sync.cpp, and
+//    inside the program's own raw syscall(2): futex.cpp, capi/thread.cpp's
+//    async_call_enter). A thread in a loop without cancellation points is
+//    not cancelled.
 //  - a request does not wake a thread blocked in a mutex (but with the
 //    asynchronous type), rwlock or barrier (not cancellation points), in a process-shared
 //    semaphore (it looks for the request between its polls), on io_uring's
@@ -56,11 +57,14 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <ucontext.h>
+#include <unwind.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 
 #include "base/sys.hpp"
 #include "capi.hpp"
@@ -156,9 +160,142 @@ constexpr int kSigCancel = 32;  // __SIGRTMIN
 // loom's gets.
 void (*glibc_sigcancel)(int, siginfo_t*, void*) = nullptr;
 
+// ---- a glibc thread's asynchronous cancellation, kept out of loom's frames ----------------
+//
+// A fork child's threads are glibc's, and so is their asynchronous
+// cancellation: glibc's handler unwinds from wherever SIGCANCEL lands. On
+// glibc that passes libc's C frames; under the preload a thread may be
+// inside one of libloom-pthread's functions (a wrapper on its way to or
+// from glibc's: pthread_barrier_wait just woken), whose C++ frame the
+// unwinding cannot pass (noexcept, as glibc declares those functions, or a
+// place no table of its lists): std::terminate. So a SIGCANCEL that finds
+// such a frame of loom's on the thread's stack is put off: a
+// one-shot timer of the thread's own sends it again kPutOffNs later, until
+// it lands where the unwinding meets none: loom's C frames (syscall.c's,
+// nothrow.c's) and loom_program_syscall's instruction have no table, and a
+// wrapper stopped in a call its table lists (the thread's start, thread.cpp's
+// child_start; system's wait) lets it pass.
+constexpr long kPutOffNs = 100'000;
+constexpr int kPutOffTag = 0x6c6f6f6e;  // the timer's si_value ("loon")
+
+struct PutOff {
+  int timer = -1;  // the kernel's timer id, made at the first put-off
+};
+thread_local PutOff put_off __attribute__((tls_model("initial-exec")));
+
+// Whether unwinding passes a C++ frame stopped at ip (the instruction, for
+// the interrupted frame; the one before the return address, for callers):
+// its table must list a call site covering ip — libstdc++'s personality
+// ends in std::terminate at a place no entry lists, which is also how a
+// noexcept function's table (none listed) says so. GCC's table: the
+// landing pads' base, the types' table, then call sites (start, length,
+// landing pad: offsets from the function's start; an action).
+std::uint64_t uleb(const unsigned char*& p) {
+  std::uint64_t v = 0;
+  for (int shift = 0;; shift += 7) {
+    unsigned char c = *p++;
+    v |= std::uint64_t(c & 0x7f) << shift;
+    if (!(c & 0x80)) return v;
+  }
+}
+
+bool read_fixed(const unsigned char*& p, unsigned enc, std::uint64_t* v) {
+  switch (enc & 0x0f) {
+    case 0x01: *v = uleb(p); return true;  // DW_EH_PE_uleb128
+    case 0x02: case 0x0a: { std::uint16_t x; std::memcpy(&x, p, 2); p += 2; *v = x; return true; }
+    case 0x03: case 0x0b: { std::uint32_t x; std::memcpy(&x, p, 4); p += 4; *v = x; return true; }
+    case 0x04: case 0x0c: { std::uint64_t x; std::memcpy(&x, p, 8); p += 8; *v = x; return true; }
+    default: return false;
+  }
+}
+
+bool unwinding_passes(_Unwind_Context* ctx, std::uintptr_t ip) {
+  const auto* p = static_cast<const unsigned char*>(_Unwind_GetLanguageSpecificData(ctx));
+  if (!p) return true;  // no table (C, loom_program_syscall): nothing to stop it
+  const std::uintptr_t at = ip - _Unwind_GetRegionStart(ctx);
+  unsigned lp_enc = *p++;
+  if (lp_enc != 0xff) return false;  // (GCC's is always "omitted")
+  if (*p++ != 0xff) uleb(p);         // the types' table
+  unsigned cs_enc = *p++;
+  std::uint64_t len = uleb(p);
+  for (const unsigned char* end = p + len; p < end;) {
+    std::uint64_t start, size, lp;
+    if (!read_fixed(p, cs_enc, &start) || !read_fixed(p, cs_enc, &size) || !read_fixed(p, cs_enc, &lp)) return false;
+    uleb(p);  // the action
+    if (at < start) return false;  // (sorted by start)
+    if (at < start + size) return true;
+  }
+  return false;
+}
+
+// Whether a frame of loom's that the unwinding cannot pass lies between the
+// signal frame and the thread's start (walked from the handler: the frames
+// up to the signal's own are the handler's).
+bool loom_frame_below() {
+  struct Walk {
+    bool past_signal = false, loom = false;
+  } walk;
+  _Unwind_Backtrace(
+      [](_Unwind_Context* ctx, void* arg) -> _Unwind_Reason_Code {
+        auto* w = static_cast<Walk*>(arg);
+        int before = 0;
+        std::uintptr_t ip = _Unwind_GetIPInfo(ctx, &before);
+        if (!w->past_signal) {
+          w->past_signal = before != 0;  // the interrupted frame: its ip is the instruction itself
+          if (!w->past_signal) return _URC_NO_REASON;
+        }
+        if (!ip) return _URC_END_OF_STACK;
+        if (!before) --ip;
+        if (loom_code_at(ip) && !unwinding_passes(ctx, ip)) {
+          w->loom = true;
+          return _URC_END_OF_STACK;
+        }
+        return _URC_NO_REASON;
+      },
+      &walk);
+  return walk.loom;
+}
+
+// SIGCANCEL for a thread that is not loom's, to glibc's handler now or,
+// with loom's frames below, again in kPutOffNs.
+void glibc_thread_sigcancel(int sig, siginfo_t* si, void* uc) {
+  const long pid = ::syscall(SYS_getpid);
+  siginfo_t again;
+  if (si->si_code == SI_TIMER && si->si_value.sival_int == kPutOffTag) {
+    again = *si;  // as the put-off signal's sender made it
+    again.si_code = SI_TKILL;
+    again.si_pid = pid_t(pid);
+    again.si_uid = ::getuid();
+    si = &again;
+  } else if (si->si_code != SI_TKILL || si->si_pid != pid) {
+    return glibc_sigcancel(sig, si, uc);  // glibc's checks turn it away
+  }
+  if (loom_frame_below()) {
+    PutOff& p = put_off;
+    if (p.timer < 0) {
+      sigevent ev{};
+      ev.sigev_notify = SIGEV_THREAD_ID;
+      ev.sigev_signo = sig;
+      ev.sigev_value.sival_int = kPutOffTag;
+      ev._sigev_un._tid = pid_t(::syscall(SYS_gettid));
+      int id = -1;
+      if (::syscall(SYS_timer_create, CLOCK_MONOTONIC, &ev, &id) != 0) return glibc_sigcancel(sig, si, uc);
+      p.timer = id;
+    }
+    itimerspec t{};
+    t.it_value.tv_nsec = kPutOffNs;
+    if (::syscall(SYS_timer_settime, p.timer, 0, &t, nullptr) == 0) return;
+  }
+  if (put_off.timer >= 0) {  // (glibc's handler does not return when it acts)
+    ::syscall(SYS_timer_delete, put_off.timer);
+    put_off.timer = -1;
+  }
+  glibc_sigcancel(sig, si, uc);
+}
+
 void on_sigcancel(int sig, siginfo_t* si, void* uc) {
   if (!on_fibre() || !glibc_cleanup()) {  // not a thread of loom_create
-    if (glibc_sigcancel) glibc_sigcancel(sig, si, uc);
+    if (glibc_sigcancel) glibc_thread_sigcancel(sig, si, uc);
     return;
   }
   if (si->si_code != SI_TKILL || si->si_pid != pid_t(::syscall(SYS_getpid))) return;
@@ -246,6 +383,19 @@ void loom::capi::tell_glibc_checks() noexcept {
   if (rt::tls::switching && rt::tls::cancelhandling(rt::tls::current())) {
     const Glibc& g = glibc();
     if (!g.libc_sigaction) return;
+    // glibc's pthread_cancel installs its handler at its first call, then
+    // signals; were that first call a fork child's asynchronous
+    // cancellation, the signal could land before loom's handler is back
+    // (glibc_cancel_keeping_ours) and unwind into loom's frames. So the
+    // first call is made now, on a stand-in that is cancelled already (it
+    // does nothing else), and glibc's handler kept for glibc's threads.
+    if (void* b = rt::tls::cancelled_stand_in(); b && g.cancel) {
+      g.cancel(reinterpret_cast<pthread_t>(b));
+      struct sigaction now {};
+      if (g.libc_sigaction(kSigCancel, nullptr, &now) == 0 && (now.sa_flags & SA_SIGINFO) &&
+          now.sa_sigaction != &on_sigcancel)
+        glibc_sigcancel = now.sa_sigaction;
+    }
     struct sigaction sa {};
     sa.sa_sigaction = &on_sigcancel;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;  // glibc's own flags for it

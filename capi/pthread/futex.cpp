@@ -58,6 +58,7 @@
 #include "base/futex.hpp"
 
 #include <fcntl.h>
+#include <link.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -73,6 +74,8 @@
 #include "base/sys.hpp"
 #include "capi.hpp"
 #include "io_syscall.hpp"
+#include "sched/cancel.hpp"
+#include "sched/fibre.hpp"
 #include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
 #include "sync/parking_lot.hpp"
@@ -351,17 +354,56 @@ long wake_op(std::uint32_t* addr, int op, int nwake, long a3, long a4, long a5) 
   return n;
 }
 
+// ---- the program's own calls ------------------------------------------------------------
+//
+// loom's own code calls syscall(2) by name too (base/sys.hpp, 120-odd
+// places): told apart by the caller's address, against the executable
+// segments of libloom and libloom-pthread, noted at start (before any
+// fibre: a call before then, jemalloc's inside dlopen, is the program's).
+struct CodeRange {
+  std::uintptr_t lo = 0, hi = 0;
+};
+CodeRange loom_code[2];
+
+// The executable segment holding fn.
+CodeRange code_range_of(const void* fn) {
+  struct Find {
+    std::uintptr_t at;
+    CodeRange found;
+  } find{reinterpret_cast<std::uintptr_t>(fn), {}};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* arg) {
+        auto* f = static_cast<Find*>(arg);
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& h = info->dlpi_phdr[i];
+          if (h.p_type != PT_LOAD || !(h.p_flags & PF_X)) continue;
+          const std::uintptr_t lo = info->dlpi_addr + h.p_vaddr, hi = lo + h.p_memsz;
+          if (f->at < lo || f->at >= hi) continue;
+          f->found = CodeRange{lo, hi};
+          return 1;
+        }
+        return 0;
+      },
+      &find);
+  return find.found;
+}
+
+__attribute__((constructor)) void note_loom_code() {
+  loom_code[0] = code_range_of(reinterpret_cast<const void*>(&private_mapping));
+  loom_code[1] = code_range_of(reinterpret_cast<const void*>(&rt::this_fibre_or_null));
+}
+
 }  // namespace
 }  // namespace loom::capi::pthread_futex
 
+using namespace loom;
+using namespace loom::capi;
 using namespace loom::capi::pthread_futex;
 
-extern "C" long syscall(long number, ...) {
-  va_list ap;
-  va_start(ap, number);
-  long a0 = va_arg(ap, long), a1 = va_arg(ap, long), a2 = va_arg(ap, long);
-  long a3 = va_arg(ap, long), a4 = va_arg(ap, long), a5 = va_arg(ap, long);
-  va_end(ap);
+// syscall(2) by its glibc name is syscall.c's (in C: a cancellation's
+// unwinding must pass it, and the kernel's call is made there). First it
+// asks here whether the call is one loom answers: true with *r its result.
+extern "C" int loom_pthread_syscall_loom(long number, long a0, long a1, long a2, long a3, long a4, long a5, long* r) {
   // futex(2)'s op, val and val3 are ints: a caller passes them as such, and
   // the upper half of what va_arg reads as a long is not defined.
   int op = int(a1);
@@ -373,16 +415,69 @@ extern "C" long syscall(long number, ...) {
     bool any = cmd == FUTEX_WAIT || cmd == FUTEX_WAKE || std::uint32_t(a5) == FUTEX_BITSET_MATCH_ANY;
     // A wake reaches the fibres parked here (only ever on private memory)
     // and the kernel's waiters.
-    if (any && (cmd == FUTEX_WAKE || cmd == FUTEX_WAKE_BITSET)) return wake(addr, op, int(a2), a3, a4, a5);
-    if (cmd == FUTEX_REQUEUE || cmd == FUTEX_CMP_REQUEUE)
-      return requeue(addr, op, int(a2), a3, a4, a5, cmd == FUTEX_CMP_REQUEUE);
-    if (cmd == FUTEX_WAKE_OP) return wake_op(addr, op, int(a2), a3, a4, a5);
+    if (any && (cmd == FUTEX_WAKE || cmd == FUTEX_WAKE_BITSET)) {
+      *r = wake(addr, op, int(a2), a3, a4, a5);
+      return 1;
+    }
+    if (cmd == FUTEX_REQUEUE || cmd == FUTEX_CMP_REQUEUE) {
+      *r = requeue(addr, op, int(a2), a3, a4, a5, cmd == FUTEX_CMP_REQUEUE);
+      return 1;
+    }
+    if (cmd == FUTEX_WAKE_OP) {
+      *r = wake_op(addr, op, int(a2), a3, a4, a5);
+      return 1;
+    }
     if (any && (cmd == FUTEX_WAIT || cmd == FUTEX_WAIT_BITSET) && on_fibre() &&
-        ((op & FUTEX_PRIVATE_FLAG) || private_mapping(std::uintptr_t(a0))))
-      return fibre_wait(addr, std::uint32_t(a2), reinterpret_cast<const timespec*>(a3), cmd == FUTEX_WAIT_BITSET,
-                        (op & FUTEX_CLOCK_REALTIME) != 0);
+        ((op & FUTEX_PRIVATE_FLAG) || private_mapping(std::uintptr_t(a0)))) {
+      *r = fibre_wait(addr, std::uint32_t(a2), reinterpret_cast<const timespec*>(a3), cmd == FUTEX_WAIT_BITSET,
+                      (op & FUTEX_CLOCK_REALTIME) != 0);
+      return 1;
+    }
   } else if (__builtin_expect(loom::capi::pthread_io::descriptor_call(number), 0)) {
-    return loom::capi::pthread_io::descriptor_syscall(number, a0, a1, a2);
+    *r = loom::capi::pthread_io::descriptor_syscall(number, a0, a1, a2);
+    return 1;
   }
-  return kernel(number, a0, a1, a2, a3, a4, a5);
+  return 0;
+}
+
+// Every other call is the kernel's, made by syscall.c as glibc's syscall(2)
+// makes it. The program's own, made by a fibre whose cancellation is
+// enabled and asynchronous, is cancellable inside, as on glibc, where such
+// a thread may be cancelled anywhere (glibc's tst-cancel30: a raw
+// SYS_pause): syscall.c brackets it with these two. Never one of loom's own
+// calls (told apart by the caller's address), which run with locks and
+// records held. enter: the word to hand to leave, or nullptr.
+extern "C" int* loom_pthread_async_enter(const void* caller) {
+  rt::Fibre* f = rt::this_fibre_or_null();
+  if (__builtin_expect(!f || !(f->cancel.load(std::memory_order_relaxed) & rt::kCancelAsync), 1) ||
+      loom_code_at(reinterpret_cast<std::uintptr_t>(caller)))
+    return nullptr;
+  return async_call_enter();
+}
+
+extern "C" void loom_pthread_async_leave(int* w) {
+  ErrnoKeeper k;
+  async_call_leave(w);
+  k.done();
+}
+
+#if !defined(__x86_64__)
+extern "C" long loom_program_syscall(long n, long a0, long a1, long a2, long a3, long a4, long a5) {
+  return rt::raw_syscall(n, a0, a1, a2, a3, a4, a5);
+}
+#endif
+
+bool loom::capi::loom_code_at(std::uintptr_t ip) noexcept {
+  for (const CodeRange& r : loom_code)
+    if (ip >= r.lo && ip < r.hi) return true;
+  return false;
+}
+
+bool loom::capi::program_call_site(std::uintptr_t ip) noexcept {
+#if defined(__x86_64__)
+  if (ip >= reinterpret_cast<std::uintptr_t>(&loom_program_syscall) &&
+      ip < reinterpret_cast<std::uintptr_t>(loom_program_syscall_end))
+    return true;
+#endif
+  return !loom_code_at(ip);
 }

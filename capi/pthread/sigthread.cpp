@@ -62,7 +62,6 @@
 // processors, a fork child, C++ loom::Fibres) and handlers get glibc's calls.
 #include <semaphore.h>
 #include <dlfcn.h>
-#include <link.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -217,46 +216,6 @@ void ask_interrupt(SignalState& s) {
 // no SA_RESTART) with no handler run for it.
 constexpr int kSiHurry = -42;            // si_code: no kernel or libc code uses it
 constexpr int kHurryErrno = 0x6c6f6f6d;  // "loom", in si_errno
-
-struct CodeRange {
-  std::uintptr_t lo = 0, hi = 0;
-};
-CodeRange loom_code[2];  // libloom-pthread's and libloom's executable segments (set before interrupts_on)
-
-// The executable segment holding fn.
-void note_code_range(const void* fn, CodeRange* out) {
-  struct Find {
-    std::uintptr_t at;
-    CodeRange* out;
-  } find{reinterpret_cast<std::uintptr_t>(fn), out};
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, std::size_t, void* arg) {
-        auto* f = static_cast<Find*>(arg);
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& h = info->dlpi_phdr[i];
-          if (h.p_type != PT_LOAD || !(h.p_flags & PF_X)) continue;
-          const std::uintptr_t lo = info->dlpi_addr + h.p_vaddr, hi = lo + h.p_memsz;
-          if (f->at < lo || f->at >= hi) continue;
-          *f->out = CodeRange{lo, hi};
-          return 1;
-        }
-        return 0;
-      },
-      &find);
-}
-
-// A system call instruction at ip is the program's: outside loom's code, or
-// the program's own syscall(2) (capi/pthread/futex.cpp).
-bool program_call_site(std::uintptr_t ip) {
-#if defined(__x86_64__)
-  if (ip >= reinterpret_cast<std::uintptr_t>(&loom_program_syscall) &&
-      ip < reinterpret_cast<std::uintptr_t>(loom_program_syscall_end))
-    return true;
-#endif
-  for (const CodeRange& r : loom_code)
-    if (ip >= r.lo && ip < r.hi) return false;
-  return true;
-}
 
 // The fibres to hurry, found in one pass of the interrupter: each with the
 // processor running it and that processor's switch count then. Sent only
@@ -947,8 +906,6 @@ void enable_interrupts() noexcept {
   rt::sys::find_symbol(create, "libc.so.6", "pthread_create");
   pthread_t t;
   if (!create || create(&t, nullptr, &interrupter, nullptr) != 0) return;  // handlers wait for a delivery point
-  note_code_range(reinterpret_cast<const void*>(&hurry_send), &loom_code[0]);
-  note_code_range(reinterpret_cast<const void*>(&rt::this_fibre_or_null), &loom_code[1]);
   rt::parking_lot::signal_hooks.interrupted.store(&on_interrupted, std::memory_order_release);
   rt::parking_lot::signal_hooks.parking.store(&on_parking, std::memory_order_release);
   rt::parking_lot::signal_hooks.io_waiting.store(&on_io_waiting, std::memory_order_release);

@@ -518,6 +518,16 @@ int* cancelhandling(void* tp) noexcept {
   return reinterpret_cast<int*>(static_cast<char*>(tp) + g.cancel_off);
 }
 
+void* cancelled_stand_in() noexcept {
+  alignas(64) static char block[4096];
+  if (!switching || g.cancel_off < 0 || g.tid_off == 0 || std::size_t(g.cancel_off) + sizeof(int) > sizeof block ||
+      g.tid_off + sizeof(pid_t) > sizeof block)
+    return nullptr;
+  put<pid_t>(block, std::ptrdiff_t(g.tid_off), kFakeTidBase - 1);
+  put<int>(block, g.cancel_off, kGlibcCanceling | kGlibcCanceled);
+  return block;
+}
+
 bool glibc_exiting(void* tp) noexcept {
   const int* w = cancelhandling(tp);
   return w && (__atomic_load_n(w, __ATOMIC_RELAXED) & kGlibcExiting) != 0;

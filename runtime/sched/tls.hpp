@@ -115,6 +115,12 @@ inline constexpr int kGlibcAsync = 2;          // CANCELTYPE_BITMASK: inside a g
 inline constexpr int kGlibcCanceling = 4;      // CANCELING_BITMASK
 inline constexpr int kGlibcCanceled = 8;       // CANCELED_BITMASK
 inline constexpr int kGlibcExiting = 16;       // EXITING_BITMASK
+// A stand-in for a thread's block that glibc's pthread_cancel finds
+// running (a tid) and already cancelled: it returns 0 having done only its
+// first call's set-up, the installation of its SIGCANCEL handler
+// (capi/pthread/cancel.cpp, which wants that done before any thread can be
+// cancelled); nullptr when the offsets are not known.
+void* cancelled_stand_in() noexcept;
 // That word says EXITING (glibc's EXITING_BITMASK): glibc is unwinding the
 // thread for a cancellation, or the thread is ending; false without a word.
 bool glibc_exiting(void* tp) noexcept;

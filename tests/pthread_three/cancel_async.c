@@ -10,12 +10,25 @@
 //             cancelled while the canceller holds the mutex: its cleanup
 //             runs only once the mutex is taken back (it unlocks it), never
 //             meanwhile; the mutex can be destroyed afterwards
+//   syscall   the program's own raw syscall(2) (SYS_pause, SYS_ppoll with
+//             no time-out), cancelled 300 ms in (a blocked kernel thread
+//             by then: the monitor has handed its processor on): acts
+//             inside the call, cleanup runs; 100 threads cancelled as they
+//             leave a barrier for the call (the race between the request
+//             and the call's window); with cancellation disabled, a raw nanosleep of 200
+//             ms is not cut short, and the request acts when it is enabled
+//   forkchild the same raw SYS_pause, and a barrier's wake (glibc's
+//             tst-cancel30), in a fork child, whose threads are glibc's:
+//             its asynchronous cancellation never unwinds into loom's
+//             frames (100 threads, each cancelled as it leaves a barrier)
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -140,12 +153,116 @@ static int condwait(void) {
   return 0;
 }
 
+static void* raw_waiter(void* a) {
+  long nr = (long)a;
+  pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, NULL);
+  pthread_cleanup_push(count_cleanup, NULL);
+  started = 1;
+  if (nr == SYS_pause)
+    syscall(SYS_pause);
+  else
+    syscall(SYS_ppoll, NULL, 0L, NULL, NULL, 8L);
+  pthread_cleanup_pop(0);
+  return (void*)1;
+}
+
+static void* raw_sleeper(void* a) {
+  (void)a;
+  pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, NULL);
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+  pthread_cleanup_push(count_cleanup, NULL);
+  started = 1;
+  struct timespec t = {0, 200 * 1000 * 1000};
+  long r = syscall(SYS_nanosleep, &t, NULL);
+  printf("syscall: disabled: nanosleep returned %ld, cleanups %d;", r, cleaned);
+  pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
+  printf(" (not here)");
+  pthread_cleanup_pop(0);
+  return (void*)1;
+}
+
+// A barrier per thread, never destroyed nor used again: a thread
+// cancelled asynchronously may be cut short inside its wait (as glibc's
+// tst-cancel30 may be), which leaves the barrier unusable.
+static pthread_barrier_t gates[200];
+
+static void* racer(void* a) {
+  pthread_barrier_t* g = a;
+  pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, NULL);
+  pthread_barrier_wait(g);
+  if (g >= gates + 100) syscall(SYS_pause);  // (the first hundred: no pause)
+  return (void*)1;
+}
+
+// n threads (at most 100), each cancelled as soon as the barrier lets main
+// go, with the thread on its way out of the barrier or (pause) into a raw
+// pause: how many ended cancelled, or (no pause) how many ended.
+static int race(int n, int pause) {
+  int ended = 0;
+  for (int i = 0; i < n; i++) {
+    pthread_barrier_t* g = &gates[i + (pause ? 100 : 0)];
+    pthread_barrier_init(g, NULL, 2);
+    pthread_t t;
+    void* r;
+    pthread_create(&t, NULL, racer, g);
+    pthread_barrier_wait(g);
+    pthread_cancel(t);
+    pthread_join(t, &r);
+    ended += r == PTHREAD_CANCELED || !pause;
+  }
+  return ended;
+}
+
+static int raw(void) {
+  static const long calls[] = {SYS_pause, SYS_ppoll};
+  for (int i = 0; i < 2; i++) {
+    pthread_t t;
+    void* r;
+    cleaned = 0;
+    started = 0;
+    pthread_create(&t, NULL, raw_waiter, (void*)calls[i]);
+    while (!started) usleep(1000);
+    usleep(300 * 1000);
+    pthread_cancel(t);
+    pthread_join(t, &r);
+    printf("syscall: %s: %s, cleanups %d\n", i ? "ppoll" : "pause", r == PTHREAD_CANCELED ? "cancelled" : "returned",
+           cleaned);
+  }
+  printf("syscall: cancelled entering pause: %d of 100\n", race(100, 1));
+  pthread_t t;
+  void* r;
+  cleaned = 0;
+  started = 0;
+  pthread_create(&t, NULL, raw_sleeper, NULL);
+  while (!started) usleep(1000);
+  usleep(50 * 1000);
+  pthread_cancel(t);
+  pthread_join(t, &r);
+  printf(" then %s, cleanups %d\n", r == PTHREAD_CANCELED ? "cancelled" : "returned", cleaned);
+  return 0;
+}
+
+static int forkchild(void) {
+  pid_t p = fork();
+  if (p == 0) {
+    printf("forkchild: cancelled in pause: %d of 100\n", race(100, 1));
+    printf("forkchild: leaving a barrier: %d of 100 ended\n", race(100, 0));
+    _exit(0);
+  }
+  int st;
+  waitpid(p, &st, 0);
+  printf("forkchild: child %s %d\n", WIFEXITED(st) ? "exit" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   alarm(60);
   const char* c = argc > 1 ? argv[1] : "";
   if (strcmp(c, "mutex") == 0) return mutex();
   if (strcmp(c, "condwait") == 0) return condwait();
-  fprintf(stderr, "usage: cancel_async mutex|condwait\n");
+  if (strcmp(c, "syscall") == 0) return raw();
+  if (strcmp(c, "forkchild") == 0) return forkchild();
+  fprintf(stderr, "usage: cancel_async mutex|condwait|syscall|forkchild\n");
   return 2;
 }
