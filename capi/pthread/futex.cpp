@@ -441,18 +441,25 @@ extern "C" int loom_pthread_syscall_loom(long number, long a0, long a1, long a2,
 }
 
 // Every other call is the kernel's, made by syscall.c as glibc's syscall(2)
-// makes it. The program's own, made by a fibre whose cancellation is
-// enabled and asynchronous, is cancellable inside, as on glibc, where such
-// a thread may be cancelled anywhere (glibc's tst-cancel30: a raw
-// SYS_pause): syscall.c brackets it with these two. Never one of loom's own
-// calls (told apart by the caller's address), which run with locks and
-// records held. enter: the word to hand to leave, or nullptr.
-extern "C" int* loom_pthread_async_enter(const void* caller) {
+// makes it. loom's own code calls syscall(2) by name too (base/sys.hpp,
+// 120-odd places, some with locks held), told apart by the caller's
+// address (*own set): its calls are made by loom_pthread_own_syscall, whose
+// instruction is no landing site for a hurried handler (sigthread.cpp's
+// program_call_site), and never in the window below. The program's own,
+// made by a fibre whose cancellation is enabled and asynchronous, is
+// cancellable inside, as on glibc, where such a thread may be cancelled
+// anywhere (glibc's tst-cancel30: a raw SYS_pause): syscall.c makes it
+// between this call and loom_pthread_async_leave. Returns the word to hand
+// to leave, or nullptr.
+extern "C" int* loom_pthread_async_enter(const void* caller, int* own) {
+  if ((*own = loom_code_at(reinterpret_cast<std::uintptr_t>(caller)))) return nullptr;
   rt::Fibre* f = rt::this_fibre_or_null();
-  if (__builtin_expect(!f || !(f->cancel.load(std::memory_order_relaxed) & rt::kCancelAsync), 1) ||
-      loom_code_at(reinterpret_cast<std::uintptr_t>(caller)))
-    return nullptr;
+  if (__builtin_expect(!f || !(f->cancel.load(std::memory_order_relaxed) & rt::kCancelAsync), 1)) return nullptr;
   return async_call_enter();
+}
+
+extern "C" long loom_pthread_own_syscall(long n, long a0, long a1, long a2, long a3, long a4, long a5) {
+  return rt::raw_syscall(n, a0, a1, a2, a3, a4, a5);
 }
 
 extern "C" void loom_pthread_async_leave(int* w) {

@@ -15,17 +15,19 @@
 #include <unistd.h>
 
 int loom_pthread_syscall_loom(long n, long a0, long a1, long a2, long a3, long a4, long a5, long* r);
-int* loom_pthread_async_enter(const void* caller);
+int* loom_pthread_async_enter(const void* caller, int* own);
+long loom_pthread_own_syscall(long n, long a0, long a1, long a2, long a3, long a4, long a5);
 void loom_pthread_async_leave(int* word);
 long loom_program_syscall(long n, long a0, long a1, long a2, long a3, long a4, long a5);
 
 /* Six arguments are read, whatever the caller passed, as glibc's syscall
  * reads six registers. A call loom answers (futex waits on fibres, the
  * descriptor calls it follows) is futex.cpp's; any other is the kernel's,
- * made from this frame (loom_program_syscall: the one instruction, where a
- * hurried handler may run, sigthread.cpp), inside glibc's asynchronous
- * cancellation window when the calling fibre asks for it (futex.cpp; the
- * caller's address tells loom's own calls from the program's). */
+ * made from this frame: the program's through loom_program_syscall (the
+ * one instruction where a hurried handler may run, sigthread.cpp), inside
+ * glibc's asynchronous cancellation window when the calling fibre asks for
+ * it; loom's own (told by the caller's address) through another
+ * (futex.cpp). */
 long syscall(long number, ...) {
   va_list ap;
   va_start(ap, number);
@@ -34,9 +36,14 @@ long syscall(long number, ...) {
   va_end(ap);
   long r;
   if (loom_pthread_syscall_loom(number, a0, a1, a2, a3, a4, a5, &r)) return r;
-  int* w = loom_pthread_async_enter(__builtin_return_address(0));
-  r = loom_program_syscall(number, a0, a1, a2, a3, a4, a5);
-  if (w) loom_pthread_async_leave(w);
+  int own = 0;
+  int* w = loom_pthread_async_enter(__builtin_return_address(0), &own);
+  if (own) {
+    r = loom_pthread_own_syscall(number, a0, a1, a2, a3, a4, a5);
+  } else {
+    r = loom_program_syscall(number, a0, a1, a2, a3, a4, a5);
+    if (w) loom_pthread_async_leave(w);
+  }
   if (r < 0 && r > -4096) {
     errno = (int)-r;
     return -1;
