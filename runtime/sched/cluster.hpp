@@ -149,6 +149,9 @@ class Cluster {
   alignas(64) TimerHeap timers;
   bool claim_keeper(Processor& p);
   void release_keeper(Processor& p);
+  // Whether a sleeper holds the timers' keeping now (the monitor's look: a
+  // due timer nobody keeps while processors sleep, monitor.cpp).
+  bool timers_kept() const { return keeper_.load(std::memory_order_seq_cst) != nullptr; }
 
   // Extensions (sched/extension.hpp): at most kMaxExtensions, added once
   // each, never removed. The scheduler calls them only through the contract.
