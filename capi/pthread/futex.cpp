@@ -204,13 +204,8 @@ bool on_fibre() {
   return p && p->current() != &p->idle_fibre() && !rt::in_signal_handler();
 }
 
-// A fibre's wait: 0, or -1 with errno (EAGAIN, ETIMEDOUT, EINVAL). The
-// program's own (program: its caller is not loom's code) on a fibre whose
-// cancellation is enabled and asynchronous is cancellable, as the kernel's
-// wait is on glibc (a request wakes it, and acts); a request pending when
-// it ends acts then.
-long fibre_wait(const std::uint32_t* addr, std::uint32_t val, const timespec* t, bool absolute, bool realtime,
-                bool program) {
+// A fibre's wait: 0, or -1 with errno (EAGAIN, ETIMEDOUT, EINVAL).
+long fibre_wait(const std::uint32_t* addr, std::uint32_t val, const timespec* t, bool absolute, bool realtime) {
   ErrnoKeeper k;
   Deadline d = kForever;
   if (t) {
@@ -223,14 +218,8 @@ long fibre_wait(const std::uint32_t* addr, std::uint32_t val, const timespec* t,
     else
       d = rt::now_ns() + std::int64_t(t->tv_sec) * 1'000'000'000 + t->tv_nsec;
   }
-  rt::Fibre* f = rt::this_fibre_or_null();
-  const bool async = program && f &&
-                     (f->cancel.load(std::memory_order_relaxed) & (rt::kCancelAsync | rt::kCancelDisabled)) ==
-                         rt::kCancelAsync &&
-                     cancel_acts_here();
   rt::Parked r = rt::parking_lot::park_if(
-      addr, [addr, val] { return __atomic_load_n(addr, __ATOMIC_SEQ_CST) == val; }, d, rt::WaitKind::futex, async);
-  if (async) cancel_point();  // (does not return when a request stands)
+      addr, [addr, val] { return __atomic_load_n(addr, __ATOMIC_SEQ_CST) == val; }, d, rt::WaitKind::futex);
   int e = r.result == rt::ParkResult::Invalid ? EAGAIN : r.result == rt::ParkResult::TimedOut ? ETIMEDOUT : 0;
   k.done(e);
   return e ? -1 : 0;
@@ -413,10 +402,8 @@ using namespace loom::capi::pthread_futex;
 
 // syscall(2) by its glibc name is syscall.c's (in C: a cancellation's
 // unwinding must pass it, and the kernel's call is made there). First it
-// asks here whether the call is one loom answers: true with *r its result
-// (caller: syscall's return address).
-extern "C" int loom_pthread_syscall_loom(long number, long a0, long a1, long a2, long a3, long a4, long a5,
-                                         const void* caller, long* r) {
+// asks here whether the call is one loom answers: true with *r its result.
+extern "C" int loom_pthread_syscall_loom(long number, long a0, long a1, long a2, long a3, long a4, long a5, long* r) {
   // futex(2)'s op, val and val3 are ints: a caller passes them as such, and
   // the upper half of what va_arg reads as a long is not defined.
   int op = int(a1);
@@ -443,7 +430,7 @@ extern "C" int loom_pthread_syscall_loom(long number, long a0, long a1, long a2,
     if (any && (cmd == FUTEX_WAIT || cmd == FUTEX_WAIT_BITSET) && on_fibre() &&
         ((op & FUTEX_PRIVATE_FLAG) || private_mapping(std::uintptr_t(a0)))) {
       *r = fibre_wait(addr, std::uint32_t(a2), reinterpret_cast<const timespec*>(a3), cmd == FUTEX_WAIT_BITSET,
-                      (op & FUTEX_CLOCK_REALTIME) != 0, !loom_code_at(reinterpret_cast<std::uintptr_t>(caller)));
+                      (op & FUTEX_CLOCK_REALTIME) != 0);
       return 1;
     }
   } else if (__builtin_expect(loom::capi::pthread_io::descriptor_call(number), 0)) {

@@ -14,8 +14,7 @@
 #include <stdarg.h>
 #include <unistd.h>
 
-int loom_pthread_syscall_loom(long n, long a0, long a1, long a2, long a3, long a4, long a5, const void* caller,
-                              long* r);
+int loom_pthread_syscall_loom(long n, long a0, long a1, long a2, long a3, long a4, long a5, long* r);
 int* loom_pthread_async_enter(const void* caller, int* own);
 long loom_pthread_own_syscall(long n, long a0, long a1, long a2, long a3, long a4, long a5);
 void loom_pthread_async_leave(int* word);
@@ -35,11 +34,10 @@ long syscall(long number, ...) {
   long a0 = va_arg(ap, long), a1 = va_arg(ap, long), a2 = va_arg(ap, long);
   long a3 = va_arg(ap, long), a4 = va_arg(ap, long), a5 = va_arg(ap, long);
   va_end(ap);
-  const void* caller = __builtin_return_address(0);
   long r;
-  if (loom_pthread_syscall_loom(number, a0, a1, a2, a3, a4, a5, caller, &r)) return r;
+  if (loom_pthread_syscall_loom(number, a0, a1, a2, a3, a4, a5, &r)) return r;
   int own = 0;
-  int* w = loom_pthread_async_enter(caller, &own);
+  int* w = loom_pthread_async_enter(__builtin_return_address(0), &own);
   if (own) {
     r = loom_pthread_own_syscall(number, a0, a1, a2, a3, a4, a5);
   } else {

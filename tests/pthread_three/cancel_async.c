@@ -11,7 +11,7 @@
 //             runs only once the mutex is taken back (it unlocks it), never
 //             meanwhile; the mutex can be destroyed afterwards
 //   syscall   the program's own raw syscall(2) (SYS_pause, SYS_ppoll with
-//             no time-out, a private SYS_futex wait), cancelled 300 ms in (a blocked kernel thread
+//             no time-out), cancelled 300 ms in (a blocked kernel thread
 //             by then: the monitor has handed its processor on): acts
 //             inside the call, cleanup runs; 100 threads cancelled as they
 //             leave a barrier for the call (the race between the request
@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/futex.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -159,11 +158,8 @@ static void* raw_waiter(void* a) {
   pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, NULL);
   pthread_cleanup_push(count_cleanup, NULL);
   started = 1;
-  static unsigned word;
   if (nr == SYS_pause)
     syscall(SYS_pause);
-  else if (nr == SYS_futex)  // (loom parks the fibre itself: futex.cpp)
-    syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, NULL);
   else
     syscall(SYS_ppoll, NULL, 0L, NULL, NULL, 8L);
   pthread_cleanup_pop(0);
@@ -218,9 +214,8 @@ static int race(int n, int pause) {
 }
 
 static int raw(void) {
-  static const long calls[] = {SYS_pause, SYS_ppoll, SYS_futex};
-  static const char* names[] = {"pause", "ppoll", "futex wait"};
-  for (int i = 0; i < 3; i++) {
+  static const long calls[] = {SYS_pause, SYS_ppoll};
+  for (int i = 0; i < 2; i++) {
     pthread_t t;
     void* r;
     cleaned = 0;
@@ -230,7 +225,8 @@ static int raw(void) {
     usleep(300 * 1000);
     pthread_cancel(t);
     pthread_join(t, &r);
-    printf("syscall: %s: %s, cleanups %d\n", names[i], r == PTHREAD_CANCELED ? "cancelled" : "returned", cleaned);
+    printf("syscall: %s: %s, cleanups %d\n", i ? "ppoll" : "pause", r == PTHREAD_CANCELED ? "cancelled" : "returned",
+           cleaned);
   }
   printf("syscall: cancelled entering pause: %d of 100\n", race(100, 1));
   pthread_t t;
