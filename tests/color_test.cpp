@@ -14,6 +14,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -492,23 +493,47 @@ TEST(Colors, TimeLeftStealsOnlyColorsWorthTheSteal) {
   EXPECT_GT(stolen1, stolen0) << "no dear color was stolen";
 
   // Processor 0 is kept busy by one long event that posts cheap colors on
-  // its own processor; processor 1 is idle and must leave them alone.
-  n = 0;
+  // its own processor; processor 1 is idle and must leave them alone. The
+  // policy weighs the handler's smoothed estimate against the measured
+  // steal cost, and a loaded machine can blur both: a cheap event preempted
+  // or missing the cache lifts its estimate (the quick suite on a loaded
+  // machine: 17 stolen; in CI once all 300, the estimates unknown). A round
+  // is judged only when the cheap handler measured under a steal before
+  // and after it; else it is taught again (run where posted) and retried.
+  // A policy that does not weigh colors takes most of them (mely:base and
+  // libasync-smp stole 229-298 of the 300), and its steals lift the
+  // handler's estimate (contended counters): it fails either way.
   const long kCheap = 300;
-  loom::Fibre holder2(loom::FibreAttr{0, loom::Priority::normal, &cl}, [&] {
-    for (long i = 0; i < kCheap; ++i) loom::post(Color(3000 + i), Cheap{&n, &on1});
-    spin_for(std::chrono::milliseconds(30));
-  });
-  holder2.join();
-  ASSERT_TRUE(wait_for(n, kCheap));
-  // A policy that does not weigh colors takes most of them here (mely:base
-  // and libasync-smp stole 229-298 of the 300); time-left none, or on a
-  // loaded machine a few: a cheap event preempted mid-run lifts its
-  // handler's smoothed estimate above the steal cost for a while (the quick
-  // suite on a loaded machine: 17; 3 single runs in 20 failed under load,
-  // before the pinned-fibre change too).
-  EXPECT_LE(loom::color_stats(cl).colors_stolen - stolen1, std::uint64_t(kCheap / 10))
-      << "cheap colors were stolen (steal cost " << loom::color_stats(cl).steal_cost_cycles << " cycles)";
+  const auto cheap_warm = [] { return loom::handler_times(loom::handler_key<Cheap>()).warm_cycles; };
+  std::ostringstream seen;
+  bool judged = false;
+  for (int round = 0; round < 5 && !judged; ++round) {
+    if (round > 0) {
+      ASSERT_TRUE(loom::set_color_policy(cl, "none"));
+      n = 0;
+      for (int i = 0; i < 400; ++i) loom::post(Color(5000 + i), Cheap{&n, &dummy}, &cl);
+      ASSERT_TRUE(wait_for(n, 400));
+      ASSERT_TRUE(loom::set_color_policy(cl, "mely:time-left"));
+    }
+    const std::uint64_t w0 = cheap_warm(), c0 = loom::color_stats(cl).steal_cost_cycles;
+    const std::uint64_t before = loom::color_stats(cl).colors_stolen;
+    n = 0;
+    loom::Fibre holder2(loom::FibreAttr{0, loom::Priority::normal, &cl}, [&] {
+      for (long i = 0; i < kCheap; ++i) loom::post(Color(10000 + round * kCheap + i), Cheap{&n, &on1});
+      spin_for(std::chrono::milliseconds(30));
+    });
+    holder2.join();
+    ASSERT_TRUE(wait_for(n, kCheap));
+    const std::uint64_t stolen = loom::color_stats(cl).colors_stolen - before;
+    const std::uint64_t w1 = cheap_warm(), c1 = loom::color_stats(cl).steal_cost_cycles;
+    seen << " [round " << round << ": " << stolen << " stolen, cheap handler " << w0 << "->" << w1
+         << " cycles, steal cost " << c0 << "->" << c1 << "]";
+    if (std::max(w0, w1) < std::min(c0, c1)) {
+      judged = true;
+      EXPECT_LE(stolen, std::uint64_t(kCheap / 10)) << "cheap colors were stolen:" << seen.str();
+    }
+  }
+  EXPECT_TRUE(judged) << "the cheap handler never measured under a steal:" << seen.str();
 }
 
 // ---- the batch threshold ---------------------------------------------------------
