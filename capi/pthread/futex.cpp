@@ -46,7 +46,8 @@
 //       follow (issue 35: the next file under it was called as the last).
 //   anything else — every other system call, futexes in shared memory
 //   (another process may wake them), other futex operations, a bitset that
-//   is not "any", a kernel thread's wait, a signal handler's —
+//   is not "any", a kernel thread's wait, a signal handler's, the wait of a
+//   fibre with asynchronous cancellation enabled (async_cancel_on) —
 //       the system call itself, as glibc's syscall(2) makes it (no lookup:
 //       jemalloc calls syscall from inside dlopen, before any constructor).
 //
@@ -202,6 +203,19 @@ bool private_mapping(std::uintptr_t a) {
 bool on_fibre() {
   rt::Processor* p = rt::this_processor_at_entry();
   return p && p->current() != &p->idle_fibre() && !rt::in_signal_handler();
+}
+
+// Whether the calling fibre asks for asynchronous cancellation (enabled,
+// asynchronous type, not already acting on a request). Its futex wait is
+// the kernel's, made inside glibc's window (syscall.c): SIGCANCEL cuts it
+// short as glibc's would, where loom's parked wait is no cancellation
+// point. The kernel thread blocks meanwhile (the monitor's handoff gives
+// its processor's other fibres another thread), and a wake reaches the
+// kernel's waiters after loom's (wake).
+bool async_cancel_on() {
+  rt::Fibre* f = rt::this_fibre_or_null();
+  return f && (f->cancel.load(std::memory_order_relaxed) & (rt::kCancelAsync | rt::kCancelDisabled | rt::kCancelActing)) ==
+                  rt::kCancelAsync;
 }
 
 // A fibre's wait: 0, or -1 with errno (EAGAIN, ETIMEDOUT, EINVAL).
@@ -427,7 +441,7 @@ extern "C" int loom_pthread_syscall_loom(long number, long a0, long a1, long a2,
       *r = wake_op(addr, op, int(a2), a3, a4, a5);
       return 1;
     }
-    if (any && (cmd == FUTEX_WAIT || cmd == FUTEX_WAIT_BITSET) && on_fibre() &&
+    if (any && (cmd == FUTEX_WAIT || cmd == FUTEX_WAIT_BITSET) && on_fibre() && !async_cancel_on() &&
         ((op & FUTEX_PRIVATE_FLAG) || private_mapping(std::uintptr_t(a0)))) {
       *r = fibre_wait(addr, std::uint32_t(a2), reinterpret_cast<const timespec*>(a3), cmd == FUTEX_WAIT_BITSET,
                       (op & FUTEX_CLOCK_REALTIME) != 0);

@@ -11,18 +11,21 @@
 //             runs only once the mutex is taken back (it unlocks it), never
 //             meanwhile; the mutex can be destroyed afterwards
 //   syscall   the program's own raw syscall(2) (SYS_pause, SYS_ppoll with
-//             no time-out), cancelled 300 ms in (a blocked kernel thread
+//             no time-out, SYS_futex's FUTEX_WAIT private and shared, which
+//             loom would otherwise park itself), cancelled 300 ms in (a blocked kernel thread
 //             by then: the monitor has handed its processor on): acts
 //             inside the call, cleanup runs; 100 threads cancelled as they
 //             leave a barrier for the call (the race between the request
 //             and the call's window); with cancellation disabled, a raw nanosleep of 200
-//             ms is not cut short, and the request acts when it is enabled
+//             ms is not cut short, and the request acts when it is enabled;
+//             a futex wait of the asynchronous type still ends at a wake
 //   forkchild the same raw SYS_pause, and a barrier's wake (glibc's
 //             tst-cancel30), in a fork child, whose threads are glibc's:
 //             its asynchronous cancellation never unwinds into loom's
 //             frames (100 threads, each cancelled as it leaves a barrier)
 #define _GNU_SOURCE
 #include <errno.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,17 +156,32 @@ static int condwait(void) {
   return 0;
 }
 
+static const char* const raw_calls[] = {"pause", "ppoll", "futex wait (private)", "futex wait (shared)"};
+static unsigned futex_word, woken_word;
+
 static void* raw_waiter(void* a) {
-  long nr = (long)a;
+  long which = (long)a;
   pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, NULL);
   pthread_cleanup_push(count_cleanup, NULL);
   started = 1;
-  if (nr == SYS_pause)
+  if (which == 0)
     syscall(SYS_pause);
-  else
+  else if (which == 1)
     syscall(SYS_ppoll, NULL, 0L, NULL, NULL, 8L);
+  else
+    syscall(SYS_futex, &futex_word, which == 2 ? FUTEX_WAIT_PRIVATE : FUTEX_WAIT, 0, NULL, NULL, 0);
   pthread_cleanup_pop(0);
   return (void*)1;
+}
+
+// Of the asynchronous type and never cancelled: a wake still ends the wait.
+static void* futex_sleeper(void* a) {
+  (void)a;
+  pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, NULL);
+  started = 1;
+  while (__atomic_load_n(&woken_word, __ATOMIC_ACQUIRE) == 0)
+    syscall(SYS_futex, &woken_word, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+  return (void*)2;
 }
 
 static void* raw_sleeper(void* a) {
@@ -214,19 +232,29 @@ static int race(int n, int pause) {
 }
 
 static int raw(void) {
-  static const long calls[] = {SYS_pause, SYS_ppoll};
-  for (int i = 0; i < 2; i++) {
+  for (long i = 0; i < 4; i++) {
     pthread_t t;
     void* r;
     cleaned = 0;
     started = 0;
-    pthread_create(&t, NULL, raw_waiter, (void*)calls[i]);
+    pthread_create(&t, NULL, raw_waiter, (void*)i);
     while (!started) usleep(1000);
     usleep(300 * 1000);
     pthread_cancel(t);
     pthread_join(t, &r);
-    printf("syscall: %s: %s, cleanups %d\n", i ? "ppoll" : "pause", r == PTHREAD_CANCELED ? "cancelled" : "returned",
-           cleaned);
+    printf("syscall: %s: %s, cleanups %d\n", raw_calls[i], r == PTHREAD_CANCELED ? "cancelled" : "returned", cleaned);
+  }
+  {
+    pthread_t t;
+    void* r;
+    started = 0;
+    pthread_create(&t, NULL, futex_sleeper, NULL);
+    while (!started) usleep(1000);
+    usleep(100 * 1000);
+    __atomic_store_n(&woken_word, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &woken_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    pthread_join(t, &r);
+    printf("syscall: futex wait of the asynchronous type, woken: %s\n", r == (void*)2 ? "returned" : "cancelled?");
   }
   printf("syscall: cancelled entering pause: %d of 100\n", race(100, 1));
   pthread_t t;
