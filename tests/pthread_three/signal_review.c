@@ -5,7 +5,9 @@
 //               joined: nothing is sent, 0 (pthread_sigqueue: ESRCH)
 //   flush       SIG_IGN (or SIG_DFL of a signal ignored by default) discards
 //               the pending instances: the block / send / SIG_IGN / SIG_DFL /
-//               unblock idiom, thread- and process-directed, realtime queue
+//               unblock idiom, thread- and process-directed, realtime queue;
+//               300 rounds of a kill just before SIG_IGN (none may be
+//               handled later)
 //   forksig     a fork child of a parent whose thread waits in sigwait (and
 //               one in a condvar): the child's handler runs for its own kill
 //               and the parent's; a SIGTERM the parent once blocked ends it
@@ -22,6 +24,11 @@
 //               process's sigqueue value and pid on a worker parked in a mutex
 //   names       a worker naming itself does not rename the process (its
 //               comm, what ps and pgrep see); main naming itself does
+//   killself    kill and sigqueue to the process itself from a worker, the
+//               one thread that does not block the signal: its handler has
+//               run when the call returns (1,000 rounds each; sigqueue's
+//               value and code with it); one main blocks goes to a thread waiting in
+//               sigwait, its handler never run; a bad signal is EINVAL
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -113,6 +120,21 @@ static int flush(void) {
   signal(SIGURG, SIG_DFL);
   printf("URG %d pending after SIG_DFL\n", pending(SIGURG));
   signal(SIGURG, count);
+  // The same for process-directed signals sent a moment before SIG_IGN,
+  // many times: loom's kernel threads take them from the kernel and route
+  // them to a pending set, and one still on its way must not land there
+  // after the discard (handled later, where glibc discarded it).
+  int late = 0;
+  for (int round = 0; round < 300; round++) {
+    kill(getpid(), SIGRTMIN);
+    kill(getpid(), SIGUSR2);
+    signal(SIGRTMIN, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);
+    late += pending(SIGRTMIN) + pending(SIGUSR2);
+    signal(SIGRTMIN, count);
+    signal(SIGUSR2, count);
+  }
+  printf("kill then SIG_IGN, 300 rounds: pending after %d\n", late);
   pthread_sigmask(SIG_UNBLOCK, &s, NULL);
   printf("handled after unblocking: %d\n", handled);
   return 0;
@@ -459,6 +481,94 @@ static int names(void) {
   return 0;
 }
 
+static volatile sig_atomic_t self_got, self_value, self_code, other_got;
+static void on_self(int sig) {
+  (void)sig;
+  self_got++;
+}
+static void on_self_info(int sig, siginfo_t* si, void* c) {
+  (void)sig;
+  (void)c;
+  self_value = si->si_value.sival_int;
+  self_code = si->si_code;
+}
+static void on_other(int sig) {
+  (void)sig;
+  other_got++;
+}
+static void* usr2_waiter(void* a) {
+  (void)a;
+  sigset_t w;
+  sigemptyset(&w);
+  sigaddset(&w, SIGUSR2);
+  int sig = 0;
+  sigwait(&w, &sig);
+  return (void*)(long)sig;
+}
+
+// The rounds run on a worker; main blocks both signals, so the worker is
+// the one thread that takes them (glibc: the kernel delivers to it on its
+// way out of the call). loom's processors block nothing in the kernel,
+// which handed the signal to main's kernel thread.
+static void* self_rounds(void* a) {
+  (void)a;
+  int late = 0;
+  for (int i = 0; i < 1000; i++) {
+    int before = self_got;
+    kill(getpid(), SIGUSR1);
+    late += self_got == before;
+  }
+  printf("kill: handler not yet run on return: %d of 1000\n", late);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_self_info;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGRTMIN + 1, &sa, NULL);
+  late = 0;
+  int codes = 0;
+  for (int i = 0; i < 1000; i++) {
+    self_value = -1;
+    self_code = 0;
+    sigqueue(getpid(), SIGRTMIN + 1, (union sigval){.sival_int = i});
+    late += self_value != i;
+    codes += self_code == SI_QUEUE;
+  }
+  printf("sigqueue: value not yet seen on return: %d of 1000, SI_QUEUE %d\n", late, codes);
+  return NULL;
+}
+
+static int killself(void) {
+  signal(SIGUSR1, on_self);
+  sigset_t both;
+  sigemptyset(&both);
+  sigaddset(&both, SIGUSR1);
+  sigaddset(&both, SIGRTMIN + 1);
+  pthread_sigmask(SIG_BLOCK, &both, NULL);
+  pthread_attr_t unblocked;
+  pthread_attr_init(&unblocked);
+  sigset_t none;
+  sigemptyset(&none);
+  pthread_attr_setsigmask_np(&unblocked, &none);
+  pthread_t w;
+  pthread_create(&w, &unblocked, self_rounds, NULL);
+  pthread_join(w, NULL);
+  signal(SIGUSR2, on_other);
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &s, NULL);  // the waiter inherits it
+  pthread_t t;
+  pthread_create(&t, NULL, usr2_waiter, NULL);
+  usleep(100000);
+  kill(getpid(), SIGUSR2);
+  void* r;
+  pthread_join(t, &r);
+  printf("kill of a signal every thread blocks: sigwait got %ld, handler ran %d\n", (long)r, (int)other_got);
+  int k = kill(getpid(), 99);
+  printf("kill of signal 99: %d %s\n", k, k ? strerror(errno) : "");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   alarm(60);
@@ -477,6 +587,7 @@ int main(int argc, char** argv) {
   if (strcmp(c, "inherited") == 0) return inherited();
   if (strcmp(c, "siginfo") == 0) return siginfo_case();
   if (strcmp(c, "names") == 0) return names();
-  fprintf(stderr, "usage: signal_review killexited|flush|forksig|exitlost|inherit|siginfo|names\n");
+  if (strcmp(c, "killself") == 0) return killself();
+  fprintf(stderr, "usage: signal_review killexited|flush|forksig|exitlost|inherit|siginfo|names|killself\n");
   return 2;
 }
