@@ -8,7 +8,8 @@
 // and the tester says so). A preloaded run that prints anything else, ends
 // otherwise or does not end in time (a hang is a difference) is confirmed by
 // a second plain run (a plain run that does not repeat itself means the
-// scenario was not deterministic: a tester bug, reported as such), then
+// scenario was not deterministic: a tester bug, reported as such — unless
+// loom's run matches that second one, which is said and not counted), then
 // shrunk: the fewest steps of the seed's scenario that still differ
 // (ddmin over step indices; the scenario program replays the model over
 // any subset, skipping steps that are no longer valid there). It prints the
@@ -315,6 +316,7 @@ std::string replay_cmd(const Options& o, long seed, const std::string& keep, int
 
 struct Stats {
   long seeds = 0, runs = 0, diffs = 0, failures = 0;
+  long unsteady = 0;  // seeds whose plain runs differed, loom's matching one of them
 };
 std::vector<int> last_steps;  // the steps the last plain run of check_seed made
 
@@ -341,6 +343,16 @@ int check_seed(const Options& o, long seed, const std::string& keep, Stats& st) 
     if (same(plain, loom)) continue;
     Run again = run(o, seed, keep, "", 0, 30);
     ++st.runs;
+    if (!same(plain, again) && normal(again) && same(again, loom)) {
+      // glibc itself gave two answers (a timed wait that a loaded machine
+      // let expire: CI once, a timed REQUEUE's waiter woken, then timed
+      // out), and loom gave one of them: no difference of loom's. Said,
+      // not counted; a scenario that does this often is worth a look.
+      ++st.unsteady;
+      std::printf("fuzz_preload: seed %ld: two plain runs differ and loom's matches the second (not counted)\n", seed);
+      first_difference(plain, again, "  ");
+      continue;
+    }
     if (!same(plain, again)) {
       ++st.failures;
       std::printf("fuzz_preload: TESTER FAILURE seed %ld: two plain runs differ (the scenario is not deterministic)\n",
@@ -484,8 +496,8 @@ int main(int argc, char** argv) {
   }
   long seeds = st.seeds, runs = st.runs, diffs = st.diffs, failures = st.failures;
   rmdir(o.dir.c_str());
-  std::printf("fuzz_preload: %ld seeds (%ld-%ld), %ld runs in %.0f s; %ld difference%s, %ld tester failure%s\n", seeds,
-              o.first, o.first + seeds - 1, runs, now() - t0, diffs, diffs == 1 ? "" : "s", failures,
-              failures == 1 ? "" : "s");
+  std::printf("fuzz_preload: %ld seeds (%ld-%ld), %ld runs in %.0f s; %ld difference%s, %ld tester failure%s, %ld unsteady\n",
+              seeds, o.first, o.first + seeds - 1, runs, now() - t0, diffs, diffs == 1 ? "" : "s", failures,
+              failures == 1 ? "" : "s", st.unsteady);
   return diffs || failures ? 1 : 0;
 }
