@@ -1,6 +1,7 @@
 // capi/pthread/sigthread.cpp — POSIX's per-thread signals for fibres, by
 // glibc's names: pthread_sigmask, sigprocmask, pthread_kill,
-// pthread_sigqueue, raise, kill and sigqueue (to this process), sigpending, sigwait, sigwaitinfo, sigtimedwait,
+// pthread_sigqueue, raise, kill and sigqueue (to this process; the three
+// defined in C by sigcalls.c around loom_pthread_raise...), sigpending, sigwait, sigwaitinfo, sigtimedwait,
 // sigsuspend and pause; glibc's other mask functions (sighold, sigrelse,
 // sigpause, __sigpause, __xpg_sigpause, sigblock, sigsetmask, siggetmask),
 // which glibc makes on the kernel thread's mask, on the fibre's instead.
@@ -828,13 +829,27 @@ int send(SignalState& s, int sig, const SignalInfo& i, bool self) {
 // that its handler ran. False: the kernel's kill, as before (a caller that
 // is no fibre, in a handler or a fork child; a signal POSIX acts on
 // process-wide at once, SIGKILL, SIGSTOP, SIGCONT; one loom routes by the
-// thread that caused it; a default action or SIG_IGN).
+// thread that caused it; a default action or SIG_IGN) — and a caller that
+// blocks it while another thread does not: posted to that thread, it would
+// wait for the thread's next delivery point, for ever if the thread
+// computes (an outside review's program: 10 hangs in 10), where the kernel
+// most often hands it to an idle processor that runs it at once.
+bool unblocked_elsewhere(SignalState& s, void* arg) {
+  const auto* r = static_cast<const Routing*>(arg);
+  return &s != r->skip && !(s.mask.load(std::memory_order_acquire) & bit(r->sig)) &&
+         !s.ended.load(std::memory_order_acquire);
+}
+
 bool send_to_self(int sig, int code, void* value) {
   if (sig <= 0 || sig >= NSIG || sig == 32 || sig == 33 || sig == SIGKILL || sig == SIGSTOP || sig == SIGCONT ||
       synchronous(sig) || thread_directed(sig) || fork_child.load(std::memory_order_relaxed))
     return false;
   SignalState* s = fibre_state();
   if (!s || action_of(sig) != Action::handler) return false;
+  if (s->mask.load(std::memory_order_acquire) & bit(sig)) {
+    Routing probe{sig, SignalInfo{}, false, s, false};
+    if (any_signal_state(&unblocked_elsewhere, &probe)) return false;
+  }
   const SignalInfo i{code, int(::getpid()), unsigned(::getuid()), value};
   siginfo_t si;
   to_siginfo(sig, i, &si);
@@ -1075,7 +1090,7 @@ int pthread_sigqueue(pthread_t t, int sig, const union sigval value) {
               target == fibre_state());
 }
 
-int raise(int sig) noexcept {
+int loom_pthread_raise(int sig) {
   SignalState* s = fibre_state();
   if (!s) return glibc().raise(sig);
   if (sig < 0 || sig >= NSIG || sig == 32 || sig == 33) {
@@ -1086,7 +1101,7 @@ int raise(int sig) noexcept {
   return send(*s, sig, SignalInfo{SI_TKILL, int(::getpid()), unsigned(::getuid()), nullptr}, true);
 }
 
-int kill(pid_t pid, int sig) noexcept {
+int loom_pthread_kill_pid(pid_t pid, int sig) {
   if (pid == ::getpid() && send_to_self(sig, SI_USER, nullptr)) return 0;
   long r = rt::raw_syscall(SYS_kill, pid, sig, 0, 0, 0, 0);
   if (r < 0) {
@@ -1096,7 +1111,7 @@ int kill(pid_t pid, int sig) noexcept {
   return 0;
 }
 
-int sigqueue(pid_t pid, int sig, const union sigval value) noexcept {
+int loom_pthread_sigqueue_pid(pid_t pid, int sig, const union sigval value) {
   if (pid == ::getpid() && send_to_self(sig, SI_QUEUE, value.sival_ptr)) return 0;
   siginfo_t si;
   std::memset(&si, 0, sizeof si);

@@ -28,7 +28,9 @@
 //               one thread that does not block the signal: its handler has
 //               run when the call returns (1,000 rounds each; sigqueue's
 //               value and code with it); one main blocks goes to a thread waiting in
-//               sigwait, its handler never run; a bad signal is EINVAL
+//               sigwait, its handler never run; a handler that calls
+//               pthread_exit, run by raise or kill in the thread that sent
+//               it, ends that thread; a bad signal is EINVAL
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -537,6 +539,24 @@ static void* self_rounds(void* a) {
   return NULL;
 }
 
+// A handler that ends the thread it runs on, sent by raise or kill from
+// that thread (the one that does not block it): the thread ends there.
+static void exit_42(int sig) {
+  (void)sig;
+  pthread_exit((void*)42);
+}
+static void* exits_in_handler(void* a) {
+  sigset_t u;
+  sigemptyset(&u);
+  sigaddset(&u, SIGUSR1);
+  pthread_sigmask(SIG_UNBLOCK, &u, NULL);
+  if (a)
+    raise(SIGUSR1);
+  else
+    kill(getpid(), SIGUSR1);
+  return (void*)7;
+}
+
 static int killself(void) {
   signal(SIGUSR1, on_self);
   sigset_t both;
@@ -564,6 +584,13 @@ static int killself(void) {
   void* r;
   pthread_join(t, &r);
   printf("kill of a signal every thread blocks: sigwait got %ld, handler ran %d\n", (long)r, (int)other_got);
+  signal(SIGUSR1, exit_42);  // (main blocks it since the rounds)
+  for (int by_raise = 0; by_raise < 2; by_raise++) {
+    pthread_create(&t, NULL, exits_in_handler, by_raise ? (void*)1 : NULL);
+    pthread_join(t, &r);
+    printf("%s from the one thread open to it, its handler calls pthread_exit(42): joined %ld\n",
+           by_raise ? "raise" : "kill", (long)r);
+  }
   int k = kill(getpid(), 99);
   printf("kill of signal 99: %d %s\n", k, k ? strerror(errno) : "");
   return 0;
