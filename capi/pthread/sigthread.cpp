@@ -261,7 +261,9 @@ void hurry_note(SignalState& s) {
 void hurry_send() {
   if (!hurry_count) return;
   timespec t{0, kHurryLookNs};
-  ::nanosleep(&t, nullptr);
+  // The kernel's sleep, which io.cpp's nanosleep gives a thread that is no
+  // fibre, as this one (io.cpp sits above this file: it delivers signals).
+  ::syscall(SYS_nanosleep, &t, nullptr);
   const long pid = ::getpid();
   for (int k = 0; k < hurry_count; ++k) {
     const HurryCandidate& h = hurry_list[k];
