@@ -1,13 +1,13 @@
-// capi/pthread/io.cpp — libloom-pthread's blocking I/O and sleeps by
-// glibc's names: read, write, readv, writev, recv, recvfrom, recvmsg,
+// capi/pthread/io.cpp — libloom-pthread's blocking I/O, sleeps and yields
+// by glibc's names: read, write, readv, writev, recv, recvfrom, recvmsg,
 // recvmmsg, send, sendto, sendmsg, sendmmsg, accept, accept4, connect,
 // setsockopt, socket, socketpair, pipe, pipe2, poll, ppoll, select, pselect,
 // epoll_wait, epoll_pwait, sendfile, nanosleep, usleep, sleep,
-// clock_nanosleep (and the aliases a glibc program may call instead:
-// sendfile64, and _FORTIFY_SOURCE's __read_chk, __recv_chk, __recvfrom_chk,
-// __poll_chk, __ppoll_chk). The calls that change what a number refers to
-// (close, the dups, close_range, closefrom, fcntl), by name and by
-// syscall(2), are fd.cpp's.
+// clock_nanosleep, sched_yield and pthread_yield (and the aliases a glibc
+// program may call instead: sendfile64, and _FORTIFY_SOURCE's __read_chk,
+// __recv_chk, __recvfrom_chk, __poll_chk, __ppoll_chk). The calls that
+// change what a number refers to (close, the dups, close_range, closefrom,
+// fcntl), by name and by syscall(2), are fd.cpp's.
 //
 // Who gets what:
 //   LOOM_HOOK_IO=0 in the environment   every call is the kernel's, as is
@@ -516,6 +516,26 @@ int epoll_pwait(int epfd, struct epoll_event* events, int maxevents, int timeout
   return fibre() ? delivered(loom_epoll_pwait(epfd, events, maxevents, timeout, ss))
                  : k::epoll_pwait(epfd, events, maxevents, timeout, ss);
 }
+
+// ---- yielding ------------------------------------------------------------------------------
+// A fibre yields its processor to the others (loom_yield), then takes what
+// signals are pending for it (a delivery point, as the sleeps below);
+// anyone else, a handler included, yields its kernel thread.
+
+int sched_yield(void) {
+  using namespace loom;
+  if (rt::this_fibre_or_null() && !rt::in_signal_handler()) {  // a handler's yield is the kernel's
+    int r = loom_yield();
+    capi::pthread_signal::deliver_pending();  // a delivery point (sigthread.cpp)
+    return r;
+  }
+  return rt::sys::sched_yield();
+}
+
+// <pthread.h> renames pthread_yield to sched_yield (glibc >= 2.34); binaries
+// built before that still call pthread_yield by name.
+int loom_pthread_yield_by_name(void) __asm__("pthread_yield");
+int loom_pthread_yield_by_name(void) { return sched_yield(); }
 
 // ---- sleeping ------------------------------------------------------------------------------
 // A fibre sleeps, its processor runs others; a fibre's sleep is never cut

@@ -57,7 +57,7 @@
 //    sent to the kernel thread running it, marked, and runs there if it
 //    lands in such a call ("hurry" below).
 // Delivery points (deliver_pending): pthread_sigmask/sigprocmask, the
-// waits, raise/pthread_kill to oneself, sched_yield, and the sleeps and
+// waits, raise/pthread_kill to oneself, and sched_yield, the sleeps and
 // poll-family waits of io.cpp. A fibre none of the above reaches (a tight
 // loop, a join, a call loom makes on the offload cluster: a regular file, a
 // terminal) runs a handler posted to it only when it next reaches one:
