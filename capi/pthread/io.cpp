@@ -34,8 +34,8 @@
 //
 // Signal handlers. A handler runs on whatever fibre its kernel thread was
 // running; a fibre's call made there would switch fibres inside the
-// handler. The library also defines sigaction and signal (signal.cpp),
-// which run every handler the program installs inside a trampoline that
+// handler. The library also defines sigaction and signal (signal.cpp,
+// sigtable.cpp), which run every handler the program installs inside a trampoline that
 // marks the kernel thread (sched/in_handler.hpp): a handler's calls are
 // "anyone else"'s above — the kernel's, blocking the kernel thread as
 // glibc's do, a sleep included; on a descriptor loom made non-blocking
