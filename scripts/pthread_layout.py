@@ -27,7 +27,7 @@ language instead (edges labelled with a symbol, those inside a circle red),
 with the same exit status. Exit 2 when OBJECT_DIR has no objects or nm
 fails. Standard library and binutils' nm and c++filt only.
 
-docs/DESIGN.md, "libloom-pthread's files", says which file may call which;
+docs/DESIGN.md, "The files, in layers", says which file may call which;
 ctest's pthread_layout runs this against the build.
 """
 
