@@ -405,6 +405,16 @@ void loom::capi::tell_glibc_checks() noexcept {
   }
 }
 
+namespace {
+
+// Once thread.cpp's constructor (111, just before) has turned per-fibre
+// thread-locals on.
+__attribute__((constructor(112))) void tell_glibc_checks_at_start() {
+  if (rt::tls::enable()) tell_glibc_checks();
+}
+
+}  // namespace
+
 extern "C" {
 
 void __pthread_register_cancel(__pthread_unwind_buf_t* b) {

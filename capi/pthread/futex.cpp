@@ -41,7 +41,7 @@
 //       so a bad address or flag gives the kernel's error, not a fault here;
 //       an op or comparison the kernel does not know goes to it as is.
 //   SYS_close, SYS_dup, SYS_dup2, SYS_dup3, SYS_close_range, SYS_fcntl
-//       the library's close, dup... (io.cpp, io_syscall.hpp): they change
+//       the library's close, dup... (fd.cpp, io_syscall.hpp): they change
 //       what a number refers to, and loom's record of the number must
 //       follow (issue 35: the next file under it was called as the last).
 //   anything else — every other system call, futexes in shared memory

@@ -1,13 +1,13 @@
-// capi/pthread/io.cpp — libloom-pthread's blocking I/O and sleeps by
-// glibc's names: read, write, readv, writev, recv, recvfrom, recvmsg,
+// capi/pthread/io.cpp — libloom-pthread's blocking I/O, sleeps and yields
+// by glibc's names: read, write, readv, writev, recv, recvfrom, recvmsg,
 // recvmmsg, send, sendto, sendmsg, sendmmsg, accept, accept4, connect,
-// close, dup, dup2, dup3, close_range, closefrom, fcntl, setsockopt, socket,
-// socketpair, pipe, pipe2, poll, ppoll, select, pselect, epoll_wait,
-// epoll_pwait, sendfile, nanosleep, usleep, sleep, clock_nanosleep (and the
-// aliases a glibc program may call instead: fcntl64, sendfile64, and
-// _FORTIFY_SOURCE's __read_chk, __recv_chk, __recvfrom_chk, __poll_chk,
-// __ppoll_chk); and, from the library's syscall(2), the raw system calls of
-// close, the dups, close_range and fcntl (io_syscall.hpp).
+// setsockopt, socket, socketpair, pipe, pipe2, poll, ppoll, select, pselect,
+// epoll_wait, epoll_pwait, sendfile, nanosleep, usleep, sleep,
+// clock_nanosleep, sched_yield and pthread_yield (and the aliases a glibc
+// program may call instead: sendfile64, and _FORTIFY_SOURCE's __read_chk,
+// __recv_chk, __recvfrom_chk, __poll_chk, __ppoll_chk). The calls that
+// change what a number refers to (close, the dups, close_range, closefrom,
+// fcntl), by name and by syscall(2), are fd.cpp's.
 //
 // Who gets what:
 //   LOOM_HOOK_IO=0 in the environment   every call is the kernel's, as is
@@ -22,8 +22,8 @@
 //                                        io/io.cpp, "The descriptor rule"),
 //                                        but close/dup/fcntl, which always keep
 //                                        loom's table right (but for close
-//                                        and dup2/dup3 in a fork child: see
-//                                        in_child below).
+//                                        and dup2/dup3 in a fork child:
+//                                        fd.cpp).
 // The kernel's calls here are raw system calls (syscall(2)), never the libc
 // names, which would reach these very definitions — but for the calls that
 // are cancellation points, which are glibc's own functions from libc.so.6
@@ -34,8 +34,8 @@
 //
 // Signal handlers. A handler runs on whatever fibre its kernel thread was
 // running; a fibre's call made there would switch fibres inside the
-// handler. The library also defines sigaction and signal (signal.cpp),
-// which run every handler the program installs inside a trampoline that
+// handler. The library also defines sigaction and signal (signal.cpp,
+// sigtable.cpp), which run every handler the program installs inside a trampoline that
 // marks the kernel thread (sched/in_handler.hpp): a handler's calls are
 // "anyone else"'s above — the kernel's, blocking the kernel thread as
 // glibc's do, a sleep included; on a descriptor loom made non-blocking
@@ -80,8 +80,6 @@
 #include "signals.hpp"
 
 extern "C" [[noreturn]] void __chk_fail(void);
-extern "C" int __register_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void), void* dso);
-extern "C" void* __dso_handle;
 
 namespace loom::capi::pthread_io {
 
@@ -228,19 +226,6 @@ int recvmmsg(int fd, mmsghdr* v, unsigned n, int f, timespec* t) { LOOM_GLIBC_OR
 int sendmmsg(int fd, mmsghdr* v, unsigned n, int f) { LOOM_GLIBC_OR_RAW(sendmmsg, fd, v, n, f); }
 int accept4(int fd, sockaddr* a, socklen_t* l, int f) { LOOM_GLIBC_OR_RAW(accept4, fd, a, l, f); }
 int connect(int fd, const sockaddr* a, socklen_t l) { LOOM_GLIBC_OR_RAW(connect, fd, a, l); }
-// (By the instruction, not through syscall(2) by name: the library's own
-// syscall sends these to the wrappers below — descriptor_syscall.)
-int close(int fd) { return rt::sys::table_call(SYS_close, fd); }
-int dup(int fd) { return rt::sys::table_call(SYS_dup, fd); }
-int dup2(int a, int b) {
-  if (a == b) return rt::sys::table_call(SYS_fcntl, a, F_GETFD) < 0 ? -1 : b;  // dup3 refuses a == b
-  return rt::sys::table_call(SYS_dup3, a, b, 0);
-}
-int dup3(int a, int b, int f) { return rt::sys::table_call(SYS_dup3, a, b, f); }
-int fcntl(int fd, int cmd, long arg) { return rt::sys::table_call(SYS_fcntl, fd, cmd, arg); }
-int close_range(unsigned first, unsigned last, int f) {
-  return rt::sys::table_call(SYS_close_range, long(first), long(last), f);
-}
 int socket(int d, int t, int p) { return int(::syscall(SYS_socket, d, t, p)); }
 int socketpair(int d, int t, int p, int* sv) { return int(::syscall(SYS_socketpair, d, t, p, sv)); }
 int pipe2(int* fds, int f) { return int(::syscall(SYS_pipe2, fds, f)); }
@@ -265,28 +250,6 @@ int clock_nanosleep(clockid_t c, int f, const timespec* t, timespec* rem) {
 }  // namespace k
 
 // ---- who gets what -----------------------------------------------------------------------
-
-bool hooks_on() {
-  static std::atomic<int> on{-1};
-  int v = on.load(std::memory_order_relaxed);
-  if (__builtin_expect(v < 0, 0)) {
-    v = rt::env_bool("LOOM_HOOK_IO", true);
-    on.store(v, std::memory_order_relaxed);
-  }
-  return v != 0;
-}
-
-// The child of a fork. Its epoll sets are its parent's (the same open
-// files), so the bookkeeping of a close — taking a descriptor the program
-// shares with loom out of the cluster's set — would take it out of the
-// parent's: close and dup2/dup3 there are the kernel's, and loom's table is
-// left as it is (the child execs, or runs plain code on one kernel thread).
-std::atomic<bool> in_child{false};
-void after_fork_in_child() { in_child.store(true, std::memory_order_relaxed); }
-__attribute__((constructor)) void register_fork_handler() {
-  __register_atfork(nullptr, nullptr, &after_fork_in_child, &__dso_handle);
-}
-bool keep_table() { return hooks_on() && !in_child.load(std::memory_order_relaxed); }
 
 // Descriptors keep the flags the program set (io/io.cpp, "The descriptor
 // rule"): loom makes none non-blocking underneath on these routes, so a
@@ -343,82 +306,6 @@ int fresh(int fd) {
     *errno_slot() = e;
   }
   return fd;
-}
-
-// fcntl's third argument per command (fcntl(2)): none, an int, or a pointer.
-long fcntl_arg(int cmd, va_list ap) {
-  switch (cmd) {
-    case F_GETFD:
-    case F_GETFL:
-    case F_GETOWN:
-    case F_GETSIG:
-    case F_GETLEASE:
-    case F_GETPIPE_SZ:
-    case F_GET_SEALS:
-      return 0;
-    case F_DUPFD:
-    case F_DUPFD_CLOEXEC:
-    case F_SETFD:
-    case F_SETFL:
-    case F_SETOWN:
-    case F_SETSIG:
-    case F_SETLEASE:
-    case F_NOTIFY:
-    case F_SETPIPE_SZ:
-    case F_ADD_SEALS:
-      return va_arg(ap, int);
-    default:
-      return reinterpret_cast<long>(va_arg(ap, void*));  // locks, owner_ex, hints...
-  }
-}
-
-int do_fcntl(int fd, int cmd, long arg) {
-  if (!hooks_on()) return k::fcntl(fd, cmd, arg);
-  switch (cmd) {
-    case F_GETFL:
-    case F_SETFL:
-    case F_DUPFD:
-    case F_DUPFD_CLOEXEC:
-      return loom_fcntl(fd, cmd, arg);  // keeps loom's view (O_NONBLOCK, dups)
-    case F_SETLKW:
-    case F_OFD_SETLKW: {
-      // A wait for a lock, and a cancellation point: glibc's own call,
-      // whose check a request acts on, also once it waits in the kernel
-      // (cancel.cpp).
-      static const auto glibc = [] {
-        int (*f)(int, int, ...) = nullptr;
-        rt::sys::find_symbol(f, "libc.so.6", "fcntl64");
-        return f;
-      }();
-      if (glibc) return glibc(fd, cmd, arg);
-      return k::fcntl(fd, cmd, arg);
-    }
-    default:
-      return k::fcntl(fd, cmd, arg);
-  }
-}
-
-// close and the dups keep loom's table right from any caller: the number's
-// waiters fail with EBADF, its state is dropped, the copy shares the view.
-// close is a cancellation point (POSIX; glibc's acts before the call): a
-// fibre's request acts here, a kernel thread's is glibc's (tst-cancel4).
-int do_close(int fd) {
-  if (rt::this_fibre_or_null() || in_child.load(std::memory_order_relaxed)) cancel_point();
-  return keep_table() ? loom_close(fd) : k::close(fd);
-}
-int do_dup(int fd) { return hooks_on() ? loom_dup(fd) : k::dup(fd); }
-int do_dup2(int fd, int newfd) { return keep_table() ? loom_dup2(fd, newfd) : k::dup2(fd, newfd); }
-int do_dup3(int fd, int newfd, int flags) {
-  return keep_table() ? loom_dup3(fd, newfd, flags) : k::dup3(fd, newfd, flags);
-}
-// close_range(2), and closefrom(3) on it: each number of the range as
-// close() (loom::io::close_range says what becomes of its flags).
-int do_close_range(unsigned first, unsigned last, int flags) {
-  if (!keep_table()) return k::close_range(first, last, flags);
-  ErrnoKeeper keep;  // (a close on io_uring may switch fibres: capi.hpp)
-  int r = loom::io::close_range(first, last, flags);
-  keep.done(r < 0 ? *errno_slot() : 0);
-  return r;
 }
 
 // A call that failed as a call on another kind of file fails — ENOTSOCK (a
@@ -481,30 +368,6 @@ ssize_t fibre_sendfile(int out, int in, off_t* off, size_t n) {
 }
 
 }  // namespace
-
-long descriptor_syscall(long n, long a0, long a1, long a2) {
-  // Before loom's first look at any descriptor there is nothing to keep
-  // (and jemalloc's first malloc closes files this way: no table made here).
-  if (!rt::FdTable::existing()) return rt::sys::table_call(n, a0, a1, a2);
-  switch (n) {
-    case SYS_close:
-      return do_close(int(a0));
-    case SYS_dup:
-      return do_dup(int(a0));
-#ifdef SYS_dup2
-    case SYS_dup2:
-      return do_dup2(int(a0), int(a1));
-#endif
-    case SYS_dup3:
-      return do_dup3(int(a0), int(a1), int(a2));
-    case SYS_fcntl:
-      return do_fcntl(int(a0), int(a1), a2);
-    case SYS_close_range:
-      return do_close_range(unsigned(a0), unsigned(a1), int(a2));
-    default:
-      return rt::sys::table_call(n, a0, a1, a2);
-  }
-}
 
 }  // namespace loom::capi::pthread_io
 
@@ -614,47 +477,12 @@ int pipe2(int fds[2], int flags) noexcept {
 }
 int pipe(int fds[2]) noexcept { return pipe2(fds, 0); }
 
-// close, the dups and close_range keep loom's table right from any caller
-// (do_close...); so do their raw system calls (descriptor_syscall).
-int close(int fd) { return do_close(fd); }
-
 // A socket's SO_RCVTIMEO and SO_SNDTIMEO bound a fibre's wait on it, as the
 // kernel bounds a blocking call (EAGAIN at the timeout): loom's table is
 // told (loom::io::setsockopt). Without it a read with SO_RCVTIMEO waited
 // for ever (an outside review).
 int setsockopt(int fd, int level, int name, const void* val, socklen_t len) noexcept {
   return loom_setsockopt(fd, level, name, val, len);
-}
-int dup(int fd) noexcept { return do_dup(fd); }
-int dup2(int fd, int newfd) noexcept { return do_dup2(fd, newfd); }
-int dup3(int fd, int newfd, int flags) noexcept { return do_dup3(fd, newfd, flags); }
-int close_range(unsigned int first, unsigned int last, int flags) noexcept {
-  return do_close_range(first, last, flags);
-}
-// glibc's closefrom is close_range(lowfd, ~0U, 0) made inside libc, which
-// loom would not see. Where the kernel has no close_range (before 5.9),
-// glibc's own, which walks /proc/self/fd (the numbers are retired already).
-void closefrom(int lowfd) noexcept {
-  unsigned first = lowfd < 0 ? 0u : unsigned(lowfd);
-  if (do_close_range(first, ~0u, 0) == 0) return;
-  static auto* glibc_closefrom =
-      reinterpret_cast<void (*)(int)>(loom::rt::sys::library_symbol("libc.so.6", "closefrom"));
-  glibc_closefrom(lowfd);
-}
-
-int fcntl(int fd, int cmd, ...) {
-  va_list ap;
-  va_start(ap, cmd);
-  long arg = fcntl_arg(cmd, ap);
-  va_end(ap);
-  return do_fcntl(fd, cmd, arg);
-}
-int fcntl64(int fd, int cmd, ...) {
-  va_list ap;
-  va_start(ap, cmd);
-  long arg = fcntl_arg(cmd, ap);
-  va_end(ap);
-  return do_fcntl(fd, cmd, arg);
 }
 
 // ---- waiting on many ---------------------------------------------------------------------
@@ -688,6 +516,26 @@ int epoll_pwait(int epfd, struct epoll_event* events, int maxevents, int timeout
   return fibre() ? delivered(loom_epoll_pwait(epfd, events, maxevents, timeout, ss))
                  : k::epoll_pwait(epfd, events, maxevents, timeout, ss);
 }
+
+// ---- yielding ------------------------------------------------------------------------------
+// A fibre yields its processor to the others (loom_yield), then takes what
+// signals are pending for it (a delivery point, as the sleeps below);
+// anyone else, a handler included, yields its kernel thread.
+
+int sched_yield(void) {
+  using namespace loom;
+  if (rt::this_fibre_or_null() && !rt::in_signal_handler()) {  // a handler's yield is the kernel's
+    int r = loom_yield();
+    capi::pthread_signal::deliver_pending();  // a delivery point (sigthread.cpp)
+    return r;
+  }
+  return rt::sys::sched_yield();
+}
+
+// <pthread.h> renames pthread_yield to sched_yield (glibc >= 2.34); binaries
+// built before that still call pthread_yield by name.
+int loom_pthread_yield_by_name(void) __asm__("pthread_yield");
+int loom_pthread_yield_by_name(void) { return sched_yield(); }
 
 // ---- sleeping ------------------------------------------------------------------------------
 // A fibre sleeps, its processor runs others; a fibre's sleep is never cut

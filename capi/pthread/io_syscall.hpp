@@ -1,5 +1,5 @@
 // capi/pthread/io_syscall.hpp — between the library's syscall(2)
-// (futex.cpp) and its descriptor wrappers (io.cpp).
+// (futex.cpp), its descriptor calls (fd.cpp) and its I/O wrappers (io.cpp).
 //
 // A program that closes or dups a number by syscall(2) (SYS_close, SYS_dup,
 // SYS_dup2, SYS_dup3, SYS_close_range, SYS_fcntl's F_DUPFD) changes what the
@@ -34,7 +34,13 @@ inline bool descriptor_call(long n) {
 }
 
 // The call n (descriptor_call) with its first three arguments, through
-// loom's wrappers: -1 and errno, as syscall(2).
+// loom's wrappers (fd.cpp): -1 and errno, as syscall(2).
 long descriptor_syscall(long n, long a0, long a1, long a2);
+
+// fd.cpp's, for io.cpp: whether the library's I/O calls are loom's at all
+// (LOOM_HOOK_IO, read once), and whether loom's table of descriptors follows
+// the program's (the hooks on, and not in a fork child).
+bool hooks_on();
+bool keep_table();
 
 }  // namespace loom::capi::pthread_io

@@ -29,6 +29,11 @@
 //     robust/PI/PP/pshared bits, set by init), a condvar with kCondShared in
 //     its clock word, an rwlock with kRwShared in its kind word, a barrier
 //     with kBarrierShared at @16. A statically initialised object is loom's.
+//   - Layering. This file calls none above it (docs/DESIGN.md, "The files,
+//     in layers"): a condvar's waiter lets the mutex go and takes it back
+//     through the calls sync.cpp hands it with each wait (MutexCalls, the
+//     one callback between the library's files), since only sync.cpp, above,
+//     tells loom's mutexes from this file's.
 //   - Waiting. A fibre that waits here on memory another process may map
 //     blocks its kernel thread in FUTEX_WAIT; the monitor hands that
 //     processor's queued fibres to a spare within LOOM_HANDOFF_US (DESIGN,
@@ -536,16 +541,18 @@ int mutex_setprioceiling(pthread_mutex_t* m, int ceiling, int* old) noexcept {
 // (or the parking lot) compares the word, so a signal after the read is not
 // lost; a waiter may take a wake meant for another (spurious wake-ups,
 // which POSIX allows). `waiters` is the waiter's last touch: destroy waits
-// for it (sync.cpp).
+// for it (sync.cpp). The mutex, of any kind, is let go and taken back by
+// the caller's calls (MutexCalls: sync.cpp's, which call this file for a
+// mutex of this file's).
 
-int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const timespec* abs) noexcept {
+int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const timespec* abs, MutexCalls calls) noexcept {
   auto& seq = at<std::uint32_t>(c, 0);
   auto& waiters = at<std::uint32_t>(c, 4);
   if (abs && !valid(abs)) return EINVAL;
   waiters.fetch_add(1, std::memory_order_seq_cst);
   std::uint32_t s = seq.load(std::memory_order_seq_cst);
   cond_users_add(m, 1);
-  if (int e = pthread_mutex_unlock(m)) {
+  if (int e = calls.unlock(m)) {
     cond_users_add(m, -1);
     waiters.fetch_sub(1, std::memory_order_release);
     return e;
@@ -553,7 +560,7 @@ int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const time
   int w = futex_wait(&seq, s, false, clock, abs);
   waiters.fetch_sub(1, std::memory_order_release);  // last touch of c
   released(c);
-  int e = pthread_mutex_lock(m);
+  int e = calls.lock(m);
   if (e == 0 || e == EOWNERDEAD) cond_users_add(m, -1);
   if (e) return e;  // EOWNERDEAD, as glibc's
   return w == ETIMEDOUT && reached(clock, *abs) ? ETIMEDOUT : 0;

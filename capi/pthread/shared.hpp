@@ -53,7 +53,14 @@ int min_ceiling() noexcept;
 
 // A process-shared condition variable: this bit in its clock word (@8).
 constexpr int kCondShared = 1 << 30;
-int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const timespec* abs) noexcept;
+// Its waiter lets the mutex go and takes it back with these: the caller's
+// (sync.cpp's pthread_mutex_unlock and lock), since the mutex may be loom's
+// own or this file's, which only sync.cpp, above this file, tells apart.
+struct MutexCalls {
+  int (*unlock)(pthread_mutex_t*);
+  int (*lock)(pthread_mutex_t*);
+};
+int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const timespec* abs, MutexCalls calls) noexcept;
 void cond_wake(pthread_cond_t* c, bool all) noexcept;
 
 // A process-shared rwlock: this bit in its kind word (@48).

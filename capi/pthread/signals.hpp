@@ -1,8 +1,12 @@
-// capi/pthread/signals.hpp — between libloom-pthread's two signal files:
-// signal.cpp keeps the dispositions (sigaction and the trampoline the kernel
-// calls), sigthread.cpp the per-thread side (masks, pending sets, waits,
-// pthread_kill), sigexec.cpp the mask handed to the kernel before exec and
-// spawn. docs/DESIGN.md, "Signals and fibres", has the whole story.
+// capi/pthread/signals.hpp — between libloom-pthread's signal files, from
+// the bottom up (each calls only those below it): sigroute.cpp, the
+// signal-context side of the per-thread signals (pending sets, posting,
+// route; sigroute.hpp has what only sigthread.cpp needs of it);
+// sigtable.cpp, the program's dispositions and the trampoline the kernel
+// calls; sigthread.cpp, the per-thread side (masks, waits, delivery,
+// pthread_kill); signal.cpp, sigaction and signal by glibc's names; and
+// sigexec.cpp, the mask handed to the kernel before exec and spawn.
+// docs/DESIGN.md, "Signals and fibres", has the whole story.
 #pragma once
 
 #include <pthread.h>
@@ -13,6 +17,22 @@
 namespace loom::capi::pthread_signal {
 
 inline std::uint64_t bit(int sig) { return std::uint64_t(1) << (sig - 1); }
+
+// ---- sigtable.cpp ------------------------------------------------------------------------
+
+// The program's sigaction, in the table and the kernel (the trampoline for
+// a handler of the program's). *wrapped (if given): the kernel was given the
+// trampoline (a handler, or a guarded SIG_DFL).
+int install(int sig, const struct sigaction* act, struct sigaction* oldact, bool* wrapped = nullptr);
+// What the kernel calls for a signal whose disposition is the program's
+// handler (or a guarded SIG_DFL).
+void trampoline(int sig, siginfo_t* si, void* context);
+// The program's handler of sig in the table (nullptr: none, or SIG_DFL
+// guarded); async-signal-safe.
+void* handler_of(int sig) noexcept;
+// A signal that comes asynchronously and can be caught (not SIGKILL,
+// SIGSTOP, the synchronous ones, nor glibc's own two).
+bool catchable_async(int sig);
 
 // What the program's disposition of sig does now.
 enum class Action { ignore, handler, terminate, stop };
@@ -30,6 +50,15 @@ void guard(int sig) noexcept;
 // only for a stop signal (after SIGCONT) or one whose default is to ignore.
 void default_action(int sig) noexcept;
 
+// Whether the program's disposition of sig has SA_RESETHAND: a hurry
+// (sigthread.cpp) that lands where it cannot run would spend the one
+// delivery.
+bool resets(int sig) noexcept;
+// Whether the program's disposition of sig has SA_RESTART.
+bool restarts(int sig) noexcept;
+
+// ---- sigroute.cpp ------------------------------------------------------------------------
+
 // Called by the trampoline for each signal the kernel delivers (signal
 // context): true when sig was posted to another thread, or kept pending for
 // the process, and the trampoline must not run it here. by_default: the
@@ -44,34 +73,32 @@ bool is_hurry(const siginfo_t& si) noexcept;
 // handler runs here, *si rewritten to the signal's own siginfo; false when
 // nothing runs here (the signal stays pending for its fibre).
 bool hurried(int sig, siginfo_t* si, void* context) noexcept;
-// Whether the program's disposition of sig has SA_RESETHAND (signal.cpp): a
-// hurry that lands where it cannot run would spend the one delivery.
-bool resets(int sig) noexcept;
+
+// sig's disposition became one that ignores it (SIG_IGN, or SIG_DFL of a
+// signal whose default is to ignore): its pending instances are discarded,
+// as the kernel discards its own — every thread's, the process's, the
+// realtime queue's (called by sigtable.cpp's install).
+void discard_pending(int sig) noexcept;
+
+// ---- sigthread.cpp -----------------------------------------------------------------------
 
 // Runs what is pending for the calling fibre and not blocked by its mask
 // (handlers, default actions): the fibre's "next switch". Cheap when
 // nothing is pending (two loads). No-op off a fibre and inside a handler.
 void deliver_pending() noexcept;
 
-// sig's disposition became one that ignores it (SIG_IGN, or SIG_DFL of a
-// signal whose default is to ignore): its pending instances are discarded,
-// as the kernel discards its own — every thread's, the process's, the
-// realtime queue's (sigthread.cpp; called by signal.cpp's install).
-void discard_pending(int sig) noexcept;
-
-// Whether the program's disposition of sig has SA_RESTART (signal.cpp).
-bool restarts(int sig) noexcept;
-
 // From the first handler the program installs (signal.cpp): a handler due
-// on a fibre parked in a wait cuts the wait short (sigthread.cpp).
+// on a fibre parked in a wait cuts the wait short.
 void enable_interrupts() noexcept;
 
-// The calling fibre's mask (sigthread.cpp): false off a fibre with a
+// The calling fibre's mask: false off a fibre with a
 // record and inside a handler, where the kernel thread's mask is the
 // caller's.
 bool fibre_mask(std::uint64_t* out) noexcept;
 
-// thread.cpp's: `t` names a thread made in the child of a fork (a kernel
+// ---- thread.cpp ---------------------------------------------------------------------------
+
+// `t` names a thread made in the child of a fork (a kernel
 // thread of glibc's, whose handle is glibc's), so pthread_kill and
 // pthread_sigqueue are glibc's for it.
 bool glibc_thread_of_fork_child(pthread_t t) noexcept;

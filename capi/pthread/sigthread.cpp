@@ -10,8 +10,8 @@
 // own (capi.hpp, SignalState, kept in its record's slot); a new thread
 // starts with its creator's mask. The kernel knows nothing of them: loom
 // never changes a processor's kernel mask for a fibre. So:
-//  - a signal the kernel delivers runs the trampoline (signal.cpp) on
-//    whatever processor it picked; route() below then chooses the thread
+//  - a signal the kernel delivers runs the trampoline (sigtable.cpp) on
+//    whatever processor it picked; route() (sigroute.cpp) then chooses the thread
 //    POSIX would: a thread waiting for it (sigwait's set, sigsuspend's
 //    unblocked ones) first, then the interrupted fibre if it does not block
 //    it (the handler runs there, today's trampoline rules), then any thread
@@ -19,7 +19,7 @@
 //    delivery point, deliver_pending); if every thread blocks it, it stays
 //    pending for the process until one unblocks it or waits for it. A
 //    signal whose disposition is SIG_DFL reaches the trampoline only once a
-//    fibre blocked it (signal.cpp, guard); before that, no fibre blocks it
+//    fibre blocked it (sigtable.cpp, guard); before that, no fibre blocks it
 //    and the kernel's default action is POSIX's.
 //  - kill and sigqueue to this very process, from a fibre, for a signal the
 //    program handles, are routed by route() before the call returns
@@ -57,7 +57,7 @@
 //    sent to the kernel thread running it, marked, and runs there if it
 //    lands in such a call ("hurry" below).
 // Delivery points (deliver_pending): pthread_sigmask/sigprocmask, the
-// waits, raise/pthread_kill to oneself, sched_yield, and the sleeps and
+// waits, raise/pthread_kill to oneself, and sched_yield, the sleeps and
 // poll-family waits of io.cpp. A fibre none of the above reaches (a tight
 // loop, a join, a call loom makes on the offload cluster: a regular file, a
 // terminal) runs a handler posted to it only when it next reaches one:
@@ -65,6 +65,11 @@
 //
 // Callers that are not fibres with a record (kernel threads that are not
 // processors, a fork child, C++ loom::Fibres) and handlers get glibc's calls.
+//
+// The half of the above that runs in the trampoline or a poster — the
+// process's pending set and realtime queue, posting to a thread, route()
+// and a hurry's landing — is sigroute.cpp's, below this file (sigroute.hpp);
+// the dispositions (action_of, guard, default_action) are sigtable.cpp's.
 #include <semaphore.h>
 #include <dlfcn.h>
 #include <signal.h>
@@ -90,6 +95,7 @@
 #include "sched/in_handler.hpp"
 #include "sched/processor.hpp"
 #include "signals.hpp"
+#include "sigroute.hpp"
 #include "sync/parking_lot.hpp"
 
 extern "C" int __register_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void), void* dso);
@@ -113,58 +119,9 @@ void to_set(std::uint64_t b, sigset_t* s) {
 // SIGSETXID: glibc's pthread_sigmask leaves them out too).
 constexpr std::uint64_t kUnblockable = (std::uint64_t(1) << (SIGKILL - 1)) | (std::uint64_t(1) << (SIGSTOP - 1)) |
                                        (std::uint64_t(1) << 31) | (std::uint64_t(1) << 32);
-// Raised by the kernel on the thread whose call caused it: never another's.
-bool thread_directed(int sig) { return sig == SIGPIPE || sig == SIGXFSZ; }
-bool synchronous(int sig) {
-  return sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL || sig == SIGTRAP || sig == SIGSYS;
-}
-int lowest(std::uint64_t b) { return __builtin_ctzll(b) + 1; }
 
-// ---- the process's pending set ----------------------------------------------------------
-
-std::atomic<std::uint64_t> process_pending{0};  // every thread blocked these when they came
-SignalInfo process_info[64];                    // written before the bit is set
-std::atomic<int> waiters{0};                    // fibres inside a wait: route looks for them
-
-SignalInfo info_of(const siginfo_t* si) {
-  if (!si) return SignalInfo{SI_TKILL, int(::getpid()), unsigned(::getuid()), nullptr};
-  return SignalInfo{si->si_code, si->si_pid, si->si_uid, si->si_value.sival_ptr};
-}
-// The converse: what a handler or sigwaitinfo is given of sig.
-void to_siginfo(int sig, const SignalInfo& i, siginfo_t* out) {
-  std::memset(out, 0, sizeof *out);
-  out->si_signo = sig;
-  out->si_code = i.code;
-  out->si_pid = i.pid;
-  out->si_uid = i.uid;
-  out->si_value.sival_ptr = i.value;
-}
-
-// sem_post is async-signal-safe in libloom-pthread (sync.cpp: a fibre
-// waiter is handed to a waker thread): a handler may wake a waiting fibre.
-void wake(SignalState& s) {
-  int e = *errno_slot();
-  sem_post(&s.wake);
-  *errno_slot() = e;
-}
-
-void post_process(int sig, const SignalInfo& i);
-
-void post(SignalState& s, int sig, const SignalInfo& i) {
-  // A realtime signal already pending for s: this instance queues for the
-  // process (a thread's pending set holds one of each), where s, which it
-  // was meant for, takes it at its next delivery point like the first.
-  // (Two posters at once may both find the bit clear: the second to set
-  // it queues its instance too, and the first's siginfo may be the one kept.)
-  bool queue = sig >= SIGRTMIN;
-  if (queue && (s.pending.load(std::memory_order_acquire) & bit(sig))) {
-    post_process(sig, i);
-  } else {
-    if (SignalInfo* a = s.info.load(std::memory_order_acquire)) a[sig - 1] = i;
-    if ((s.pending.fetch_or(bit(sig), std::memory_order_seq_cst) & bit(sig)) && queue) post_process(sig, i);
-  }
-  wake(s);
-}
+// The process's pending set, posting to a thread's, route() and the hurry's
+// landing are the signal-context half of this file's story: sigroute.cpp.
 
 // ---- interrupts: a handler due on a fibre parked in the parking lot ----------------------
 //
@@ -178,21 +135,11 @@ void post(SignalState& s, int sig, const SignalInfo& i) {
 // be a signal handler, and interrupt() takes a bucket lock and schedules a
 // fibre, which are not async-signal-safe. The waiter notes its key in its
 // SignalState under the bucket lock (the parking hook) and then reads its
-// pending set; a poster sets the pending bit, then asks: one of the two
-// sees the other.
-std::atomic<int> interrupt_word{0};
-std::atomic<bool> interrupts_on{false};
-
+// pending set; a poster sets the pending bit, then asks (sigroute.cpp's
+// ask_interrupt, on interrupt_word): one of the two sees the other.
 bool on_parking(const void* key, const rt::Fibre* f);
 bool on_interrupted();
 bool on_io_waiting(rt::WaitKind kind, const void* object);
-
-void ask_interrupt(SignalState& s) {
-  if (!interrupts_on.load(std::memory_order_acquire)) return;
-  s.interrupt.store(true, std::memory_order_seq_cst);
-  interrupt_word.fetch_add(1, std::memory_order_seq_cst);
-  rt::futex_wake(&interrupt_word, 1);
-}
 
 // ---- hurry: a handler due on a fibre blocked in a system call loom does not see ----------
 //
@@ -219,8 +166,6 @@ void ask_interrupt(SignalState& s) {
 // interrupter's look and the signal's arrival, and another fibre there is
 // in a blocking call of its own: that call sees EINTR (if the handler has
 // no SA_RESTART) with no handler run for it.
-constexpr int kSiHurry = -42;            // si_code: no kernel or libc code uses it
-constexpr int kHurryErrno = 0x6c6f6f6d;  // "loom", in si_errno
 
 // The fibres to hurry, found in one pass of the interrupter: each with the
 // processor running it and that processor's switch count then. Sent only
@@ -236,8 +181,6 @@ constexpr int kHurryMax = 64;
 constexpr long kHurryLookNs = 200'000;
 HurryCandidate hurry_list[kHurryMax];  // the interrupter's only
 int hurry_count = 0;
-
-std::uint64_t pending_for(const SignalState& s);
 
 std::uint64_t switches_of(const rt::Processor& p) { return p.counters.get(rt::Stat::switches); }
 
@@ -261,7 +204,9 @@ void hurry_note(SignalState& s) {
 void hurry_send() {
   if (!hurry_count) return;
   timespec t{0, kHurryLookNs};
-  ::nanosleep(&t, nullptr);
+  // The kernel's sleep, which io.cpp's nanosleep gives a thread that is no
+  // fibre, as this one (io.cpp sits above this file: it delivers signals).
+  ::syscall(SYS_nanosleep, &t, nullptr);
   const long pid = ::getpid();
   for (int k = 0; k < hurry_count; ++k) {
     const HurryCandidate& h = hurry_list[k];
@@ -323,112 +268,7 @@ void* interrupter(void*) {
   }
   return nullptr;
 }
-
-// Realtime signals pending for the process queue, as the kernel queues
-// them: each instance is taken once, in the order they came (up to kQueued
-// of one signal; more are dropped, where the kernel's RLIMIT_SIGPENDING
-// would have refused the sender). One lock, taken with every signal blocked
-// on the kernel thread (route pushes from a handler), and the signal's bit
-// of process_pending set while its queue is not empty, all under the lock.
-constexpr int kQueued = 32;
-struct RtQueue {
-  SignalInfo item[kQueued];
-  unsigned head = 0, n = 0;
-};
-RtQueue rt_queue[64];
-std::atomic_flag rt_lock = ATOMIC_FLAG_INIT;
-bool queued(int sig) { return sig >= SIGRTMIN; }
-
-class RtLocked {
- public:
-  RtLocked() noexcept {
-    sigset_t all;
-    sigfillset(&all);
-    ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &saved_, _NSIG / 8);
-    while (rt_lock.test_and_set(std::memory_order_acquire)) {
-    }
-  }
-  ~RtLocked() {
-    rt_lock.clear(std::memory_order_release);
-    ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &saved_, nullptr, _NSIG / 8);
-  }
-
- private:
-  sigset_t saved_;
-};
-
-// sig pending for the process (signal context too).
-void post_process(int sig, const SignalInfo& i) {
-  if (!queued(sig)) {
-    process_info[sig - 1] = i;
-    process_pending.fetch_or(bit(sig), std::memory_order_seq_cst);
-    return;
-  }
-  int e = *errno_slot();
-  {
-    RtLocked l;
-    RtQueue& q = rt_queue[sig - 1];
-    if (q.n < kQueued) q.item[(q.head + q.n++) % kQueued] = i;
-    process_pending.fetch_or(bit(sig), std::memory_order_seq_cst);
-  }
-  *errno_slot() = e;
-}
-
-bool discard_one(SignalState& s, void* arg) {
-  s.pending.fetch_and(~*static_cast<std::uint64_t*>(arg), std::memory_order_acq_rel);
-  return false;  // on to the next
-}
-
-bool take_process(int sig, SignalInfo* out) {
-  std::uint64_t b = bit(sig);
-  if (!(process_pending.load(std::memory_order_acquire) & b)) return false;
-  if (!queued(sig)) {
-    if (!(process_pending.fetch_and(~b, std::memory_order_acq_rel) & b)) return false;
-    *out = process_info[sig - 1];
-    return true;
-  }
-  int e = *errno_slot();
-  bool got = false;
-  {
-    RtLocked l;
-    RtQueue& q = rt_queue[sig - 1];
-    if (q.n) {
-      *out = q.item[q.head];
-      q.head = (q.head + 1) % kQueued;
-      got = true;
-      if (--q.n == 0) process_pending.fetch_and(~b, std::memory_order_acq_rel);
-    }
-  }
-  *errno_slot() = e;
-  return got;
-}
-
-// Takes sig out of s's pending set, or the process's: its info, or false
-// if another taker won.
-bool take(SignalState& s, int sig, SignalInfo* out) {
-  std::uint64_t b = bit(sig);
-  if (s.pending.fetch_and(~b, std::memory_order_acq_rel) & b) {
-    s.routed.fetch_and(~b, std::memory_order_relaxed);
-    SignalInfo* a = s.info.load(std::memory_order_acquire);
-    *out = a ? a[sig - 1] : info_of(nullptr);
-    return true;
-  }
-  return take_process(sig, out);
-}
-
-std::uint64_t pending_for(const SignalState& s) {
-  return s.pending.load(std::memory_order_seq_cst) | process_pending.load(std::memory_order_seq_cst);
-}
-
 // ---- delivery on the calling fibre --------------------------------------------------------
-
-// The signal this kernel thread sends itself now, as it sends it (read by
-// the trampoline: initial-exec, no TLS call in a handler; a hurry merged
-// with it takes its siginfo: hurried).
-thread_local const siginfo_t* tls_delivering __attribute__((tls_model("initial-exec"))) = nullptr;
-bool delivering(int sig) { return tls_delivering && tls_delivering->si_signo == sig; }
-// Start-up unblocks the signals the process inherited blocked (look_up_early).
-thread_local bool tls_adopting __attribute__((tls_model("initial-exec"))) = false;
 
 // Sends sig with si to this kernel thread. Not noexcept, and opaque to the
 // compiler (noipa: it would otherwise find it cannot throw): see run_here.
@@ -562,89 +402,6 @@ std::int64_t deadline_of(const timespec* t) {
   return std::int64_t(now.tv_sec + t->tv_sec) * 1'000'000'000 + now.tv_nsec + t->tv_nsec;
 }
 
-// ---- route (signal context) ------------------------------------------------------------
-
-struct Routing {
-  int sig;
-  SignalInfo info;
-  bool by_default;
-  SignalState* skip;
-  bool posted;
-  bool parked_only = false;  // post_to_unblocked's first pass
-};
-
-bool claim_process_pending(SignalState& s, void* arg);
-
-// sig, pending for the process, goes back there (a thread it was routed to
-// ended without taking it): a thread that waits for it or does not block
-// it is woken to take it, as route's last step.
-bool hand_back(int sig, const SignalInfo& i) {
-  Routing r{sig, i, false, nullptr, false};
-  post_process(sig, i);
-  return any_signal_state(&claim_process_pending, &r);  // false: no thread takes it now
-}
-
-// A process-directed signal posted to s by route. Against s's end
-// (thread_ended): it marks s ended, then takes its pending set; this sets
-// the bit, then reads `ended` (both sequentially consistent), so a signal
-// posted as s ends is taken back by one of the two, never lost with it.
-void post_routed(SignalState& s, int sig, const SignalInfo& i) {
-  std::uint64_t b = bit(sig);
-  s.routed.fetch_or(b, std::memory_order_relaxed);
-  post(s, sig, i);
-  if (s.ended.load(std::memory_order_seq_cst) && (s.pending.fetch_and(~b, std::memory_order_acq_rel) & b)) {
-    SignalInfo* a = s.info.load(std::memory_order_acquire);
-    hand_back(sig, a ? a[sig - 1] : i);
-  }
-}
-
-bool post_to_waiter(SignalState& s, void* arg) {
-  auto* r = static_cast<Routing*>(arg);
-  if (!(s.waits.load(std::memory_order_acquire) & bit(r->sig))) return false;
-  post_routed(s, r->sig, r->info);
-  return true;
-}
-
-// After sig was made pending for the process: a thread that began waiting
-// for it, or unblocked it, while route looked elsewhere (the other half of
-// WaitScope's pair; set_mask's too) is woken (or its wait cut short) to
-// take it itself.
-bool claim_process_pending(SignalState& s, void* arg) {
-  auto* r = static_cast<Routing*>(arg);
-  if (s.waits.load(std::memory_order_seq_cst) & bit(r->sig)) {
-    wake(s);
-    return true;
-  }
-  if (s.mask.load(std::memory_order_seq_cst) & bit(r->sig)) return false;
-  wake(s);  // it takes it from the process's set at its next delivery point
-  ask_interrupt(s);
-  return true;
-}
-
-bool post_to_unblocked(SignalState& s, void* arg) {
-  auto* r = static_cast<Routing*>(arg);
-  if (&s == r->skip || (s.mask.load(std::memory_order_acquire) & bit(r->sig))) return false;
-  // First pass (a handler, interrupts on): a thread parked in the parking
-  // lot, whose wait is cut short to run it there at once.
-  if (r->parked_only) {
-    if (!s.parked_key.load(std::memory_order_seq_cst)) return false;
-    r->posted = true;
-    post_routed(s, r->sig, r->info);
-    ask_interrupt(s);
-    return true;
-  }
-  // Interrupting a fibre that blocks it: posted to this one, which runs it
-  // at its next delivery point. Interrupting no fibre of the program (an
-  // idle processor, one of loom's own threads): run here, at once, as a
-  // thread that blocks nothing would. A default action acts here either way.
-  r->posted = !r->by_default && r->skip;
-  if (r->posted) {
-    post_routed(s, r->sig, r->info);
-    ask_interrupt(s);  // blocked in a call loom does not see: hurried
-  }
-  return true;
-}
-
 // ---- the calls -----------------------------------------------------------------------------
 
 template <class F>
@@ -695,11 +452,9 @@ void before_fork() {
   forking_fibre.store(s != nullptr, std::memory_order_relaxed);
   if (s) forking_mask.store(s->mask.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
-// The child of a fork: every thread there is a kernel thread of glibc's
-// (the forking one included), whose mask is the kernel's; route leaves
-// each signal to the thread the kernel picked. The states copied from the
-// parent (waiters, parked fibres) name fibres the child does not have.
-std::atomic<bool> fork_child{false};
+// The child of a fork: route leaves each signal to the thread the kernel
+// picked (sigroute.cpp's fork_child), and the forking thread's kernel mask
+// is its fibre's.
 void in_child() {
   fork_child.store(true, std::memory_order_relaxed);
   if (!forking_fibre.load(std::memory_order_relaxed)) return;
@@ -859,39 +614,6 @@ bool send_to_self(int sig, int code, void* value) {
   return true;
 }
 
-}  // namespace
-
-bool route(int sig, const siginfo_t* si, bool by_default) noexcept {
-  if (synchronous(sig) || delivering(sig)) return false;
-  if (fork_child.load(std::memory_order_relaxed)) return false;  // the kernel's choice, with the kernel's masks
-  // The runtime's own (the stall detector's tgkill) and glibc's raise and
-  // abort: meant for this kernel thread.
-  // (Not those pending since before exec, which come as start-up unblocks
-  // them: a raise of the former image's.)
-  if (si && si->si_code == SI_TKILL && si->si_pid == ::getpid() && !tls_adopting) return false;
-  SignalState* cur = signal_state();
-  if (rt::Processor* p = rt::this_processor_at_entry(); !p || p->current() == &p->idle_fibre()) cur = nullptr;
-  Routing r{sig, info_of(si), by_default, cur, false};
-  if (thread_directed(sig) && cur) {
-    if (!(cur->mask.load(std::memory_order_acquire) & bit(sig))) return false;
-    post(*cur, sig, r.info);  // pending on the thread that caused it
-    return true;
-  }
-  if (waiters.load(std::memory_order_acquire) > 0 && any_signal_state(&post_to_waiter, &r)) return true;
-  if (cur && !(cur->mask.load(std::memory_order_acquire) & bit(sig))) return false;
-  if (!by_default && interrupts_on.load(std::memory_order_acquire)) {
-    r.parked_only = true;
-    if (any_signal_state(&post_to_unblocked, &r)) return true;
-    r.parked_only = false;
-  }
-  if (any_signal_state(&post_to_unblocked, &r)) return r.posted;  // else: the default action, here
-  post_process(sig, r.info);
-  any_signal_state(&claim_process_pending, &r);
-  return true;
-}
-
-namespace {
-
 // Under the bucket lock of key (null: the fibre resumed).
 bool on_parking(const void* key, const rt::Fibre* f) {
   SignalState* s = fibre_state();
@@ -957,60 +679,6 @@ void enable_interrupts() noexcept {
   rt::parking_lot::signal_hooks.parking.store(&on_parking, std::memory_order_release);
   rt::parking_lot::signal_hooks.io_waiting.store(&on_io_waiting, std::memory_order_release);
   interrupts_on.store(true, std::memory_order_release);
-}
-
-bool is_hurry(const siginfo_t& si) noexcept {
-  return si.si_code == kSiHurry && si.si_errno == kHurryErrno && si.si_pid == ::getpid();
-}
-
-bool hurried(int sig, siginfo_t* si, void* context) noexcept {
-  // run_here's own tgkill of sig merged with this one in the kernel (a
-  // standard signal is pending once): this is that delivery.
-  if (delivering(sig)) {
-    *si = *tls_delivering;
-    return true;
-  }
-#if defined(__x86_64__)
-  // The interrupted fibre, inside a handler too (a nested handler, as the
-  // kernel runs one: the kernel thread's mask, the handler's, let it in).
-  rt::Processor* p = rt::this_processor_at_entry();
-  if (!p || p->current() == &p->idle_fibre()) return false;
-  SignalState* s = signal_state();
-  if (!s || s != si->si_value.sival_ptr) return false;
-  if (!rt::in_signal_handler() && (s->mask.load(std::memory_order_acquire) & bit(sig))) return false;
-  // In a system call that blocked: the instruction after a `syscall` with
-  // EINTR, or the `syscall` itself to be restarted (bytes read only within
-  // the instruction's own page), made by the program or glibc, never by
-  // loom's code but for the program's own syscall(2).
-  const auto& regs = static_cast<const ucontext_t*>(context)->uc_mcontext.gregs;
-  const auto ip = static_cast<std::uintptr_t>(regs[REG_RIP]);
-  const auto* at = reinterpret_cast<const unsigned char*>(ip);
-  const bool interrupted = regs[REG_RAX] == -EINTR && (ip & 0xfff) >= 2 && at[-2] == 0x0f && at[-1] == 0x05;
-  const bool restarting = !interrupted && ((ip + 1) & 0xfff) != 0 && at[0] == 0x0f && at[1] == 0x05;
-  if (!(interrupted || restarting) || !program_call_site(interrupted ? ip - 2 : ip)) return false;
-  SignalInfo i;
-  if (!take(*s, sig, &i)) return false;  // a delivery point took it meanwhile
-  to_siginfo(sig, i, si);
-  return true;
-#else
-  (void)context;
-  return false;
-#endif
-}
-
-void discard_pending(int sig) noexcept {
-  if (sig <= 0 || sig > 64) return;
-  std::uint64_t b = bit(sig);
-  int e = *errno_slot();
-  if (queued(sig)) {
-    RtLocked l;
-    rt_queue[sig - 1].n = 0;
-    process_pending.fetch_and(~b, std::memory_order_acq_rel);
-  } else {
-    process_pending.fetch_and(~b, std::memory_order_acq_rel);
-  }
-  any_signal_state(&discard_one, &b);
-  *errno_slot() = e;
 }
 
 bool fibre_mask(std::uint64_t* out) noexcept {

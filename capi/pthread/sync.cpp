@@ -88,6 +88,8 @@
 #include "sync/parking_lot.hpp"
 #include "sync/wait.hpp"
 
+extern "C" int loom_pthread_mutex_lock(pthread_mutex_t* m);  // (below; nothrow.c's pthread_mutex_lock calls it)
+
 namespace loom::capi::pthread {
 
 namespace {
@@ -392,9 +394,14 @@ std::atomic<int>& cclock(pthread_cond_t* c) { return at<int>(c, 8); }
 // the waiter's last touch of the condvar, so destroy can wait for it.
 int cond_wait_foreign(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const timespec* abs);
 
+// A process-shared condvar's waiter (shared.cpp) lets the mutex go and takes
+// it back with the library's own calls, whatever the mutex: pthread_mutex_unlock,
+// and what nothrow.c's pthread_mutex_lock calls.
+const shared::MutexCalls kMutexCalls{&pthread_mutex_unlock, &loom_pthread_mutex_lock};
+
 int cond_wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock, const timespec* abs) {
   if (__builtin_expect(cclock(c).load(std::memory_order_relaxed) & shared::kCondShared, 0))
-    return shared::cond_wait(c, m, clock & ~shared::kCondShared, abs);
+    return shared::cond_wait(c, m, clock & ~shared::kCondShared, abs, kMutexCalls);
   int k = valid_kind(m);
   if (k < 0) return cond_wait_foreign(c, m, clock, abs);
   const void* self = nullptr;

@@ -699,9 +699,7 @@ __attribute__((constructor(110))) void register_fork_handler() {
 
 // Every thread the program creates gets its own thread-locals (sched/tls.hpp):
 // on from here, on main(), before the program's constructors run.
-__attribute__((constructor(111))) void enable_thread_locals() {
-  if (rt::tls::enable()) tell_glibc_checks();
-}
+__attribute__((constructor(111))) void enable_thread_locals() { rt::tls::enable(); }
 
 // ---- signals ----------------------------------------------------------------------------
 
@@ -1289,21 +1287,8 @@ __attribute__((visibility("default"))) extern const int loom_pthread_routes = 1;
 
 void pthread_kill_other_threads_np(void) {}  // a no-op in glibc too
 
-// ---- yield, fork ----------------------------------------------------------------------------
-
-int sched_yield(void) {
-  if (on_fibre() && !rt::in_signal_handler()) {  // a handler's yield is the kernel's
-    int r = loom_yield();
-    pthread_signal::deliver_pending();  // a delivery point (sigthread.cpp)
-    return r;
-  }
-  return rt::sys::sched_yield();
-}
-
-// <pthread.h> renames pthread_yield to sched_yield (glibc >= 2.34); binaries
-// built before that still call pthread_yield by name.
-int loom_pthread_yield_by_name(void) __asm__("pthread_yield");
-int loom_pthread_yield_by_name(void) { return sched_yield(); }
+// ---- fork ------------------------------------------------------------------------------------
+// (sched_yield and pthread_yield, a delivery point of signals: io.cpp.)
 
 // In glibc >= 2.34 the program's own pthread_atfork (from libc_nonshared.a)
 // calls __register_atfork itself; this definition serves the link route and

@@ -5,7 +5,7 @@
 // on top of the interrupted fibre (or of the scheduler itself). A fibre-
 // aware call made there would switch fibres inside the handler, with the
 // interrupted code half done below it. So libloom-pthread interposes
-// sigaction and signal (capi/pthread/signal.cpp) and runs each handler the
+// sigaction and signal (capi/pthread/signal.cpp, sigtable.cpp) and runs each handler the
 // program installs inside a trampoline that sets this mark for the
 // handler's length; the hooks by glibc's names (capi/pthread/io.cpp) and the
 // I/O wrapper (io/io.cpp) then treat the caller as a kernel thread that is
