@@ -782,12 +782,7 @@ int loom_pthread_kill_pid(pid_t pid, int sig) {
 int loom_pthread_sigqueue_pid(pid_t pid, int sig, const union sigval value) {
   if (pid == ::getpid() && send_to_self(sig, SI_QUEUE, value.sival_ptr)) return 0;
   siginfo_t si;
-  std::memset(&si, 0, sizeof si);
-  si.si_signo = sig;
-  si.si_code = SI_QUEUE;
-  si.si_pid = ::getpid();
-  si.si_uid = ::getuid();
-  si.si_value = value;
+  to_siginfo(sig, SignalInfo{SI_QUEUE, int(::getpid()), unsigned(::getuid()), value.sival_ptr}, &si);
   long r = rt::raw_syscall(SYS_rt_sigqueueinfo, pid, sig, reinterpret_cast<long>(&si), 0, 0, 0);
   if (r < 0) {
     *errno_slot() = int(-r);
