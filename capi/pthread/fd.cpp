@@ -228,12 +228,7 @@ int fcntl(int fd, int cmd, ...) {
   va_end(ap);
   return do_fcntl(fd, cmd, arg);
 }
-int fcntl64(int fd, int cmd, ...) {
-  va_list ap;
-  va_start(ap, cmd);
-  long arg = fcntl_arg(cmd, ap);
-  va_end(ap);
-  return do_fcntl(fd, cmd, arg);
-}
+// The same call by glibc's other name (a 64-bit off_t build's).
+int fcntl64(int fd, int cmd, ...) __attribute__((alias("fcntl")));
 
 }  // extern "C"
