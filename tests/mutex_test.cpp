@@ -290,7 +290,9 @@ TEST(Mutex, PolicyNames) {
 // unlocker cannot barge back in ahead of them.
 TEST(MutexBaton, WaitersAcquireInQueueOrder) {
   Watchdog dog;
-  Cluster c(1);
+  loom::SchedConfig strict;
+  strict.handoff_us = 0;  // no spare beside the one processor: strict order
+  Cluster c(1, strict);
   Mutex m(MutexPolicy::baton);
   const int n = 8, rounds = 3;
   std::vector<int> order;  // one processor: no data race
