@@ -12,11 +12,13 @@
 // the process goes to one thread that does not block it, a waiter in
 // sigwait's family first, or stays pending for the process until one
 // unblocks or waits for it; a standard signal is pending once per thread
-// and once for the process, a realtime one queues (kQueued of each), each
-// instance taken once, in order; SIGPIPE and SIGXFSZ stay with the thread
-// that caused them, and the synchronous signals (SIGSEGV...) are never
-// routed. What it does not: the kernel's RLIMIT_SIGPENDING (more than
-// kQueued of one realtime signal are dropped), and the choice among
+// and once for the process, a realtime one queues (a thread's instances
+// and the process's), each instance taken once, in order, a thread's own
+// first; SIGPIPE and SIGXFSZ stay with the thread that caused them, and the
+// synchronous signals (SIGSEGV...) are never routed. What it does not: the
+// kernel's RLIMIT_SIGPENDING counts per user and refuses the sender, where
+// loom's queue holds as many instances as that limit and drops beyond it
+// (sigqueue to this process from a fibre gets EAGAIN); and the choice among
 // threads that do not block a signal is loom's (interrupting the running
 // fibre first, then one parked in a wait), not the kernel's.
 //
@@ -26,6 +28,8 @@
 
 #include <semaphore.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -82,22 +86,6 @@ void post_process(int sig, const SignalInfo& i);
 
 }  // namespace
 
-void post(SignalState& s, int sig, const SignalInfo& i) {
-  // A realtime signal already pending for s: this instance queues for the
-  // process (a thread's pending set holds one of each), where s, which it
-  // was meant for, takes it at its next delivery point like the first.
-  // (Two posters at once may both find the bit clear: the second to set
-  // it queues its instance too, and the first's siginfo may be the one kept.)
-  bool queue = sig >= SIGRTMIN;
-  if (queue && (s.pending.load(std::memory_order_acquire) & bit(sig))) {
-    post_process(sig, i);
-  } else {
-    if (SignalInfo* a = s.info.load(std::memory_order_acquire)) a[sig - 1] = i;
-    if ((s.pending.fetch_or(bit(sig), std::memory_order_seq_cst) & bit(sig)) && queue) post_process(sig, i);
-  }
-  wake(s);
-}
-
 // ---- interrupts (sigthread.cpp, "interrupts") --------------------------------------------
 //
 // A handler due on a fibre parked in a wait runs there at once: the wait is
@@ -118,18 +106,39 @@ void ask_interrupt(SignalState& s) {
 
 namespace {
 
-// Realtime signals pending for the process queue, as the kernel queues
-// them: each instance is taken once, in the order they came (up to kQueued
-// of one signal; more are dropped, where the kernel's RLIMIT_SIGPENDING
-// would have refused the sender). One lock, taken with every signal blocked
-// on the kernel thread (route pushes from a handler), and the signal's bit
-// of process_pending set while its queue is not empty, all under the lock.
-constexpr int kQueued = 32;
+// Realtime signals queue, as the kernel queues them: each instance is
+// taken once, in the order it came, a thread's own before the process's
+// (the kernel's dequeue_signal: the thread's private queue, then the
+// shared one). One FIFO a signal, of instances sent to a thread (`to`)
+// and to the process (`to` null), in nodes of one pool sized by the
+// process's RLIMIT_SIGPENDING as it first queues (at least 1,024, at
+// most 2^20; mapped, touched only as used). Beyond that an instance is
+// dropped, where the kernel would have refused the sender with EAGAIN
+// (sigqueue to this process says so: queue_full). A thread's pending bit
+// of a realtime signal is set while an instance sent to it is queued, the
+// process's while one sent to the process is: both under the lock.
+//
+// (Before: a thread's pending set held one instance, the process queued 32.
+// A process-directed instance routed to a waiter went into the waiter's
+// one place ahead of older ones queued for the process, take() read the
+// siginfo after clearing the bit, and the 33rd was dropped: a sigwait
+// storm of 20,000 lost half and took 796 out of order.)
+//
+// One lock, taken with every signal blocked on the kernel thread (route
+// queues from a handler).
+constexpr std::uint32_t kNoItem = ~std::uint32_t(0);
+struct RtItem {
+  SignalInfo info;
+  SignalState* to;  // null: the process
+  std::uint32_t next;
+};
 struct RtQueue {
-  SignalInfo item[kQueued];
-  unsigned head = 0, n = 0;
+  std::uint32_t head = kNoItem, tail = kNoItem;
+  unsigned to_process = 0;  // of them, sent to the process
 };
 RtQueue rt_queue[64];
+RtItem* rt_pool = nullptr;  // mapped as the first instance queues
+std::uint32_t rt_capacity = 0, rt_used = 0, rt_free = kNoItem;
 std::atomic_flag rt_lock = ATOMIC_FLAG_INIT;
 bool queued(int sig) { return sig >= SIGRTMIN; }
 
@@ -151,6 +160,93 @@ class RtLocked {
   sigset_t saved_;
 };
 
+// Under the lock: a free node, or kNoItem when the pool is full (or cannot
+// be mapped). The pool: system calls only, from a handler too.
+std::uint32_t rt_alloc() {
+  if (!rt_pool) {
+    rlimit l{};
+    std::uint64_t n = ::syscall(SYS_prlimit64, 0, RLIMIT_SIGPENDING, nullptr, &l) == 0 ? l.rlim_cur : 0;
+    n = n < 1024 ? 1024 : n > (1u << 20) ? (1u << 20) : n;
+    void* m = reinterpret_cast<void*>(::syscall(SYS_mmap, nullptr, n * sizeof(RtItem), PROT_READ | PROT_WRITE,
+                                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+    if (m == MAP_FAILED) return kNoItem;
+    rt_pool = static_cast<RtItem*>(m);
+    rt_capacity = std::uint32_t(n);
+  }
+  if (rt_free != kNoItem) {
+    std::uint32_t k = rt_free;
+    rt_free = rt_pool[k].next;
+    return k;
+  }
+  return rt_used < rt_capacity ? rt_used++ : kNoItem;
+}
+
+// Under the lock: sig's instance for `to` (null: the process) queued;
+// false when the pool is full.
+bool rt_push(int sig, SignalState* to, const SignalInfo& i) {
+  std::uint32_t k = rt_alloc();
+  if (k == kNoItem) return false;
+  rt_pool[k] = RtItem{i, to, kNoItem};
+  RtQueue& q = rt_queue[sig - 1];
+  (q.tail == kNoItem ? q.head : rt_pool[q.tail].next) = k;
+  q.tail = k;
+  if (to) {
+    to->pending.fetch_or(bit(sig), std::memory_order_seq_cst);
+  } else {
+    ++q.to_process;
+    process_pending.fetch_or(bit(sig), std::memory_order_seq_cst);
+  }
+  return true;
+}
+
+// Under the lock: takes sig's first instance for `to` (null: the process)
+// out of the queue into *out, clearing the owner's pending bit if it was
+// its last.
+bool rt_pop(int sig, SignalState* to, SignalInfo* out) {
+  RtQueue& q = rt_queue[sig - 1];
+  std::uint32_t prev = kNoItem, k = q.head;
+  while (k != kNoItem && rt_pool[k].to != to) prev = k, k = rt_pool[k].next;
+  if (k == kNoItem) return false;
+  *out = rt_pool[k].info;
+  std::uint32_t next = rt_pool[k].next;
+  (prev == kNoItem ? q.head : rt_pool[prev].next) = next;
+  if (q.tail == k) q.tail = prev;
+  rt_pool[k].next = rt_free;
+  rt_free = k;
+  if (!to) {
+    if (--q.to_process == 0) process_pending.fetch_and(~bit(sig), std::memory_order_acq_rel);
+    return true;
+  }
+  while (next != kNoItem && rt_pool[next].to != to) next = rt_pool[next].next;
+  if (next == kNoItem) to->pending.fetch_and(~bit(sig), std::memory_order_acq_rel);
+  return true;
+}
+
+// Under the lock: drops sig's instances for `to` (null: all of them, the
+// process's and every thread's; the threads' bits are the caller's).
+void rt_drop(int sig, SignalState* to) {
+  RtQueue& q = rt_queue[sig - 1];
+  std::uint32_t prev = kNoItem, k = q.head;
+  while (k != kNoItem) {
+    std::uint32_t next = rt_pool[k].next;
+    if (!to || rt_pool[k].to == to) {
+      (prev == kNoItem ? q.head : rt_pool[prev].next) = next;
+      if (q.tail == k) q.tail = prev;
+      rt_pool[k].next = rt_free;
+      rt_free = k;
+    } else {
+      prev = k;
+    }
+    k = next;
+  }
+  if (!to) {
+    q.to_process = 0;
+    process_pending.fetch_and(~bit(sig), std::memory_order_acq_rel);
+  } else {
+    to->pending.fetch_and(~bit(sig), std::memory_order_acq_rel);
+  }
+}
+
 // sig pending for the process (signal context too).
 void post_process(int sig, const SignalInfo& i) {
   if (!queued(sig)) {
@@ -161,9 +257,7 @@ void post_process(int sig, const SignalInfo& i) {
   int e = *errno_slot();
   {
     RtLocked l;
-    RtQueue& q = rt_queue[sig - 1];
-    if (q.n < kQueued) q.item[(q.head + q.n++) % kQueued] = i;
-    process_pending.fetch_or(bit(sig), std::memory_order_seq_cst);
+    rt_push(sig, nullptr, i);
   }
   *errno_slot() = e;
 }
@@ -175,6 +269,21 @@ bool discard_one(SignalState& s, void* arg) {
 
 }  // namespace
 
+void post(SignalState& s, int sig, const SignalInfo& i) {
+  if (queued(sig)) {  // queued for s (rt_push sets its bit)
+    int e = *errno_slot();
+    {
+      RtLocked l;
+      rt_push(sig, &s, i);
+    }
+    *errno_slot() = e;
+  } else {
+    if (SignalInfo* a = s.info.load(std::memory_order_acquire)) a[sig - 1] = i;
+    s.pending.fetch_or(bit(sig), std::memory_order_seq_cst);
+  }
+  wake(s);
+}
+
 bool take_process(int sig, SignalInfo* out) {
   std::uint64_t b = bit(sig);
   if (!(process_pending.load(std::memory_order_acquire) & b)) return false;
@@ -184,16 +293,10 @@ bool take_process(int sig, SignalInfo* out) {
     return true;
   }
   int e = *errno_slot();
-  bool got = false;
+  bool got;
   {
     RtLocked l;
-    RtQueue& q = rt_queue[sig - 1];
-    if (q.n) {
-      *out = q.item[q.head];
-      q.head = (q.head + 1) % kQueued;
-      got = true;
-      if (--q.n == 0) process_pending.fetch_and(~b, std::memory_order_acq_rel);
-    }
+    got = rt_pop(sig, nullptr, out);
   }
   *errno_slot() = e;
   return got;
@@ -203,6 +306,17 @@ bool take_process(int sig, SignalInfo* out) {
 // if another taker won.
 bool take(SignalState& s, int sig, SignalInfo* out) {
   std::uint64_t b = bit(sig);
+  if (queued(sig)) {
+    if (!(pending_for(s) & b)) return false;
+    int e = *errno_slot();
+    bool got;
+    {
+      RtLocked l;
+      got = rt_pop(sig, &s, out) || rt_pop(sig, nullptr, out);
+    }
+    *errno_slot() = e;
+    return got;
+  }
   if (s.pending.fetch_and(~b, std::memory_order_acq_rel) & b) {
     s.routed.fetch_and(~b, std::memory_order_relaxed);
     SignalInfo* a = s.info.load(std::memory_order_acquire);
@@ -255,6 +369,31 @@ bool hand_back(int sig, const SignalInfo& i) {
   return any_signal_state(&claim_process_pending, &r);  // false: no thread takes it now
 }
 
+bool queue_full() {
+  int e = *errno_slot();
+  bool full;
+  {
+    RtLocked l;
+    full = rt_pool && rt_free == kNoItem && rt_used == rt_capacity;
+  }
+  *errno_slot() = e;
+  return full;
+}
+
+bool claim_queued(int sig) {
+  Routing r{sig, SignalInfo{}, false, nullptr, false};
+  return any_signal_state(&claim_process_pending, &r);
+}
+
+void drop_queued(SignalState& s, std::uint64_t sigs) {
+  int e = *errno_slot();
+  {
+    RtLocked l;
+    for (sigs &= ~(bit(SIGRTMIN) - 1); sigs; sigs &= sigs - 1) rt_drop(lowest(sigs), &s);
+  }
+  *errno_slot() = e;
+}
+
 namespace {
 
 // A process-directed signal posted to s by route. Against s's end
@@ -262,6 +401,11 @@ namespace {
 // the bit, then reads `ended` (both sequentially consistent), so a signal
 // posted as s ends is taken back by one of the two, never lost with it.
 void post_routed(SignalState& s, int sig, const SignalInfo& i) {
+  if (queued(sig)) {  // stays the process's, behind older instances: s is woken to take it
+    post_process(sig, i);
+    wake(s);
+    return;
+  }
   std::uint64_t b = bit(sig);
   s.routed.fetch_or(b, std::memory_order_relaxed);
   post(s, sig, i);
@@ -394,8 +538,7 @@ void discard_pending(int sig) noexcept {
   int e = *errno_slot();
   if (queued(sig)) {
     RtLocked l;
-    rt_queue[sig - 1].n = 0;
-    process_pending.fetch_and(~b, std::memory_order_acq_rel);
+    rt_drop(sig, nullptr);
   } else {
     process_pending.fetch_and(~b, std::memory_order_acq_rel);
   }

@@ -54,7 +54,9 @@ void post(SignalState& s, int sig, const SignalInfo& i);
 void ask_interrupt(SignalState& s);
 
 // Takes sig out of s's pending set, or the process's (take_process: the
-// process's only): its info, or false if another taker won.
+// process's only): its info, or false if another taker won. A realtime
+// signal's instances come one at a time, s's own first, each in the order
+// it was sent.
 bool take(SignalState& s, int sig, SignalInfo* out);
 bool take_process(int sig, SignalInfo* out);
 // What is pending for s: its own and the process's.
@@ -74,5 +76,14 @@ struct Routing {
 // sig, pending for the process, goes back there (a thread it was routed to
 // ended without taking it): false when no thread takes it now.
 bool hand_back(int sig, const SignalInfo& i);
+// Every realtime instance loom can hold is queued: a sigqueue to this
+// process gets EAGAIN, as the kernel's at RLIMIT_SIGPENDING.
+bool queue_full();
+// A thread that can take realtime sig, queued for the process, is woken
+// to (a thread ended that route had woken for it): false when none can now.
+bool claim_queued(int sig);
+// The realtime instances of `sigs` queued for s dropped (s ended: what was
+// sent to a thread ends with it, as on glibc).
+void drop_queued(SignalState& s, std::uint64_t sigs);
 
 }  // namespace loom::capi::pthread_signal

@@ -41,7 +41,7 @@
 //    pending for the process, then looks at every thread's wait set and
 //    mask again; a waiter publishes its set, then reads the pending sets
 //    (a sequentially consistent pair). Realtime signals pending for the
-//    process queue (kQueued of each), each instance taken once.
+//    process and a thread queue, each instance taken once, in order.
 //  - interrupts: once the program installs a handler, a handler due on a
 //    fibre parked in the parking lot (mutex, condvar, rwlock, barrier,
 //    semaphore, futex) runs on it at once: a kernel thread of this file's
@@ -476,9 +476,15 @@ void thread_ended(SignalState& s) {
   std::uint64_t p = s.pending.exchange(0, std::memory_order_seq_cst);
   std::uint64_t back = p & s.routed.exchange(0, std::memory_order_acq_rel);
   SignalInfo* a = s.info.load(std::memory_order_acquire);
-  for (; back; back &= back - 1) {
+  drop_queued(s, p);
+  // A realtime signal route woke this thread for stays queued for the
+  // process: another thread is woken for it, as for those handed back.
+  std::uint64_t queued_for_process = pending_for(s) & ~(bit(SIGRTMIN) - 1) & ~was;
+  for (back |= queued_for_process; back; back &= back - 1) {
     int sig = lowest(back);
-    if (hand_back(sig, a ? a[sig - 1] : info_of(nullptr)) || !own || (was & bit(sig))) continue;
+    bool taken = (queued_for_process & bit(sig)) ? claim_queued(sig)
+                                                 : hand_back(sig, a ? a[sig - 1] : info_of(nullptr));
+    if (taken || !own || (was & bit(sig))) continue;
     // No other thread can take it now: it runs here, where glibc's kernel
     // would have run it (the thread computed without a delivery point).
     SignalInfo i;
@@ -780,6 +786,10 @@ int loom_pthread_kill_pid(pid_t pid, int sig) {
 }
 
 int loom_pthread_sigqueue_pid(pid_t pid, int sig, const union sigval value) {
+  if (pid == ::getpid() && sig >= SIGRTMIN && sig <= SIGRTMAX && queue_full()) {
+    *errno_slot() = EAGAIN;
+    return -1;
+  }
   if (pid == ::getpid() && send_to_self(sig, SI_QUEUE, value.sival_ptr)) return 0;
   siginfo_t si;
   to_siginfo(sig, SignalInfo{SI_QUEUE, int(::getpid()), unsigned(::getuid()), value.sival_ptr}, &si);

@@ -31,6 +31,11 @@
 //               sigwait, its handler never run; a handler that calls
 //               pthread_exit, run by raise or kill in the thread that sent
 //               it, ends that thread; a bad signal is EINVAL
+//   rtqueue     realtime instances queue as the kernel queues them: 300
+//               sigqueued to the process come back in order; 20,000 sent
+//               as fast as a sigwaitinfo loop takes them, all, in order,
+//               once each; a thread's own instances before the process's;
+//               a finished thread's own are gone with it
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -596,6 +601,114 @@ static int killself(void) {
   return 0;
 }
 
+// ---- rtqueue ----
+static sigset_t rt_set;
+static int rt_total;
+static int rt_got, rt_order_bad, rt_dups;
+static char* rt_seen;
+static void* rt_taker(void* a) {
+  (void)a;
+  int last = -1;
+  struct timespec limit = {10, 0};
+  while (rt_got < rt_total) {
+    siginfo_t si;
+    if (sigtimedwait(&rt_set, &si, &limit) < 0) break;
+    int v = si.si_value.sival_int;
+    if (v < 0 || v >= rt_total) continue;
+    rt_got++;
+    if (rt_seen[v]) rt_dups++;
+    rt_seen[v] = 1;
+    if (v != last + 1) rt_order_bad++;
+    last = v;
+  }
+  return NULL;
+}
+static pthread_t rt_main;
+static atomic_int rt_phase;
+static void* rt_own_then_process(void* a) {
+  (void)a;
+  while (atomic_load(&rt_phase) != 1) usleep(1000);
+  struct timespec z = {0, 0};
+  siginfo_t si;
+  char line[512];
+  int n = 0, k;
+  for (k = 0; k < 12 && sigtimedwait(&rt_set, &si, &z) > 0; k++)
+    n += snprintf(line + n, sizeof line - (size_t)n, " %d", si.si_value.sival_int);
+  printf("a thread takes, its own first:%s\n", line);
+  return NULL;
+}
+static void* rt_ends_with_own(void* a) {
+  (void)a;
+  while (atomic_load(&rt_phase) != 2) usleep(1000);
+  return NULL;
+}
+static int rtqueue(void) {
+  sigemptyset(&rt_set);
+  sigaddset(&rt_set, SIGRTMIN);
+  pthread_sigmask(SIG_BLOCK, &rt_set, NULL);
+  signal(SIGRTMIN, count);
+  // 300 to the process, every thread blocking it: all pending, in order.
+  int k, sent = 0, again = 0, bad = 0, got = 0;
+  for (k = 0; k < 300; k++) {
+    union sigval v = {.sival_int = k};
+    if (sigqueue(getpid(), SIGRTMIN, v) == 0) sent++;
+  }
+  struct timespec z = {0, 0};
+  siginfo_t si;
+  while (sigtimedwait(&rt_set, &si, &z) > 0) {
+    if (si.si_value.sival_int != got) bad++;
+    got++;
+  }
+  printf("300 queued: sent %d, taken %d, out of order %d\n", sent, got, bad);
+  // A storm: a thread takes them as main sends (EAGAIN: send again).
+  rt_total = 20000;
+  rt_seen = calloc((size_t)rt_total, 1);
+  pthread_t t;
+  pthread_create(&t, NULL, rt_taker, NULL);
+  for (k = 0; k < rt_total; k++) {
+    union sigval v = {.sival_int = k};
+    while (sigqueue(getpid(), SIGRTMIN, v) != 0) {
+      if (errno != EAGAIN) return 1;
+      again++;
+      sched_yield();
+    }
+  }
+  pthread_join(t, NULL);
+  int missing = 0;
+  for (k = 0; k < rt_total; k++) missing += !rt_seen[k];
+  printf("storm of %d: taken %d, missing %d, out of order %d, twice %d\n", rt_total, rt_got, missing,
+         rt_order_bad, rt_dups);
+  // A thread's own before the process's: 5 to the process, then 5 to it.
+  rt_main = pthread_self();
+  pthread_create(&t, NULL, rt_own_then_process, NULL);
+  for (k = 0; k < 5; k++) {
+    union sigval v = {.sival_int = k};
+    sigqueue(getpid(), SIGRTMIN, v);
+  }
+  for (k = 100; k < 105; k++) {
+    union sigval v = {.sival_int = k};
+    pthread_sigqueue(t, SIGRTMIN, v);
+  }
+  atomic_store(&rt_phase, 1);
+  pthread_join(t, NULL);
+  // A finished thread's own are gone; the process's stay.
+  pthread_create(&t, NULL, rt_ends_with_own, NULL);
+  for (k = 200; k < 203; k++) {
+    union sigval v = {.sival_int = k};
+    pthread_sigqueue(t, SIGRTMIN, v);
+  }
+  union sigval v = {.sival_int = 300};
+  sigqueue(getpid(), SIGRTMIN, v);
+  atomic_store(&rt_phase, 2);
+  pthread_join(t, NULL);
+  got = 0;
+  int last = -1;
+  while (sigtimedwait(&rt_set, &si, &z) > 0) got++, last = si.si_value.sival_int;
+  printf("after a thread ended with 3 of its own: %d left, value %d\n", got, last);
+  printf("handler ran %d\n", atomic_load(&handled));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   alarm(60);
@@ -615,6 +728,7 @@ int main(int argc, char** argv) {
   if (strcmp(c, "siginfo") == 0) return siginfo_case();
   if (strcmp(c, "names") == 0) return names();
   if (strcmp(c, "killself") == 0) return killself();
-  fprintf(stderr, "usage: signal_review killexited|flush|forksig|exitlost|inherit|siginfo|names|killself\n");
+  if (strcmp(c, "rtqueue") == 0) return rtqueue();
+  fprintf(stderr, "usage: signal_review killexited|flush|forksig|exitlost|inherit|siginfo|names|killself|rtqueue\n");
   return 2;
 }
