@@ -1,4 +1,4 @@
-/* capi/pthread/sigcalls.c — raise, kill and sigqueue by their glibc names,
+/* capi/pthread/sigcalls.c — raise, kill, killpg and sigqueue by their glibc names,
  * for the preload and link routes: what they do is sigthread.cpp's
  * (loom_pthread_raise, loom_pthread_kill_pid, loom_pthread_sigqueue_pid).
  *
@@ -10,6 +10,7 @@
  * passes these frames: a noexcept one ends it in std::terminate, a C one
  * lets it pass. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <signal.h>
 #include <sys/types.h>
 
@@ -20,5 +21,14 @@ int loom_pthread_sigqueue_pid(pid_t pid, int sig, const union sigval value);
 int raise(int sig) { return loom_pthread_raise(sig); }
 
 int kill(pid_t pid, int sig) { return loom_pthread_kill_pid(pid, sig); }
+
+/* glibc's killpg calls its own kill inside libc, past the preload. */
+int killpg(pid_t pgrp, int sig) {
+  if (pgrp < 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  return loom_pthread_kill_pid(-pgrp, sig);
+}
 
 int sigqueue(pid_t pid, int sig, const union sigval value) { return loom_pthread_sigqueue_pid(pid, sig, value); }

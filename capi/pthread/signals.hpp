@@ -65,6 +65,10 @@ bool restarts(int sig) noexcept;
 // program's disposition is SIG_DFL (a guarded signal).
 bool route(int sig, const siginfo_t* si, bool by_default) noexcept;
 
+// The trampoline is done with sig: routed elsewhere, or its handler
+// returned here (counted for routings(), sigroute.hpp).
+void routing_done(int sig) noexcept;
+
 // A signal the interrupter sent to the kernel thread running a fibre it is
 // due on, blocked in a system call loom does not see (sigthread.cpp,
 // "hurry"): its own siginfo, which no kernel or libc code makes.

@@ -464,6 +464,17 @@ bool post_to_unblocked(SignalState& s, void* arg) {
 
 }  // namespace
 
+namespace {
+
+std::atomic<unsigned> handled[65];  // a count per signal of the trampoline's calls, bumped as each ends
+
+}  // namespace
+
+unsigned routings(int sig) { return handled[sig].load(std::memory_order_acquire); }
+void routing_done(int sig) noexcept {
+  if (sig > 0 && sig <= 64) handled[sig].fetch_add(1, std::memory_order_release);
+}
+
 bool route(int sig, const siginfo_t* si, bool by_default) noexcept {
   if (synchronous(sig) || delivering(sig)) return false;
   if (fork_child.load(std::memory_order_relaxed)) return false;  // the kernel's choice, with the kernel's masks

@@ -62,6 +62,12 @@ bool take_process(int sig, SignalInfo* out);
 // What is pending for s: its own and the process's.
 std::uint64_t pending_for(const SignalState& s);
 
+// How many times the trampoline has ended for sig (acquire: what route
+// posted, and what a handler run there did, is visible once the count
+// moved): a kill the kernel sends to this process among others is waited
+// for by its sender (sigthread.cpp, await_routing).
+unsigned routings(int sig);
+
 // A signal on its way (route's walk over the threads; sigthread.cpp's
 // send_to_self probes with one).
 struct Routing {

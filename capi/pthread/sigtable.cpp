@@ -101,7 +101,19 @@ std::atomic<bool> guarded[_NSIG];  // guard(sig) was called: SIG_DFL is kept as 
 
 }  // namespace
 
+namespace {
+
+// Counts the trampoline's end for sig, whichever way it ends but a jump
+// out of the handler (a sender waiting for it gives up after its bound).
+struct DoneAtEnd {
+  int sig;
+  ~DoneAtEnd() { routing_done(sig); }
+};
+
+}  // namespace
+
 void trampoline(int sig, siginfo_t* si, void* context) {
+  DoneAtEnd done{sig};
   Slot::Value h = slots[sig].read();
   {
     int e = errno;

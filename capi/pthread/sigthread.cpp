@@ -86,6 +86,7 @@
 #include <cstring>
 
 #include "base/futex.hpp"
+#include "base/spinlock.hpp"
 #include "base/sys.hpp"
 #include "capi.hpp"
 #include "loom/loom.h"
@@ -775,13 +776,52 @@ int loom_pthread_raise(int sig) {
   return send(*s, sig, SignalInfo{SI_TKILL, int(::getpid()), unsigned(::getuid()), nullptr}, true);
 }
 
+// A kill that the kernel delivers to this process among others — to its
+// process group (kill(0), killpg), or to itself where send_to_self leaves
+// it to the kernel (SIGCONT; a caller that blocks it while another thread
+// does not) — for a signal the program handles, from a fibre: the kernel
+// hands it to a kernel thread of its choice, whose trampoline routes it (or
+// runs its handler there) a moment later. The sender waits for that
+// trampoline to end (its count for the signal moves; at most 20 ms: the
+// kernel may hold it, every kernel thread blocking it, or the handler may
+// jump out), then runs what is pending for it: so a handler due on the
+// sender has run when kill returns, as POSIX asks when the sender is the
+// only thread that does not block it (an outside review: kill(0) and
+// killpg ran it after the call).
+bool reaches_self(pid_t pid, int sig) {
+  if (sig <= 0 || sig >= NSIG || sig == 32 || sig == 33 || sig == SIGKILL || sig == SIGSTOP || synchronous(sig) ||
+      fork_child.load(std::memory_order_relaxed) || !fibre_state())
+    return false;
+  if (pid != 0 && pid != ::getpid() && !(pid < -1 && -pid == ::getpgrp())) return false;
+  return action_of(sig) == Action::handler;
+}
+
+void await_routing(int sig, unsigned seen) {
+  timespec start;
+  ::clock_gettime(CLOCK_MONOTONIC, &start);
+  for (unsigned spins = 0; routings(sig) == seen; ++spins) {
+    if (spins < 256) {
+      rt::cpu_relax();
+      continue;
+    }
+    timespec now;
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((now.tv_sec - start.tv_sec) * 1'000'000'000L + (now.tv_nsec - start.tv_nsec) > 20'000'000L) break;
+    ::syscall(SYS_sched_yield);
+  }
+  deliver_pending();
+}
+
 int loom_pthread_kill_pid(pid_t pid, int sig) {
   if (pid == ::getpid() && send_to_self(sig, SI_USER, nullptr)) return 0;
+  const bool wait = reaches_self(pid, sig);
+  const unsigned seen = wait ? routings(sig) : 0;
   long r = rt::raw_syscall(SYS_kill, pid, sig, 0, 0, 0, 0);
   if (r < 0) {
     *errno_slot() = int(-r);
     return -1;
   }
+  if (wait) await_routing(sig, seen);
   return 0;
 }
 

@@ -31,6 +31,11 @@
 //               sigwait, its handler never run; a handler that calls
 //               pthread_exit, run by raise or kill in the thread that sent
 //               it, ends that thread; a bad signal is EINVAL
+//   killgroup   kill(0), killpg(0), killpg(own group), kill(-own group),
+//               and kill(own pid) of a handled SIGCONT, from a worker, the
+//               one thread that does not block the signal: its handler has
+//               run when the call returns (300 rounds each; the case first
+//               makes the process a group of its own)
 //   rtqueue     realtime instances queue as the kernel queues them: 300
 //               sigqueued to the process come back in order; 20,000 sent
 //               as fast as a sigwaitinfo loop takes them, all, in order,
@@ -601,6 +606,50 @@ static int killself(void) {
   return 0;
 }
 
+// ---- killgroup ----
+static void* group_rounds(void* a) {
+  (void)a;
+  const char* how[] = {"kill(0)", "killpg(0)", "killpg(own group)", "kill(-own group)", "kill(own pid, SIGCONT)"};
+  for (int k = 0; k < 5; k++) {
+    int late = 0;
+    for (int i = 0; i < 300; i++) {
+      int before = self_got;
+      switch (k) {
+        case 0: kill(0, SIGUSR1); break;
+        case 1: killpg(0, SIGUSR1); break;
+        case 2: killpg(getpgrp(), SIGUSR1); break;
+        case 3: kill(-getpgrp(), SIGUSR1); break;
+        default: kill(getpid(), SIGCONT); break;
+      }
+      late += self_got == before;
+    }
+    printf("%s: handler not yet run on return: %d of 300\n", how[k], late);
+  }
+  return NULL;
+}
+static int killgroup(void) {
+  if (setpgid(0, 0) != 0) return 1;  // kill(0) reaches this process only
+  signal(SIGUSR1, on_self);
+  signal(SIGCONT, on_self);
+  sigset_t both;
+  sigemptyset(&both);
+  sigaddset(&both, SIGUSR1);
+  sigaddset(&both, SIGCONT);
+  pthread_sigmask(SIG_BLOCK, &both, NULL);
+  pthread_attr_t unblocked;
+  pthread_attr_init(&unblocked);
+  sigset_t none;
+  sigemptyset(&none);
+  pthread_attr_setsigmask_np(&unblocked, &none);
+  pthread_t w;
+  pthread_create(&w, &unblocked, group_rounds, NULL);
+  pthread_join(w, NULL);
+  errno = 0;
+  int r = killpg(-1, SIGUSR1);
+  printf("killpg(-1): %d %s\n", r, r ? strerror(errno) : "");
+  return 0;
+}
+
 // ---- rtqueue ----
 static sigset_t rt_set;
 static int rt_total;
@@ -729,6 +778,7 @@ int main(int argc, char** argv) {
   if (strcmp(c, "names") == 0) return names();
   if (strcmp(c, "killself") == 0) return killself();
   if (strcmp(c, "rtqueue") == 0) return rtqueue();
-  fprintf(stderr, "usage: signal_review killexited|flush|forksig|exitlost|inherit|siginfo|names|killself|rtqueue\n");
+  if (strcmp(c, "killgroup") == 0) return killgroup();
+  fprintf(stderr, "usage: signal_review killexited|flush|forksig|exitlost|inherit|siginfo|names|killself|rtqueue|killgroup\n");
   return 2;
 }
