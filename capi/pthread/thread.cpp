@@ -635,6 +635,7 @@ void after_fork_in_child() {
   const pthread_t before = pthread_self();
   forked_child.store(true, std::memory_order_relaxed);
   if (rt::Processor* p = rt::tls_processor) rt::tls::forget_kernel_rseq(p->kernel_tcb());
+  rt::tls::forget_glibc_lists();
   keys_after_fork_in_child();  // the registry's lock may have been held by a processor at the fork
   keys_move_to_kernel_thread(rt::this_fibre_or_null());
   fork_self = before;  // while it is still the fibre that forked

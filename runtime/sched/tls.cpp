@@ -6,6 +6,7 @@
 #include <link.h>
 #include <bits/types/res_state.h>  // struct __res_state (resolv.h would rename p_type)
 #include <sys/auxv.h>
+#include <linux/futex.h>
 #include <sys/syscall.h>
 #include <signal.h>
 #include <unistd.h>
@@ -66,6 +67,11 @@ struct Contract {
   std::size_t static_align = 0;
   bool wrfsbase = false;
   void* main_tcb = nullptr;      // main()'s block: the initial kernel thread's, which glibc lists
+  // glibc's list of threads on stacks it did not allocate (GL(dl_stack_user)),
+  // and the lock of its stack lists (GL(dl_stack_cache_lock)): every block
+  // loom makes is linked there (see "On glibc's list", below); null: not.
+  void** user_list = nullptr;
+  int* list_lock = nullptr;
 };
 Contract g;
 
@@ -110,6 +116,102 @@ struct __res_state* res_of(void* tp) {
   char* lo = static_cast<char*>(tp) - (g.static_size - g.tcb_size);
   return reinterpret_cast<struct __res_state*>(align_down(lo - sizeof(struct __res_state), 64));
 }
+
+// ---- On glibc's list -------------------------------------------------------------------
+//
+// glibc walks its lists of threads when it must reach every thread's block:
+// a module loaded by dlopen whose TLS is static (initial-exec) has its
+// initial image copied into each listed block (_dl_init_static_tls), the
+// setuid family signals each listed thread, dlclose waits for each one
+// inside a symbol lookup (THREAD_GSCOPE_WAIT). A fibre's block is linked
+// on GL(dl_stack_user), the list of threads whose stacks glibc did not
+// allocate, as it is made, and unlinked as it is freed, under glibc's own
+// lock of those lists (a futex lock as glibc's lll_lock: 0 free, 1 held,
+// 2 held with waiters). Where the list lies comes from libthread_db's
+// descriptors (_thread_db_rtld_global__dl_stack_user: its offset in
+// _rtld_global), checked at enable by finding main()'s block on it; the
+// lock follows the list in struct rtld_global, after the cache list, its
+// size and the in-flight word (ldsodefs.h of glibc 2.36). For the setuid
+// family a fibre's block names a tid no kernel thread has (kFakeTidBase),
+// so glibc's signal to it fails and it is passed by, as an exited thread.
+// Not GL(dl_stack_used), which would also make a fibre's stack executable
+// for a module that asks for it: in a fork child glibc moves that list's
+// blocks into its stack cache, to reuse or unmap (left: tst-execstack).
+// A fork child resets the list (its own thread alone on the other), so
+// there nothing is unlinked again (forget_glibc_lists).
+void list_lock() noexcept {
+  int c = 0;
+  if (__atomic_compare_exchange_n(g.list_lock, &c, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return;
+  if (c != 2) c = __atomic_exchange_n(g.list_lock, 2, __ATOMIC_ACQUIRE);
+  while (c != 0) {
+    ::syscall(SYS_futex, g.list_lock, FUTEX_WAIT_PRIVATE, 2, nullptr, nullptr, 0);
+    c = __atomic_exchange_n(g.list_lock, 2, __ATOMIC_ACQUIRE);
+  }
+}
+void list_unlock() noexcept {
+  if (__atomic_exchange_n(g.list_lock, 0, __ATOMIC_RELEASE) > 1)
+    ::syscall(SYS_futex, g.list_lock, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+
+void link_block(void* tp) noexcept {
+  if (!g.user_list) return;
+  void** node = reinterpret_cast<void**>(static_cast<char*>(tp) + g.list_off);
+  void** head = g.user_list;
+  list_lock();
+  void** first = static_cast<void**>(head[0]);
+  node[0] = first;
+  node[1] = head;
+  first[1] = node;
+  __atomic_store_n(&head[0], static_cast<void*>(node), __ATOMIC_RELEASE);
+  list_unlock();
+}
+void unlink_block(void* tp) noexcept {
+  void** node = reinterpret_cast<void**>(static_cast<char*>(tp) + g.list_off);
+  if (!g.user_list || node[0] == node) return;
+  list_lock();
+  void** next = static_cast<void**>(node[0]);
+  void** prev = static_cast<void**>(node[1]);
+  next[1] = prev;
+  prev[0] = next;
+  node[0] = node;
+  node[1] = node;
+  list_unlock();
+}
+
+// Where glibc's list and lock lie, checked: main()'s block must be on the
+// list, every node's neighbours must point back, and the lock and the
+// in-flight word must read as an idle lock and no operation.
+void find_glibc_lists(void* main_tp) {
+  void* rtld = nullptr;
+  const std::uint32_t* used = nullptr;
+  const std::uint32_t* user = nullptr;
+  if (!env_bool("LOOM_TLS_LIST", true) || !find(rtld, "_rtld_global", "GLIBC_PRIVATE") ||
+      !find(used, "_thread_db_rtld_global__dl_stack_used", "GLIBC_PRIVATE") ||
+      !find(user, "_thread_db_rtld_global__dl_stack_user", "GLIBC_PRIVATE") || used[0] != 128 || user[0] != 128 ||
+      user[2] != used[2] + 16)
+    return;
+  auto** head = reinterpret_cast<void**>(static_cast<char*>(rtld) + user[2]);
+  char* after = reinterpret_cast<char*>(head) + 16;  // the cache list, its size, the in-flight word, the lock
+  auto* lock = reinterpret_cast<int*>(after + 16 + sizeof(std::size_t) + sizeof(std::uintptr_t));
+  const std::uintptr_t in_flight = *reinterpret_cast<std::uintptr_t*>(after + 16 + sizeof(std::size_t));
+  if (in_flight != 0 || *lock < 0 || *lock > 2) return;
+  void* main_node = static_cast<char*>(main_tp) + g.list_off;
+  bool found = false;
+  void** n = static_cast<void**>(head[0]);
+  for (int k = 0; n != head && k < 4096; ++k, n = static_cast<void**>(n[0])) {
+    if (static_cast<void**>(static_cast<void**>(n[0])[1]) != n) return;
+    found |= n == main_node;
+  }
+  if (!found || n != head) return;
+  g.user_list = head;
+  g.list_lock = lock;
+}
+
+}  // namespace
+
+void forget_glibc_lists() noexcept { g.user_list = nullptr; }
+
+namespace {
 
 void init_header(void* tp) {
   char* cur = static_cast<char*>(current());
@@ -336,6 +438,7 @@ void* make(char* top) {
   std::memset(static_cast<void*>(res), 0, sizeof *res);
   if (!g.allocate_tls(tp)) throw std::bad_alloc();
   init_header(tp);
+  link_block(tp);
   made.fetch_add(1, std::memory_order_relaxed);
   return tp;
 }
@@ -348,6 +451,7 @@ void destroy(void* tp) noexcept {
       pool_give(t);
     }
   }
+  unlink_block(tp);
   g.deallocate_tls(tp, false);
 }
 
@@ -382,6 +486,7 @@ void* make_home(Processor* p) {
   void* tp = g.allocate_tls(nullptr);
   if (!tp) throw std::bad_alloc();
   init_header(tp);
+  link_block(tp);
   // Its resolver state: glibc's global one, as in a block fresh from the
   // image (__resp starts as &_res); its ctype tables set up on it.
   with_installed(tp, p, [] { g.ctype_init(); });
@@ -494,6 +599,7 @@ bool enable() noexcept {
     return false;
   }
   g.stackblock_off = find_stackblock(tp);
+  find_glibc_lists(tp);
   g.wrfsbase = (getauxval(AT_HWCAP2) & 2) != 0;  // HWCAP2_FSGSBASE: the kernel allows wrfsbase
   {
     SpinGuard guard(pool_lock);

@@ -78,6 +78,10 @@ void thread_end(Fibre* self) noexcept;
 // (`kernel_tcb` its own block, Processor::kernel_tcb()): the kernel forgets
 // the rseq area registered there (see tls.cpp).
 void forget_kernel_rseq(void* kernel_tcb) noexcept;
+// In the child of a fork: glibc has reset its lists of threads, and the
+// blocks loom linked there are not on them any more (see tls.cpp, "On
+// glibc's list"): none is linked or unlinked from now on.
+void forget_glibc_lists() noexcept;
 // A block for a processor whose kernel thread's own block belongs to main()
 // (processor 0); made on that processor.
 void* make_home(Processor* p);
