@@ -567,12 +567,13 @@ static void* exits_in_handler(void* a) {
   return (void*)7;
 }
 
-static int killself(void) {
-  signal(SIGUSR1, on_self);
+// main blocks a and b; `rounds` runs on a worker that blocks nothing, the
+// one thread open to them.
+static void on_the_one_open_thread(int a, int b, void* (*rounds)(void*)) {
   sigset_t both;
   sigemptyset(&both);
-  sigaddset(&both, SIGUSR1);
-  sigaddset(&both, SIGRTMIN + 1);
+  sigaddset(&both, a);
+  sigaddset(&both, b);
   pthread_sigmask(SIG_BLOCK, &both, NULL);
   pthread_attr_t unblocked;
   pthread_attr_init(&unblocked);
@@ -580,8 +581,13 @@ static int killself(void) {
   sigemptyset(&none);
   pthread_attr_setsigmask_np(&unblocked, &none);
   pthread_t w;
-  pthread_create(&w, &unblocked, self_rounds, NULL);
+  pthread_create(&w, &unblocked, rounds, NULL);
   pthread_join(w, NULL);
+}
+
+static int killself(void) {
+  signal(SIGUSR1, on_self);
+  on_the_one_open_thread(SIGUSR1, SIGRTMIN + 1, self_rounds);
   signal(SIGUSR2, on_other);
   sigset_t s;
   sigemptyset(&s);
@@ -631,19 +637,7 @@ static int killgroup(void) {
   if (setpgid(0, 0) != 0) return 1;  // kill(0) reaches this process only
   signal(SIGUSR1, on_self);
   signal(SIGCONT, on_self);
-  sigset_t both;
-  sigemptyset(&both);
-  sigaddset(&both, SIGUSR1);
-  sigaddset(&both, SIGCONT);
-  pthread_sigmask(SIG_BLOCK, &both, NULL);
-  pthread_attr_t unblocked;
-  pthread_attr_init(&unblocked);
-  sigset_t none;
-  sigemptyset(&none);
-  pthread_attr_setsigmask_np(&unblocked, &none);
-  pthread_t w;
-  pthread_create(&w, &unblocked, group_rounds, NULL);
-  pthread_join(w, NULL);
+  on_the_one_open_thread(SIGUSR1, SIGCONT, group_rounds);
   errno = 0;
   int r = killpg(-1, SIGUSR1);
   printf("killpg(-1): %d %s\n", r, r ? strerror(errno) : "");
