@@ -275,6 +275,10 @@ struct SignalState {
   // Of `pending`, the signals routed here from the process (not sent to
   // this thread): what it did not take when it ends goes back to the process.
   std::atomic<std::uint64_t> routed{0};
+  // The realtime instances sent to this thread, queued (sigroute.cpp): the
+  // first and last node of signal 32 + k's list (node number + 1; 0: none),
+  // under the realtime lock.
+  std::uint32_t rt_head[33]{}, rt_tail[33]{};
 };
 // The mask the next thread the caller creates starts with, instead of the
 // caller's (pthread_attr_setsigmask_np): set just before loom_create, which

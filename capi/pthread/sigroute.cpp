@@ -38,6 +38,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <new>
 
 #include "base/futex.hpp"
 #include "capi.hpp"
@@ -109,14 +110,17 @@ namespace {
 // Realtime signals queue, as the kernel queues them: each instance is
 // taken once, in the order it came, a thread's own before the process's
 // (the kernel's dequeue_signal: the thread's private queue, then the
-// shared one). One FIFO a signal, of instances sent to a thread (`to`)
-// and to the process (`to` null), in nodes of one pool sized by the
-// process's RLIMIT_SIGPENDING as it first queues (at least 1,024, at
-// most 2^20; mapped, touched only as used). Beyond that an instance is
-// dropped, where the kernel would have refused the sender with EAGAIN
-// (sigqueue to this process says so: queue_full). A thread's pending bit
-// of a realtime signal is set while an instance sent to it is queued, the
-// process's while one sent to the process is: both under the lock.
+// shared one). A FIFO a signal for the process and one a signal for each
+// thread (SignalState::rt_head), of nodes from one pool sized by the
+// process's RLIMIT_SIGPENDING as it first queues (at least 1,024, at most
+// 2^20; mapped, touched only as used; a static pool of 1,024 where the
+// mapping fails). Beyond that an instance is dropped, where the kernel
+// would have refused the sender with EAGAIN (a sigqueue to this process
+// from a fibre gets EAGAIN: queue_failed). A thread's pending bit of a
+// realtime signal is set while an instance sent to it is queued, the
+// process's while one sent to the process is: both under the lock. An
+// instance sent to a thread that has ended is dropped under the lock, so
+// that none outlives drop_queued (the state is reused for the next thread).
 //
 // (Before: a thread's pending set held one instance, the process queued 32.
 // A process-directed instance routed to a waiter went into the waiter's
@@ -125,22 +129,28 @@ namespace {
 // storm of 20,000 lost half and took 796 out of order.)
 //
 // One lock, taken with every signal blocked on the kernel thread (route
-// queues from a handler).
-constexpr std::uint32_t kNoItem = ~std::uint32_t(0);
+// queues from a handler); a fork child starts with it free and the queues
+// empty (rt_after_fork).
+constexpr int kRtFirst = 32;  // the kernel's first realtime signal (glibc keeps 32 and 33)
 struct RtItem {
   SignalInfo info;
-  SignalState* to;  // null: the process
-  std::uint32_t next;
+  std::uint32_t next;  // node number + 1; 0: none
 };
-struct RtQueue {
-  std::uint32_t head = kNoItem, tail = kNoItem;
-  unsigned to_process = 0;  // of them, sent to the process
+struct RtList {
+  std::uint32_t* head;
+  std::uint32_t* tail;
 };
-RtQueue rt_queue[64];
+std::uint32_t process_head[33], process_tail[33];
+constexpr std::uint32_t kFallback = 1024;
+RtItem rt_fallback[kFallback];
 RtItem* rt_pool = nullptr;  // mapped as the first instance queues
-std::uint32_t rt_capacity = 0, rt_used = 0, rt_free = kNoItem;
+std::uint32_t rt_capacity = 0, rt_used = 0, rt_free = 0;
 std::atomic_flag rt_lock = ATOMIC_FLAG_INIT;
 bool queued(int sig) { return sig >= SIGRTMIN; }
+RtList list_of(int sig, SignalState* to) {
+  const int k = sig - kRtFirst;
+  return to ? RtList{&to->rt_head[k], &to->rt_tail[k]} : RtList{&process_head[k], &process_tail[k]};
+}
 
 class RtLocked {
  public:
@@ -160,91 +170,79 @@ class RtLocked {
   sigset_t saved_;
 };
 
-// Under the lock: a free node, or kNoItem when the pool is full (or cannot
-// be mapped). The pool: system calls only, from a handler too.
+// Under the lock: a free node's number + 1, or 0 when the pool is full.
+// The pool: system calls only, from a handler too.
 std::uint32_t rt_alloc() {
   if (!rt_pool) {
     rlimit l{};
     std::uint64_t n = ::syscall(SYS_prlimit64, 0, RLIMIT_SIGPENDING, nullptr, &l) == 0 ? l.rlim_cur : 0;
-    n = n < 1024 ? 1024 : n > (1u << 20) ? (1u << 20) : n;
-    void* m = reinterpret_cast<void*>(::syscall(SYS_mmap, nullptr, n * sizeof(RtItem), PROT_READ | PROT_WRITE,
-                                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
-    if (m == MAP_FAILED) return kNoItem;
+    n = n < kFallback ? kFallback : n > (1u << 20) ? (1u << 20) : n;
+    void* m = n == kFallback ? MAP_FAILED
+                             : reinterpret_cast<void*>(::syscall(SYS_mmap, nullptr, n * sizeof(RtItem),
+                                                                 PROT_READ | PROT_WRITE,
+                                                                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+    if (m == MAP_FAILED) m = rt_fallback, n = kFallback;  // (an address-space limit, say)
     rt_pool = static_cast<RtItem*>(m);
     rt_capacity = std::uint32_t(n);
   }
-  if (rt_free != kNoItem) {
+  if (rt_free) {
     std::uint32_t k = rt_free;
-    rt_free = rt_pool[k].next;
+    rt_free = rt_pool[k - 1].next;
     return k;
   }
-  return rt_used < rt_capacity ? rt_used++ : kNoItem;
+  return rt_used < rt_capacity ? ++rt_used : 0;
 }
 
-// Under the lock: sig's instance for `to` (null: the process) queued;
-// false when the pool is full.
+// Set when a push of this kernel thread's found the pool full (the
+// instance dropped): a sigqueue that queued through route reads it.
+thread_local bool tls_queue_failed __attribute__((tls_model("initial-exec"))) = false;
+
+// Under the lock: sig's instance for `to` (null: the process) queued, its
+// owner's bit set. Dropped (true) for a thread that has ended; false when
+// the pool is full.
 bool rt_push(int sig, SignalState* to, const SignalInfo& i) {
+  if (to && to->ended.load(std::memory_order_seq_cst)) return true;  // as the kernel's, gone with the thread
   std::uint32_t k = rt_alloc();
-  if (k == kNoItem) return false;
-  rt_pool[k] = RtItem{i, to, kNoItem};
-  RtQueue& q = rt_queue[sig - 1];
-  (q.tail == kNoItem ? q.head : rt_pool[q.tail].next) = k;
-  q.tail = k;
-  if (to) {
-    to->pending.fetch_or(bit(sig), std::memory_order_seq_cst);
-  } else {
-    ++q.to_process;
-    process_pending.fetch_or(bit(sig), std::memory_order_seq_cst);
+  if (!k) {
+    tls_queue_failed = true;
+    return false;
   }
+  rt_pool[k - 1] = RtItem{i, 0};
+  RtList l = list_of(sig, to);
+  (*l.tail ? rt_pool[*l.tail - 1].next : *l.head) = k;
+  *l.tail = k;
+  (to ? to->pending : process_pending).fetch_or(bit(sig), std::memory_order_seq_cst);
   return true;
 }
 
-// Under the lock: takes sig's first instance for `to` (null: the process)
-// out of the queue into *out, clearing the owner's pending bit if it was
-// its last.
+// Under the lock: sig's first instance for `to` (null: the process) into
+// *out, the owner's bit cleared with its last.
 bool rt_pop(int sig, SignalState* to, SignalInfo* out) {
-  RtQueue& q = rt_queue[sig - 1];
-  std::uint32_t prev = kNoItem, k = q.head;
-  while (k != kNoItem && rt_pool[k].to != to) prev = k, k = rt_pool[k].next;
-  if (k == kNoItem) return false;
-  *out = rt_pool[k].info;
-  std::uint32_t next = rt_pool[k].next;
-  (prev == kNoItem ? q.head : rt_pool[prev].next) = next;
-  if (q.tail == k) q.tail = prev;
-  rt_pool[k].next = rt_free;
-  rt_free = k;
-  if (!to) {
-    if (--q.to_process == 0) process_pending.fetch_and(~bit(sig), std::memory_order_acq_rel);
-    return true;
+  RtList l = list_of(sig, to);
+  std::uint32_t k = *l.head;
+  if (!k) return false;
+  *out = rt_pool[k - 1].info;
+  *l.head = rt_pool[k - 1].next;
+  if (!*l.head) {
+    *l.tail = 0;
+    (to ? to->pending : process_pending).fetch_and(~bit(sig), std::memory_order_acq_rel);
   }
-  while (next != kNoItem && rt_pool[next].to != to) next = rt_pool[next].next;
-  if (next == kNoItem) to->pending.fetch_and(~bit(sig), std::memory_order_acq_rel);
+  rt_pool[k - 1].next = rt_free;
+  rt_free = k;
   return true;
 }
 
-// Under the lock: drops sig's instances for `to` (null: all of them, the
-// process's and every thread's; the threads' bits are the caller's).
+// Under the lock: drops sig's instances for `to` (null: the process), its
+// bit cleared.
 void rt_drop(int sig, SignalState* to) {
-  RtQueue& q = rt_queue[sig - 1];
-  std::uint32_t prev = kNoItem, k = q.head;
-  while (k != kNoItem) {
-    std::uint32_t next = rt_pool[k].next;
-    if (!to || rt_pool[k].to == to) {
-      (prev == kNoItem ? q.head : rt_pool[prev].next) = next;
-      if (q.tail == k) q.tail = prev;
-      rt_pool[k].next = rt_free;
-      rt_free = k;
-    } else {
-      prev = k;
-    }
-    k = next;
+  RtList l = list_of(sig, to);
+  while (std::uint32_t k = *l.head) {
+    *l.head = rt_pool[k - 1].next;
+    rt_pool[k - 1].next = rt_free;
+    rt_free = k;
   }
-  if (!to) {
-    q.to_process = 0;
-    process_pending.fetch_and(~bit(sig), std::memory_order_acq_rel);
-  } else {
-    to->pending.fetch_and(~bit(sig), std::memory_order_acq_rel);
-  }
+  *l.tail = 0;
+  (to ? to->pending : process_pending).fetch_and(~bit(sig), std::memory_order_acq_rel);
 }
 
 // sig pending for the process (signal context too).
@@ -260,6 +258,11 @@ void post_process(int sig, const SignalInfo& i) {
     rt_push(sig, nullptr, i);
   }
   *errno_slot() = e;
+}
+
+bool drop_one(SignalState& s, void* arg) {  // under the realtime lock
+  rt_drop(*static_cast<int*>(arg), &s);
+  return false;  // on to the next
 }
 
 bool discard_one(SignalState& s, void* arg) {
@@ -326,6 +329,8 @@ bool take(SignalState& s, int sig, SignalInfo* out) {
   return take_process(sig, out);
 }
 
+std::uint64_t process_pending_now() { return process_pending.load(std::memory_order_seq_cst); }
+
 std::uint64_t pending_for(const SignalState& s) {
   return s.pending.load(std::memory_order_seq_cst) | process_pending.load(std::memory_order_seq_cst);
 }
@@ -374,10 +379,25 @@ bool queue_full() {
   bool full;
   {
     RtLocked l;
-    full = rt_pool && rt_free == kNoItem && rt_used == rt_capacity;
+    full = rt_pool && !rt_free && rt_used == rt_capacity;
   }
   *errno_slot() = e;
   return full;
+}
+
+bool queue_failed() {
+  bool failed = tls_queue_failed;
+  tls_queue_failed = false;
+  return failed;
+}
+
+void rt_after_fork() noexcept {
+  new (&rt_lock) std::atomic_flag();
+  rt_lock.clear();
+  for (int k = 0; k < 33; ++k) process_head[k] = process_tail[k] = 0;
+  process_pending.fetch_and(bit(kRtFirst) - 1, std::memory_order_relaxed);
+  rt_free = 0;
+  rt_used = 0;
 }
 
 bool claim_queued(int sig) {
@@ -404,6 +424,9 @@ void post_routed(SignalState& s, int sig, const SignalInfo& i) {
   if (queued(sig)) {  // stays the process's, behind older instances: s is woken to take it
     post_process(sig, i);
     wake(s);
+    // ... unless its wait ended meanwhile: the other half of ~WaitScope's
+    // pair (it clears `waits`, then reads the process's pending set).
+    if (!(s.waits.load(std::memory_order_seq_cst) & bit(sig))) claim_queued(sig);
     return;
   }
   std::uint64_t b = bit(sig);
@@ -550,6 +573,7 @@ void discard_pending(int sig) noexcept {
   if (queued(sig)) {
     RtLocked l;
     rt_drop(sig, nullptr);
+    any_signal_state(&drop_one, &sig);
   } else {
     process_pending.fetch_and(~b, std::memory_order_acq_rel);
   }

@@ -61,6 +61,8 @@ bool take(SignalState& s, int sig, SignalInfo* out);
 bool take_process(int sig, SignalInfo* out);
 // What is pending for s: its own and the process's.
 std::uint64_t pending_for(const SignalState& s);
+// What is pending for the process (sequentially consistent).
+std::uint64_t process_pending_now();
 
 // How many times the trampoline has ended for sig (acquire: what route
 // posted, and what a handler run there did, is visible once the count
@@ -82,9 +84,17 @@ struct Routing {
 // sig, pending for the process, goes back there (a thread it was routed to
 // ended without taking it): false when no thread takes it now.
 bool hand_back(int sig, const SignalInfo& i);
-// Every realtime instance loom can hold is queued: a sigqueue to this
-// process gets EAGAIN, as the kernel's at RLIMIT_SIGPENDING.
+// Whether a realtime instance this kernel thread queued since the last
+// call was dropped, the pool full (and clears it): a sigqueue to this
+// process that queued it gets EAGAIN, as the kernel's at RLIMIT_SIGPENDING.
+bool queue_failed();
+// Every node of the realtime queue in use: a sigqueue to this process that
+// goes through the kernel (not routed in the call) gets EAGAIN up front —
+// racy against other senders, which queue_failed is not.
 bool queue_full();
+// In a fork child: the realtime lock free, nothing queued (POSIX: the
+// child's pending set is empty).
+void rt_after_fork() noexcept;
 // A thread that can take realtime sig, queued for the process, is woken
 // to (a thread ended that route had woken for it): false when none can now.
 bool claim_queued(int sig);

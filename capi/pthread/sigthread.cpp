@@ -361,8 +361,16 @@ struct WaitScope {
     s.waits.store(w, std::memory_order_seq_cst);
   }
   ~WaitScope() {
-    s.waits.store(0, std::memory_order_release);
+    std::uint64_t w = s.waits.exchange(0, std::memory_order_seq_cst);
     waiters.fetch_sub(1, std::memory_order_acq_rel);
+    // A realtime instance route woke this thread for stays queued for the
+    // process (post_routed): if it is still there, another thread that
+    // waits for it or leaves it open is woken for it. The pair: this clears
+    // `waits`, then reads the process's set; post_routed queues, then reads
+    // `waits` (an outside review: a waiter whose short sigtimedwait had just
+    // ended was woken, and a second waiter slept on with it pending).
+    for (std::uint64_t q = process_pending_now() & w & ~(bit(SIGRTMIN) - 1); q; q &= q - 1)
+      claim_queued(lowest(q));
   }
 };
 
@@ -458,6 +466,7 @@ void before_fork() {
 // is its fibre's.
 void in_child() {
   fork_child.store(true, std::memory_order_relaxed);
+  rt_after_fork();
   if (!forking_fibre.load(std::memory_order_relaxed)) return;
   sigset_t k;
   to_set(forking_mask.load(std::memory_order_relaxed), &k);
@@ -477,7 +486,7 @@ void thread_ended(SignalState& s) {
   std::uint64_t p = s.pending.exchange(0, std::memory_order_seq_cst);
   std::uint64_t back = p & s.routed.exchange(0, std::memory_order_acq_rel);
   SignalInfo* a = s.info.load(std::memory_order_acquire);
-  drop_queued(s, p);
+  drop_queued(s, ~std::uint64_t(0));
   // A realtime signal route woke this thread for stays queued for the
   // process: another thread is woken for it, as for those handed back.
   std::uint64_t queued_for_process = pending_for(s) & ~(bit(SIGRTMIN) - 1) & ~was;
@@ -826,11 +835,18 @@ int loom_pthread_kill_pid(pid_t pid, int sig) {
 }
 
 int loom_pthread_sigqueue_pid(pid_t pid, int sig, const union sigval value) {
-  if (pid == ::getpid() && sig >= SIGRTMIN && sig <= SIGRTMAX && queue_full()) {
-    *errno_slot() = EAGAIN;
-    return -1;
+  if (pid == ::getpid()) {
+    queue_failed();  // (cleared)
+    if (send_to_self(sig, SI_QUEUE, value.sival_ptr)) {
+      if (!queue_failed()) return 0;
+      *errno_slot() = EAGAIN;  // the realtime queue is full: dropped, as the kernel refuses it
+      return -1;
+    }
+    if (sig >= SIGRTMIN && sig <= SIGRTMAX && queue_full()) {  // the trampoline would drop it
+      *errno_slot() = EAGAIN;
+      return -1;
+    }
   }
-  if (pid == ::getpid() && send_to_self(sig, SI_QUEUE, value.sival_ptr)) return 0;
   siginfo_t si;
   to_siginfo(sig, SignalInfo{SI_QUEUE, int(::getpid()), unsigned(::getuid()), value.sival_ptr}, &si);
   long r = rt::raw_syscall(SYS_rt_sigqueueinfo, pid, sig, reinterpret_cast<long>(&si), 0, 0, 0);

@@ -36,6 +36,12 @@
 //               one thread that does not block the signal: its handler has
 //               run when the call returns (300 rounds each; the case first
 //               makes the process a group of its own)
+//   rtwake      (review of the realtime queue) a process-directed instance
+//               wakes the thread waiting in sigwaitinfo for good when the
+//               other waiter's short sigtimedwait ends as it comes (20
+//               rounds); a fork child of a process whose threads queue a
+//               storm starts with nothing pending, and its own sigqueue to
+//               itself is taken (20 forks, none may hang)
 //   rtqueue     realtime instances queue as the kernel queues them: 300
 //               sigqueued to the process come back in order; 20,000 sent
 //               as fast as a sigwaitinfo loop takes them, all, in order,
@@ -644,8 +650,115 @@ static int killgroup(void) {
   return 0;
 }
 
+// ---- rtwake ----
+static sigset_t rt_set;  // SIGRTMIN (rtwake, rtqueue)
+static atomic_int wk_round, wk_done, wk_got, wk_stop;
+static void* wk_short(void* a) {
+  (void)a;
+  int seen = 0;
+  while (!atomic_load(&wk_stop)) {
+    int r = atomic_load(&wk_round);
+    if (r == seen) {
+      usleep(50);
+      continue;
+    }
+    seen = r;
+    struct timespec t = {0, 20000 + (r * 7919) % 200000};
+    siginfo_t si;
+    if (sigtimedwait(&rt_set, &si, &t) > 0) atomic_fetch_add(&wk_got, 1);
+    atomic_store(&wk_done, seen);
+  }
+  return NULL;
+}
+static void* wk_long(void* a) {
+  (void)a;
+  siginfo_t si;
+  for (;;) {
+    if (sigwaitinfo(&rt_set, &si) < 0) continue;
+    if (si.si_value.sival_int == -1) return NULL;
+    atomic_fetch_add(&wk_got, 1);
+  }
+}
+static void* wk_storm(void* a) {
+  (void)a;
+  siginfo_t si;
+  struct timespec z = {0, 0};
+  for (int k = 0; !atomic_load(&wk_stop); k++) {
+    union sigval v = {.sival_int = k};
+    sigqueue(getpid(), SIGRTMIN, v);
+    while (sigtimedwait(&rt_set, &si, &z) > 0) {
+    }
+  }
+  return NULL;
+}
+static int rtwake(void) {
+  sigemptyset(&rt_set);
+  sigaddset(&rt_set, SIGRTMIN);
+  pthread_sigmask(SIG_BLOCK, &rt_set, NULL);
+  pthread_t a, b;
+  pthread_create(&a, NULL, wk_short, NULL);
+  pthread_create(&b, NULL, wk_long, NULL);
+  usleep(100000);
+  int stalls = 0;
+  for (int k = 1; k <= 20; k++) {
+    int before = atomic_load(&wk_got);
+    atomic_store(&wk_round, k);
+    struct timespec d = {0, 20000 + (k * 104729) % 200000};
+    nanosleep(&d, NULL);
+    union sigval v = {.sival_int = k};
+    sigqueue(getpid(), SIGRTMIN, v);
+    int ms;
+    for (ms = 0; ms < 1000 && atomic_load(&wk_got) == before; ms++) usleep(1000);
+    if (atomic_load(&wk_got) == before) {
+      stalls++;
+      struct timespec z = {0, 0};
+      siginfo_t si;
+      sigtimedwait(&rt_set, &si, &z);  // take it, go on
+    }
+    while (atomic_load(&wk_done) != k) usleep(100);
+  }
+  atomic_store(&wk_stop, 1);
+  pthread_join(a, NULL);
+  union sigval end = {.sival_int = -1};
+  pthread_sigqueue(b, SIGRTMIN, end);
+  pthread_join(b, NULL);
+  printf("rounds where the waiter slept on with the instance pending: %d of 20\n", stalls);
+  // Forks while two threads queue and take a storm.
+  atomic_store(&wk_stop, 0);
+  pthread_t st[2];
+  for (int i = 0; i < 2; i++) pthread_create(&st[i], NULL, wk_storm, NULL);
+  int hung = 0, took = 0, empty = 0;
+  for (int f = 0; f < 20; f++) {
+    usleep(2000);
+    pid_t c = fork();
+    if (c == 0) {
+      alarm(5);
+      sigset_t p;
+      sigpending(&p);
+      int none = !sigismember(&p, SIGRTMIN);
+      union sigval v = {.sival_int = 4242};
+      siginfo_t si;
+      struct timespec z = {0, 0};
+      int got = sigqueue(getpid(), SIGRTMIN, v) == 0 && sigtimedwait(&rt_set, &si, &z) == SIGRTMIN &&
+                si.si_value.sival_int == 4242;
+      _exit(none * 2 + got);
+    }
+    int st_ = 0;
+    waitpid(c, &st_, 0);
+    if (!WIFEXITED(st_)) {
+      hung++;
+      continue;
+    }
+    took += WEXITSTATUS(st_) & 1;
+    empty += (WEXITSTATUS(st_) >> 1) & 1;
+  }
+  atomic_store(&wk_stop, 1);
+  for (int i = 0; i < 2; i++) pthread_join(st[i], NULL);
+  printf("20 forks amid a storm: hung %d, started with nothing pending %d, took their own %d\n", hung, empty, took);
+  return 0;
+}
+
 // ---- rtqueue ----
-static sigset_t rt_set;
 static int rt_total;
 static int rt_got, rt_order_bad, rt_dups;
 static char* rt_seen;
@@ -773,6 +886,7 @@ int main(int argc, char** argv) {
   if (strcmp(c, "killself") == 0) return killself();
   if (strcmp(c, "rtqueue") == 0) return rtqueue();
   if (strcmp(c, "killgroup") == 0) return killgroup();
-  fprintf(stderr, "usage: signal_review killexited|flush|forksig|exitlost|inherit|siginfo|names|killself|rtqueue|killgroup\n");
+  if (strcmp(c, "rtwake") == 0) return rtwake();
+  fprintf(stderr, "usage: signal_review killexited|flush|forksig|exitlost|inherit|siginfo|names|killself|rtqueue|killgroup|rtwake\n");
   return 2;
 }
