@@ -494,6 +494,14 @@ std::atomic<unsigned> handled[65];  // a count per signal of the trampoline's ca
 }  // namespace
 
 unsigned routings(int sig) { return handled[sig].load(std::memory_order_acquire); }
+
+namespace {
+std::atomic<SignalState*> kill_sender[65];  // awaiting_kill's
+}  // namespace
+
+void awaiting_kill(int sig, SignalState* expected, SignalState* now) {
+  kill_sender[sig].compare_exchange_strong(expected, now, std::memory_order_acq_rel);
+}
 void routing_done(int sig) noexcept {
   if (sig > 0 && sig <= 64) handled[sig].fetch_add(1, std::memory_order_release);
 }
@@ -516,6 +524,15 @@ bool route(int sig, const siginfo_t* si, bool by_default) noexcept {
   }
   if (waiters.load(std::memory_order_acquire) > 0 && any_signal_state(&post_to_waiter, &r)) return true;
   if (cur && !(cur->mask.load(std::memory_order_acquire) & bit(sig))) return false;
+  // No program thread runs here: a sender waiting in kill for it that
+  // leaves it open takes it (sigthread.cpp, await_routing).
+  if (!cur && !by_default) {
+    SignalState* w = kill_sender[sig].load(std::memory_order_acquire);
+    if (w && !(w->mask.load(std::memory_order_acquire) & bit(sig)) && !w->ended.load(std::memory_order_acquire)) {
+      post_routed(*w, sig, r.info);
+      return true;
+    }
+  }
   if (!by_default && interrupts_on.load(std::memory_order_acquire)) {
     r.parked_only = true;
     if (any_signal_state(&post_to_unblocked, &r)) return true;

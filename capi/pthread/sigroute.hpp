@@ -69,6 +69,10 @@ std::uint64_t process_pending_now();
 // moved): a kill the kernel sends to this process among others is waited
 // for by its sender (sigthread.cpp, await_routing).
 unsigned routings(int sig);
+// The sender of a kill to its own process group waits for sig (from
+// `expected` to `now`, null: none): route posts sig to it rather than run
+// it on an idle processor or a thread of loom's.
+void awaiting_kill(int sig, SignalState* expected, SignalState* now);
 
 // A signal on its way (route's walk over the threads; sigthread.cpp's
 // send_to_self probes with one).

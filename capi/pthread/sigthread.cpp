@@ -704,17 +704,22 @@ bool fibre_mask(std::uint64_t* out) noexcept {
   return true;
 }
 
-void deliver_pending() noexcept {
-  SignalState* s = fibre_state();
-  if (!s) return;
+// What is pending for s and open, run here. Not noexcept, unlike
+// deliver_pending: a handler it runs may end the thread (pthread_exit),
+// and the unwinding must pass (kill's await_routing).
+void run_pending(SignalState& s) {
   for (;;) {
-    std::uint64_t mask = s->mask.load(std::memory_order_acquire);
-    std::uint64_t ready = pending_for(*s) & ~mask;
+    std::uint64_t mask = s.mask.load(std::memory_order_acquire);
+    std::uint64_t ready = pending_for(s) & ~mask;
     if (__builtin_expect(ready == 0, 1)) return;
     int sig = lowest(ready);
     SignalInfo i;
-    if (take(*s, sig, &i)) run_here(sig, i);
+    if (take(s, sig, &i)) run_here(sig, i);
   }
+}
+
+void deliver_pending() noexcept {
+  if (SignalState* s = fibre_state()) run_pending(*s);
 }
 
 }  // namespace loom::capi::pthread_signal
@@ -793,7 +798,11 @@ int loom_pthread_raise(int sig) {
 // runs its handler there) a moment later. The sender waits for that
 // trampoline to end (its count for the signal moves; at most 20 ms: the
 // kernel may hold it, every kernel thread blocking it, or the handler may
-// jump out), then runs what is pending for it: so a handler due on the
+// jump out), then runs what is pending for it. Meanwhile it is the
+// signal's awaiting sender (awaiting_kill): a trampoline on an idle
+// processor or a thread of loom's posts it to the sender, where it would
+// have run it there, after the call (an outside review: a handler of
+// 100 ms outlasted the wait): so a handler due on the
 // sender has run when kill returns, as POSIX asks when the sender is the
 // only thread that does not block it (an outside review: kill(0) and
 // killpg ran it after the call).
@@ -805,7 +814,7 @@ bool reaches_self(pid_t pid, int sig) {
   return action_of(sig) == Action::handler;
 }
 
-void await_routing(int sig, unsigned seen) {
+void await_routing(SignalState& s, int sig, unsigned seen) {
   timespec start;
   ::clock_gettime(CLOCK_MONOTONIC, &start);
   for (unsigned spins = 0; routings(sig) == seen; ++spins) {
@@ -816,21 +825,24 @@ void await_routing(int sig, unsigned seen) {
     timespec now;
     ::clock_gettime(CLOCK_MONOTONIC, &now);
     if ((now.tv_sec - start.tv_sec) * 1'000'000'000L + (now.tv_nsec - start.tv_nsec) > 20'000'000L) break;
-    ::syscall(SYS_sched_yield);
+    rt::raw_syscall(SYS_sched_yield, 0, 0, 0, 0, 0, 0);
   }
-  deliver_pending();
+  awaiting_kill(sig, &s, nullptr);
+  run_pending(s);
 }
 
 int loom_pthread_kill_pid(pid_t pid, int sig) {
   if (pid == ::getpid() && send_to_self(sig, SI_USER, nullptr)) return 0;
-  const bool wait = reaches_self(pid, sig);
-  const unsigned seen = wait ? routings(sig) : 0;
+  SignalState* waiting = reaches_self(pid, sig) ? fibre_state() : nullptr;
+  const unsigned seen = waiting ? routings(sig) : 0;
+  if (waiting) awaiting_kill(sig, nullptr, waiting);
   long r = rt::raw_syscall(SYS_kill, pid, sig, 0, 0, 0, 0);
   if (r < 0) {
+    if (waiting) awaiting_kill(sig, waiting, nullptr);
     *errno_slot() = int(-r);
     return -1;
   }
-  if (wait) await_routing(sig, seen);
+  if (waiting) await_routing(*waiting, sig, seen);
   return 0;
 }
 

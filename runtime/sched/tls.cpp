@@ -20,6 +20,7 @@
 #include <new>
 #include <vector>
 
+#include "base/futex.hpp"
 #include "base/options.hpp"
 #include "base/spinlock.hpp"
 #include "sched/fibre.hpp"
@@ -127,7 +128,9 @@ struct __res_state* res_of(void* tp) {
 // on GL(dl_stack_user), the list of threads whose stacks glibc did not
 // allocate, as it is made, and unlinked as it is freed, under glibc's own
 // lock of those lists (a futex lock as glibc's lll_lock: 0 free, 1 held,
-// 2 held with waiters). Where the list lies comes from libthread_db's
+// 2 held with waiters; the kernel's futex, never loom's parking lot, which
+// glibc's unlock does not wake: an outside review's programs hung a thread
+// for good as it was made or ended while glibc held the lock). Where the list lies comes from libthread_db's
 // descriptors (_thread_db_rtld_global__dl_stack_user: its offset in
 // _rtld_global), checked at enable by finding main()'s block on it; the
 // lock follows the list in struct rtld_global, after the cache list, its
@@ -144,13 +147,13 @@ void list_lock() noexcept {
   if (__atomic_compare_exchange_n(g.list_lock, &c, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return;
   if (c != 2) c = __atomic_exchange_n(g.list_lock, 2, __ATOMIC_ACQUIRE);
   while (c != 0) {
-    ::syscall(SYS_futex, g.list_lock, FUTEX_WAIT_PRIVATE, 2, nullptr, nullptr, 0);
+    raw_syscall(SYS_futex, reinterpret_cast<long>(g.list_lock), FUTEX_WAIT_PRIVATE, 2, 0, 0, 0);
     c = __atomic_exchange_n(g.list_lock, 2, __ATOMIC_ACQUIRE);
   }
 }
 void list_unlock() noexcept {
   if (__atomic_exchange_n(g.list_lock, 0, __ATOMIC_RELEASE) > 1)
-    ::syscall(SYS_futex, g.list_lock, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+    raw_syscall(SYS_futex, reinterpret_cast<long>(g.list_lock), FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
 }
 
 void link_block(void* tp) noexcept {

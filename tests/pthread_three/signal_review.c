@@ -35,7 +35,9 @@
 //               and kill(own pid) of a handled SIGCONT, from a worker, the
 //               one thread that does not block the signal: its handler has
 //               run when the call returns (300 rounds each; the case first
-//               makes the process a group of its own)
+//               makes the process a group of its own); a 50 ms handler
+//               has ended, on the sender, when kill(0) returns; one that
+//               calls pthread_exit ends the sender inside kill(0)
 //   rtwake      (review of the realtime queue) a process-directed instance
 //               wakes the thread waiting in sigwaitinfo for good when the
 //               other waiter's short sigtimedwait ends as it comes (20
@@ -573,6 +575,20 @@ static void* exits_in_handler(void* a) {
   return (void*)7;
 }
 
+// fn on a new thread that blocks nothing, joined: its result.
+static void* open_thread(void* (*fn)(void*)) {
+  pthread_attr_t unblocked;
+  pthread_attr_init(&unblocked);
+  sigset_t none;
+  sigemptyset(&none);
+  pthread_attr_setsigmask_np(&unblocked, &none);
+  pthread_t w;
+  void* r = NULL;
+  pthread_create(&w, &unblocked, fn, NULL);
+  pthread_join(w, &r);
+  return r;
+}
+
 // main blocks a and b; `rounds` runs on a worker that blocks nothing, the
 // one thread open to them.
 static void on_the_one_open_thread(int a, int b, void* (*rounds)(void*)) {
@@ -581,14 +597,7 @@ static void on_the_one_open_thread(int a, int b, void* (*rounds)(void*)) {
   sigaddset(&both, a);
   sigaddset(&both, b);
   pthread_sigmask(SIG_BLOCK, &both, NULL);
-  pthread_attr_t unblocked;
-  pthread_attr_init(&unblocked);
-  sigset_t none;
-  sigemptyset(&none);
-  pthread_attr_setsigmask_np(&unblocked, &none);
-  pthread_t w;
-  pthread_create(&w, &unblocked, rounds, NULL);
-  pthread_join(w, NULL);
+  open_thread(rounds);
 }
 
 static int killself(void) {
@@ -639,11 +648,49 @@ static void* group_rounds(void* a) {
   }
   return NULL;
 }
+// (An outside review of the wait for the trampoline:) a handler that takes
+// long runs on the sender and has ended when kill(0) returns; one that
+// calls pthread_exit ends the sender inside kill(0).
+static pthread_t group_sender;
+static atomic_int slow_done, slow_elsewhere;
+static void slow_handler(int sig) {
+  (void)sig;
+  if (!pthread_equal(pthread_self(), group_sender)) slow_elsewhere++;
+  usleep(50000);
+  slow_done++;
+}
+static void exit_handler(int sig) {
+  (void)sig;
+  if (pthread_equal(pthread_self(), group_sender)) pthread_exit((void*)7);
+}
+static void* group_slow(void* a) {
+  (void)a;
+  group_sender = pthread_self();
+  int late = 0;
+  for (int i = 0; i < 5; i++) {
+    int before = slow_done;
+    kill(0, SIGUSR1);
+    late += slow_done == before;
+  }
+  return (void*)(long)late;
+}
+static void* group_exit(void* a) {
+  group_sender = pthread_self();
+  kill(0, SIGUSR1);
+  return a;
+}
+
 static int killgroup(void) {
   if (setpgid(0, 0) != 0) return 1;  // kill(0) reaches this process only
   signal(SIGUSR1, on_self);
   signal(SIGCONT, on_self);
   on_the_one_open_thread(SIGUSR1, SIGCONT, group_rounds);
+  signal(SIGUSR1, slow_handler);
+  long late = (long)open_thread(group_slow);
+  printf("kill(0) of a 50 ms handler: returned before it ended %ld of 5, ran elsewhere than the sender %d\n", late,
+         (int)slow_elsewhere);
+  signal(SIGUSR1, exit_handler);
+  printf("kill(0) whose handler calls pthread_exit: the sender's result %ld\n", (long)open_thread(group_exit));
   errno = 0;
   int r = killpg(-1, SIGUSR1);
   printf("killpg(-1): %d %s\n", r, r ? strerror(errno) : "");
