@@ -1,11 +1,12 @@
 // capi/pthread/signals.hpp — between libloom-pthread's signal files, from
 // the bottom up (each calls only those below it): sigroute.cpp, the
 // signal-context side of the per-thread signals (pending sets, posting,
-// route; sigroute.hpp has what only sigthread.cpp needs of it);
-// sigtable.cpp, the program's dispositions and the trampoline the kernel
-// calls; sigthread.cpp, the per-thread side (masks, waits, delivery,
+// route; sigroute.hpp has what only sigthread.cpp and sigexec.cpp need of
+// it); sigtable.cpp, the program's dispositions and the trampoline the
+// kernel calls; sigthread.cpp, the per-thread side (masks, waits, delivery,
 // pthread_kill); signal.cpp, sigaction and signal by glibc's names; and
-// sigexec.cpp, the mask handed to the kernel before exec and spawn.
+// sigexec.cpp, the mask (and, for exec, what is pending) handed to the
+// kernel before exec and spawn.
 // docs/DESIGN.md, "Signals and fibres", has the whole story.
 #pragma once
 

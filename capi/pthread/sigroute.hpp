@@ -1,6 +1,7 @@
 // capi/pthread/sigroute.hpp — what sigroute.cpp (the signal-context half of
 // the per-thread signals: pending sets, posting, route) gives sigthread.cpp
-// (the fibre's half: masks, waits, delivery on the calling fibre). Bit s-1
+// (the fibre's half: masks, waits, delivery on the calling fibre), and
+// sigexec.cpp (what is pending, handed to the kernel before an exec). Bit s-1
 // of a set is signal s (signals.hpp's bit).
 #pragma once
 
@@ -86,7 +87,8 @@ struct Routing {
 };
 
 // sig, pending for the process, goes back there (a thread it was routed to
-// ended without taking it): false when no thread takes it now.
+// ended without taking it; an exec that failed: sigexec.cpp): false when no
+// thread takes it now.
 bool hand_back(int sig, const SignalInfo& i);
 // Whether a realtime instance this kernel thread queued since the last
 // call was dropped, the pool full (and clears it): a sigqueue to this

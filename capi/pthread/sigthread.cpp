@@ -502,6 +502,32 @@ void thread_ended(SignalState& s) {
   }
 }
 
+// Realtime instances pending at exec (of `open`, about to be unblocked),
+// routed one by one in the order they came. Unblocked, the kernel would
+// deliver each pending instance of a guarded signal on top of the one
+// before (the guard's SA_NODEFER), and the innermost runs first: the
+// trampoline routed them last first (an exec'd image took 3, 2, 1 of
+// values sent 1, 2, 3). One that route leaves to this kernel thread goes
+// back to the kernel, for the unblock that follows, as before.
+void adopt_queued(std::uint64_t open) {
+  const int rtmin = SIGRTMIN;
+  std::uint64_t queued = 0;
+  for (std::uint64_t g = open; g; g &= g - 1)
+    if (lowest(g) >= rtmin && action_of(lowest(g)) != Action::ignore) queued |= bit(lowest(g));
+  const long pid = ::getpid(), tid = ::syscall(SYS_gettid);
+  while (queued) {
+    sigset_t q;
+    to_set(queued, &q);
+    siginfo_t si;
+    timespec zero{0, 0};
+    long sig = ::syscall(SYS_rt_sigtimedwait, &q, &si, &zero, _NSIG / 8);
+    if (sig <= 0) return;
+    if (route(int(sig), &si, true)) continue;
+    ::syscall(SYS_rt_tgsigqueueinfo, pid, tid, sig, &si);
+    queued &= ~bit(int(sig));  // (what is left of it comes with the unblock)
+  }
+}
+
 // Before the program runs: glibc's functions, main's record (with it
 // main's mask, the kernel thread's at start-up) so that a handler finds it,
 // and the fork handlers.
@@ -528,6 +554,7 @@ __attribute__((constructor)) void look_up_early() {
     sigset_t u;
     to_set(open, &u);
     tls_adopting = true;  // what was pending at exec comes now
+    adopt_queued(open);
     ::syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &u, nullptr, _NSIG / 8);
     tls_adopting = false;
   }

@@ -12,6 +12,13 @@
 //             SIGUSR1 blocked;
 //             posix_spawnattr_setsigmask still wins; system() gives its
 //             command the caller's mask too
+//   execpend  what is pending at exec stays pending in the new image: with
+//             SIGUSR1, SIGUSR2 and SIGRTMIN blocked, SIGUSR1 killed and two
+//             SIGRTMIN sigqueued to the process, SIGUSR2 and a third
+//             SIGRTMIN sent to the thread itself; the new image finds them
+//             pending and takes each (signo, code, value) in order. A
+//             failed exec (ENOENT: execve, execvp) first: the old image
+//             still has each once, nothing lost, nothing doubled
 //   queue     three queued instances of one realtime signal: sigwaitinfo
 //             takes one, two stay pending, in order of their values
 //   samask    a signal blocked by the handler's sa_mask is pending inside the
@@ -299,6 +306,73 @@ static int exec_case(void) {
   static char* chain[] = {"execv", "execl", "execve", "fexecve", NULL};
   pthread_create(&t, NULL, exec_from, chain);
   pthread_join(t, NULL);
+  return 1;
+}
+
+// ---- execpend: what is pending at exec stays pending in the new image ------------------------
+
+static void execpend_handler(int sig) { (void)sig; }
+
+static const char* code_name(int code) {
+  return code == SI_USER ? "SI_USER" : code == SI_TKILL ? "SI_TKILL" : code == SI_QUEUE ? "SI_QUEUE" : "other";
+}
+
+// Each signal of the case taken alone (zero timeout) until none is left:
+// what sigpending said, then signo, code, sender and value in order. (Not
+// pthread_kill's code: SI_TKILL for tgkill on most kernels, SI_USER on some.)
+static void execpend_take(const char* when) {
+  printf("execpend: %s: pending USR1 %d USR2 %d RTMIN %d\n", when, pending(SIGUSR1), pending(SIGUSR2),
+         pending(SIGRTMIN));
+  const int sigs[] = {SIGUSR1, SIGUSR2, SIGRTMIN};
+  const char* names[] = {"USR1", "USR2", "RTMIN"};
+  for (int k = 0; k < 3; ++k) {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, sigs[k]);
+    struct timespec zero = {0, 0};
+    siginfo_t si;
+    int n = 0;
+    while (n < 10 && sigtimedwait(&s, &si, &zero) == sigs[k]) {
+      ++n;
+      printf("execpend: %s: took %s %s, from us %d, value %d\n", when, names[k],
+             sigs[k] == SIGUSR2 ? "-" : code_name(si.si_code),
+             si.si_pid == getpid(), si.si_code == SI_QUEUE ? si.si_value.sival_int : 0);
+    }
+    printf("execpend: %s: %s taken %d, errno %s\n", when, names[k], n, errno == EAGAIN ? "EAGAIN" : "other");
+  }
+}
+
+static void execpend_send(void) {
+  kill(getpid(), SIGUSR1);
+  sigqueue(getpid(), SIGRTMIN, (union sigval){.sival_int = 1});
+  pthread_sigqueue(pthread_self(), SIGRTMIN, (union sigval){.sival_int = 2});
+  pthread_kill(pthread_self(), SIGUSR2);
+  sigqueue(getpid(), SIGRTMIN, (union sigval){.sival_int = 3});
+}
+
+static int execpend(void) {
+  int sigs[] = {SIGUSR1, SIGUSR2, SIGRTMIN};
+  for (int k = 0; k < 3; ++k) {
+    signal(sigs[k], execpend_handler);
+    block(SIG_BLOCK, sigs[k]);
+  }
+  // A failed exec: the process goes on with each signal still pending once.
+  execpend_send();
+  char* none[] = {"/nonexistent/loom-execpend", NULL};
+  int r = execve(none[0], none, environ);
+  printf("execpend: execve: %d %s\n", r, errno == ENOENT ? "ENOENT" : "other");
+  char* none_p[] = {"loom-execpend-no-such-program", NULL};
+  r = execvp(none_p[0], none_p);
+  printf("execpend: execvp: %d %s\n", r, errno == ENOENT ? "ENOENT" : "other");
+  execpend_take("after failed exec");
+  // Then for real: the new image takes them.
+  execpend_send();
+  printf("execpend: before exec: pending USR1 %d USR2 %d RTMIN %d\n", pending(SIGUSR1), pending(SIGUSR2),
+         pending(SIGRTMIN));
+  fflush(stdout);
+  char* argv[] = {(char*)self_path, "execpend-report", NULL};
+  execv(self_path, argv);
+  printf("execpend: exec failed\n");
   return 1;
 }
 
@@ -920,11 +994,16 @@ int main(int argc, char** argv) {
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc > 2 && strcmp(argv[1], "report") == 0) return report_mask(argv + 2);
+  if (argc > 1 && strcmp(argv[1], "execpend-report") == 0) {
+    execpend_take("after exec");
+    return 0;
+  }
   alarm(60);
   const char* c = argc > 1 ? argv[1] : "";
   if (strcmp(c, "lost") == 0) return lost(argc > 2 && strcmp(argv[2], "tgkill") == 0);
   if (strcmp(c, "hold") == 0) return hold();
   if (strcmp(c, "exec") == 0) return exec_case();
+  if (strcmp(c, "execpend") == 0) return execpend();
   if (strcmp(c, "queue") == 0) return queue();
   if (strcmp(c, "samask") == 0) return samask();
   if (strcmp(c, "storm") == 0) return storm();
@@ -937,6 +1016,6 @@ int main(int argc, char** argv) {
   if (strcmp(c, "altcancel") == 0) return altcancel();
   if (strcmp(c, "timeo") == 0) return timeo();
   if (strcmp(c, "unseen") == 0) return unseen();
-  fprintf(stderr, "usage: signal_cases lost [tgkill]|hold|exec|queue|samask|storm|eintr|attrmask|siginfo|ioeintr|altstack|leavemask|timeo|altcancel|unseen\n");
+  fprintf(stderr, "usage: signal_cases lost [tgkill]|hold|exec|execpend|queue|samask|storm|eintr|attrmask|siginfo|ioeintr|altstack|leavemask|timeo|altcancel|unseen\n");
   return 2;
 }
