@@ -138,7 +138,7 @@ constexpr std::uint64_t kUnblockable = (std::uint64_t(1) << (SIGKILL - 1)) | (st
 // pending set; a poster sets the pending bit, then asks (sigroute.cpp's
 // ask_interrupt, on interrupt_word): one of the two sees the other.
 bool on_parking(const void* key, const rt::Fibre* f);
-bool on_interrupted();
+rt::parking_lot::Handled on_interrupted();
 bool on_io_waiting(rt::WaitKind kind, const void* object);
 
 // ---- hurry: a handler due on a fibre blocked in a system call loom does not see ----------
@@ -648,19 +648,22 @@ bool on_io_waiting(rt::WaitKind kind, const void* object) {
   return true;
 }
 
-// deliver_pending's loop, telling whether the wait goes on.
-bool on_interrupted() {
+// deliver_pending's loop, telling what ran: the wait decides whether it
+// goes on (parking_lot::Interruptible; the io layer's, wait_and_retry).
+rt::parking_lot::Handled on_interrupted() {
+  using rt::parking_lot::Handled;
   SignalState* s = fibre_state();
-  if (!s) return true;
+  if (!s) return Handled::none;
   // parked_key stays: the wait most likely goes on, and a signal routed
   // meanwhile is better posted here than run on an idle processor.
-  bool go_on = true;
+  Handled ran = Handled::none;
   for (;;) {
     std::uint64_t ready = pending_for(*s) & ~s->mask.load(std::memory_order_acquire);
-    if (!ready) return go_on;
+    if (!ready) return ran;
     int sig = lowest(ready);
     SignalInfo i;
-    if (take(*s, sig, &i) && run_here(sig, i) && !restarts(sig)) go_on = false;
+    if (take(*s, sig, &i) && run_here(sig, i))
+      ran = restarts(sig) && ran != Handled::interrupt ? Handled::restart : Handled::interrupt;
   }
 }
 

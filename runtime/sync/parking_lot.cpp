@@ -284,10 +284,11 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
     if (r.result != ParkResult::Interrupted) return r;
     // The handlers due run here, on the fibre, no lock held; then the wait
     // goes on (validate again) unless the primitive can fail with EINTR
-    // and a handler without SA_RESTART ran.
+    // and a handler that ends it ran (Interruptible).
     auto h = signal_hooks.interrupted.load(std::memory_order_acquire);
-    bool go_on = !h || h();
-    if (!go_on && ops.interruptible) return r;
+    Handled ran = h ? h() : Handled::none;
+    if (ops.interruptible == Interruptible::always && ran != Handled::none) return r;
+    if (ops.interruptible == Interruptible::unless_restart && ran == Handled::interrupt) return r;
   }
 }
 
