@@ -44,9 +44,11 @@
 //    process queue (kQueued of each), each instance taken once.
 //  - interrupts: once the program installs a handler, a handler due on a
 //    fibre parked in the parking lot (mutex, condvar, rwlock, barrier,
-//    semaphore, futex) runs on it at once: a kernel thread of this file's
-//    cuts the wait short (parking_lot::interrupt); sem_wait then gives
-//    EINTR unless the handler has SA_RESTART, the others wait on. So does
+//    semaphore, futex, sleep) runs on it at once: a kernel thread of this
+//    file's cuts the wait short (parking_lot::interrupt); sem_wait then
+//    gives EINTR unless the handler has SA_RESTART, a sleep (nanosleep,
+//    clock_nanosleep, usleep, sleep, a poll with nothing to watch) gives
+//    EINTR whatever its flags, as the kernel's, the others wait on. So does
 //    one due on a fibre waiting on a descriptor or a poll set in the io
 //    layer (a blocking read, write, accept, connect..., poll, select,
 //    epoll_wait): its wait's word is posted (rt::wake_io_wait), and the call
@@ -126,10 +128,12 @@ constexpr std::uint64_t kUnblockable = (std::uint64_t(1) << (SIGKILL - 1)) | (st
 // ---- interrupts: a handler due on a fibre parked in the parking lot ----------------------
 //
 // A handler posted to a thread whose fibre waits in a mutex, a condition
-// variable, a barrier, a semaphore or a futex runs on that fibre at once:
-// its wait is cut short (parking_lot::interrupt), the handler runs there,
-// and the wait goes on, unseen by the primitive — except sem_wait's, which
-// ends with EINTR when the handler has no SA_RESTART, as glibc's does.
+// variable, a barrier, a semaphore, a futex or a sleep runs on that fibre
+// at once: its wait is cut short (parking_lot::interrupt), the handler runs
+// there, and the wait goes on, unseen by the primitive — except sem_wait's,
+// which ends with EINTR when the handler has no SA_RESTART, as glibc's
+// does, and a sleep's, which ends with EINTR in any case (the kernel never
+// restarts one: parking_lot::Interruptible::always).
 // The cut is made by a kernel thread of its own (started with the first
 // handler the program installs), woken through a futex word: a poster may
 // be a signal handler, and interrupt() takes a bucket lock and schedules a
