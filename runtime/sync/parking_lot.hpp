@@ -221,7 +221,8 @@ extern std::atomic<bool (*)()> kernel_cancel_due;
 //       then returns true if a handler is already due on it (the fibre
 //       then does not sleep: park runs `interrupted` and returns). Called
 //       again with a null key when the fibre resumes (no lock held),
-//       unless interrupt() woke it.
+//       unless interrupt() woke it — then only if the wait ends there
+//       (ParkResult::Interrupted), not when it goes on.
 //   interrupted()  runs on the fibre, outside any lock, when its wait was
 //       cut short for a handler: it runs the handlers due, and says what
 //       they were (Handled): park() then waits again or returns
