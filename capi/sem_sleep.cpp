@@ -26,26 +26,33 @@ Semaphore* sem_of(loom_sem_t* s) {
 
 // Sleeps until clock c reads abs or later. A sleep too long for a deadline
 // is made in long steps. A cancellation point: a pending request acts
-// before it and when it comes during it (rt::sleep_until_cancellable).
-void sleep_until(clockid_t c, const timespec& abs) {
+// before it and when it comes during it. False if a signal handler ran on
+// the fibre meanwhile (libloom-pthread's): the sleep ends there, EINTR for
+// the caller, as the kernel's (rt::sleep_until_interruptible).
+bool sleep_until(clockid_t c, const timespec& abs) {
   constexpr std::int64_t kStepNs = std::int64_t(86400) * 1000000000;
   cancel_point();
   while (!reached(c, abs)) {
     Deadline d = deadline_of(c, abs);
     if (d == kForever) d = rt::now_ns() + kStepNs;
-    if (rt::this_processor() && cancel_acts_here()) {
-      if (!rt::sleep_until_cancellable(d)) {
+    // (a request ends it unless cancellation is disabled, or acting)
+    switch (rt::sleep_until_interruptible(d, rt::this_processor() && cancel_acts_here())) {
+      case rt::SleepEnd::cancelled:
         cancel_point();
-        return;  // (not reached: the request acts)
-      }
-    } else {
-      rt::sleep_until_ns(d);  // (cancellation disabled, or acting: no request ends it)
+        return true;  // (not reached: the request acts)
+      case rt::SleepEnd::interrupted:
+        return false;
+      case rt::SleepEnd::reached:
+        break;
     }
   }
+  return true;
 }
 
-// Sleeps for rel on the monotonic clock (saturating: a huge rel is forever).
-void sleep_for(const timespec& rel) {
+// Sleeps for rel on the monotonic clock (saturating: a huge rel is
+// forever). False if a handler ended it (sleep_until), with what was left
+// of rel in *rem (if not null).
+bool sleep_for(const timespec& rel, timespec* rem = nullptr) {
   timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
   timespec abs{now.tv_sec + rel.tv_sec, now.tv_nsec + rel.tv_nsec};
@@ -54,7 +61,19 @@ void sleep_for(const timespec& rel) {
     abs.tv_nsec -= 1000000000;
   }
   if (rel.tv_sec > std::numeric_limits<time_t>::max() - now.tv_sec - 1) abs = {std::numeric_limits<time_t>::max(), 0};
-  sleep_until(CLOCK_MONOTONIC, abs);
+  if (sleep_until(CLOCK_MONOTONIC, abs)) return true;
+  if (rem) {
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    timespec left{abs.tv_sec - now.tv_sec, abs.tv_nsec - now.tv_nsec};
+    if (left.tv_nsec < 0) {
+      --left.tv_sec;
+      left.tv_nsec += 1000000000;
+    }
+    if (left.tv_sec < 0) left = {0, 0};
+    if (left.tv_sec > rel.tv_sec || (left.tv_sec == rel.tv_sec && left.tv_nsec > rel.tv_nsec)) left = rel;
+    *rem = left;
+  }
+  return false;
 }
 
 bool valid_clock(clockid_t c) {
@@ -146,28 +165,36 @@ int loom_sem_getvalue(loom_sem_t* s, int* value) {
 }
 
 // ---- sleeping -------------------------------------------------------------------------
+// A signal handler run on the fibre during a sleep (libloom-pthread's: the
+// C API alone runs none there) ends it with EINTR, as the kernel ends
+// nanosleep, SA_RESTART or not (sleep_until above).
 
 unsigned int loom_sleep(unsigned int seconds) {
   ErrnoKeeper k;
-  sleep_for(timespec{static_cast<time_t>(seconds), 0});
+  timespec left;
+  if (!sleep_for(timespec{static_cast<time_t>(seconds), 0}, &left)) {
+    k.done(EINTR);
+    return static_cast<unsigned>(left.tv_sec);  // the whole seconds left, as glibc's sleep
+  }
   k.done();
-  return 0;  // a fibre's sleep is never cut short by a signal
+  return 0;
 }
 
 int loom_usleep(unsigned int usec) {
   ErrnoKeeper k;
-  sleep_for(timespec{static_cast<time_t>(usec / 1000000), static_cast<long>(usec % 1000000) * 1000});
-  k.done();
-  return 0;
+  bool slept = sleep_for(timespec{static_cast<time_t>(usec / 1000000), static_cast<long>(usec % 1000000) * 1000});
+  k.done(slept ? 0 : EINTR);
+  return slept ? 0 : -1;
 }
 
 int loom_nanosleep(const struct timespec* req, struct timespec* rem) {
   if (!valid(req) || req->tv_sec < 0) return fail(EINVAL);
   ErrnoKeeper k;
-  sleep_for(*req);
-  k.done();
-  if (rem) *rem = timespec{0, 0};
-  return 0;
+  timespec left{0, 0};
+  bool slept = sleep_for(*req, &left);
+  k.done(slept ? 0 : EINTR);
+  if (rem) *rem = left;
+  return slept ? 0 : -1;
 }
 
 int loom_clock_nanosleep(clockid_t clock, int flags, const struct timespec* req, struct timespec* rem) {
@@ -175,13 +202,11 @@ int loom_clock_nanosleep(clockid_t clock, int flags, const struct timespec* req,
   if (!valid(req) || (flags & ~TIMER_ABSTIME)) return EINVAL;
   if (!(flags & TIMER_ABSTIME) && req->tv_sec < 0) return EINVAL;
   ErrnoKeeper k;
-  if (flags & TIMER_ABSTIME)
-    sleep_until(clock, *req);
-  else
-    sleep_for(*req);
+  timespec left{0, 0};
+  bool slept = (flags & TIMER_ABSTIME) ? sleep_until(clock, *req) : sleep_for(*req, &left);
   k.done();
-  if (rem && !(flags & TIMER_ABSTIME)) *rem = timespec{0, 0};
-  return 0;
+  if (rem && !(flags & TIMER_ABSTIME)) *rem = left;
+  return slept ? 0 : EINTR;
 }
 
 }  // extern "C"

@@ -285,6 +285,15 @@ R delivered(R r) {
   return r;
 }
 
+// A fibre's sleep, between two delivery points: before it, a handler
+// already due runs (and does not cut the sleep short); after it, one that
+// came as it ended. One that comes during it ends it (EINTR: loom.h).
+template <class F>
+auto slept(F call) -> decltype(call()) {
+  pthread_signal::deliver_pending();
+  return delivered(call());
+}
+
 // loom's send family adds MSG_NOSIGNAL (loom/io.hpp); a program that did
 // not ask for it gets what the kernel gives: EPIPE and a SIGPIPE to the
 // calling thread (raise, sigthread.cpp: per-thread mask and disposition).
@@ -538,26 +547,31 @@ int loom_pthread_yield_by_name(void) __asm__("pthread_yield");
 int loom_pthread_yield_by_name(void) { return sched_yield(); }
 
 // ---- sleeping ------------------------------------------------------------------------------
-// A fibre sleeps, its processor runs others; a fibre's sleep is never cut
-// short by a signal (loom.h). Anyone else sleeps in the kernel, as glibc.
+// A fibre sleeps, its processor runs others; a handler that runs on it
+// meanwhile (sigthread.cpp's interrupts) ends the sleep with EINTR, as the
+// kernel's (loom.h; capi/sem_sleep.cpp). A delivery point before the sleep
+// too: a handler already due (posted while the fibre computed, with no
+// delivery point) runs first, where the kernel would have run it, and
+// leaves the sleep whole; only one that comes during it cuts it short
+// (slept, above). Anyone else sleeps in the kernel, as glibc.
 
 int nanosleep(const struct timespec* req, struct timespec* rem) {
-  return fibre() ? delivered(loom_nanosleep(req, rem)) : k::nanosleep(req, rem);
+  return fibre() ? slept([&] { return loom_nanosleep(req, rem); }) : k::nanosleep(req, rem);
 }
 int clock_nanosleep(clockid_t clock, int flags, const struct timespec* req, struct timespec* rem) {
   // loom sleeps on the realtime and monotonic clocks; other clocks (boot
   // time, CPU time) sleep in the kernel even on a fibre.
   if (fibre() && (clock == CLOCK_REALTIME || clock == CLOCK_MONOTONIC))
-    return delivered(loom_clock_nanosleep(clock, flags, req, rem));
+    return slept([&] { return loom_clock_nanosleep(clock, flags, req, rem); });
   return k::clock_nanosleep(clock, flags, req, rem);
 }
 int usleep(useconds_t usec) {
-  if (fibre()) return delivered(loom_usleep(usec));
+  if (fibre()) return slept([&] { return loom_usleep(usec); });
   timespec t{time_t(usec / 1000000), long(usec % 1000000) * 1000};
   return k::nanosleep(&t, nullptr);
 }
 unsigned int sleep(unsigned int seconds) {
-  if (fibre()) return delivered(loom_sleep(seconds));
+  if (fibre()) return slept([&] { return loom_sleep(seconds); });
   int e = errno;
   timespec t{time_t(seconds), 0};
   if (k::nanosleep(&t, &t) < 0) return unsigned(t.tv_sec);  // interrupted: what is left, as glibc

@@ -44,9 +44,11 @@
 //    process and a thread queue, each instance taken once, in order.
 //  - interrupts: once the program installs a handler, a handler due on a
 //    fibre parked in the parking lot (mutex, condvar, rwlock, barrier,
-//    semaphore, futex) runs on it at once: a kernel thread of this file's
-//    cuts the wait short (parking_lot::interrupt); sem_wait then gives
-//    EINTR unless the handler has SA_RESTART, the others wait on. So does
+//    semaphore, futex, sleep) runs on it at once: a kernel thread of this
+//    file's cuts the wait short (parking_lot::interrupt); sem_wait then
+//    gives EINTR unless the handler has SA_RESTART, a sleep (nanosleep,
+//    clock_nanosleep, usleep, sleep, a poll with nothing to watch) gives
+//    EINTR whatever its flags, as the kernel's, the others wait on. So does
 //    one due on a fibre waiting on a descriptor or a poll set in the io
 //    layer (a blocking read, write, accept, connect..., poll, select,
 //    epoll_wait): its wait's word is posted (rt::wake_io_wait), and the call
@@ -127,10 +129,12 @@ constexpr std::uint64_t kUnblockable = (std::uint64_t(1) << (SIGKILL - 1)) | (st
 // ---- interrupts: a handler due on a fibre parked in the parking lot ----------------------
 //
 // A handler posted to a thread whose fibre waits in a mutex, a condition
-// variable, a barrier, a semaphore or a futex runs on that fibre at once:
-// its wait is cut short (parking_lot::interrupt), the handler runs there,
-// and the wait goes on, unseen by the primitive — except sem_wait's, which
-// ends with EINTR when the handler has no SA_RESTART, as glibc's does.
+// variable, a barrier, a semaphore, a futex or a sleep runs on that fibre
+// at once: its wait is cut short (parking_lot::interrupt), the handler runs
+// there, and the wait goes on, unseen by the primitive — except sem_wait's,
+// which ends with EINTR when the handler has no SA_RESTART, as glibc's
+// does, and a sleep's, which ends with EINTR in any case (the kernel never
+// restarts one: parking_lot::Interruptible::always).
 // The cut is made by a kernel thread of its own (started with the first
 // handler the program installs), woken through a futex word: a poster may
 // be a signal handler, and interrupt() takes a bucket lock and schedules a
@@ -139,7 +143,7 @@ constexpr std::uint64_t kUnblockable = (std::uint64_t(1) << (SIGKILL - 1)) | (st
 // pending set; a poster sets the pending bit, then asks (sigroute.cpp's
 // ask_interrupt, on interrupt_word): one of the two sees the other.
 bool on_parking(const void* key, const rt::Fibre* f);
-bool on_interrupted();
+rt::parking_lot::Handled on_interrupted();
 bool on_io_waiting(rt::WaitKind kind, const void* object);
 
 // ---- hurry: a handler due on a fibre blocked in a system call loom does not see ----------
@@ -691,19 +695,22 @@ bool on_io_waiting(rt::WaitKind kind, const void* object) {
   return true;
 }
 
-// deliver_pending's loop, telling whether the wait goes on.
-bool on_interrupted() {
+// deliver_pending's loop, telling what ran: the wait decides whether it
+// goes on (parking_lot::Interruptible; the io layer's, wait_and_retry).
+rt::parking_lot::Handled on_interrupted() {
+  using rt::parking_lot::Handled;
   SignalState* s = fibre_state();
-  if (!s) return true;
+  if (!s) return Handled::none;
   // parked_key stays: the wait most likely goes on, and a signal routed
   // meanwhile is better posted here than run on an idle processor.
-  bool go_on = true;
+  Handled ran = Handled::none;
   for (;;) {
     std::uint64_t ready = pending_for(*s) & ~s->mask.load(std::memory_order_acquire);
-    if (!ready) return go_on;
+    if (!ready) return ran;
     int sig = lowest(ready);
     SignalInfo i;
-    if (take(*s, sig, &i) && run_here(sig, i) && !restarts(sig)) go_on = false;
+    if (take(*s, sig, &i) && run_here(sig, i))
+      ran = restarts(sig) && ran != Handled::interrupt ? Handled::restart : Handled::interrupt;
   }
 }
 

@@ -903,7 +903,7 @@ int sem_wait_fibre(sem_t* s, clockid_t clock, const timespec* abs) {
   ops.ctx = s;
   ops.wait_kind = rt::WaitKind::semaphore;
   ops.cancellable = cancel_acts_here();  // sem_wait's caller acts on ECANCELED (cancel_point)
-  ops.interruptible = true;  // EINTR after a handler without SA_RESTART (sigthread.cpp)
+  ops.interruptible = pl::Interruptible::unless_restart;  // EINTR after a handler without SA_RESTART (sigthread.cpp)
   ops.validate = [](void* c) {
     std::uint64_t v = sdata(static_cast<sem_t*>(c)).load(std::memory_order_seq_cst);
     return std::uint32_t(v) == 0 && (v & kFibresParked);

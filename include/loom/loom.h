@@ -591,8 +591,15 @@ int loom_sem_post(loom_sem_t* sem);
 int loom_sem_getvalue(loom_sem_t* LOOM_RESTRICT sem, int* LOOM_RESTRICT value);
 
 /* ---- sleeping ---------------------------------------------------------------------------
- * The fibre sleeps; its processor runs others. Signals do not interrupt a
- * fibre's sleep, so loom_sleep returns 0, and *rem is set to zero.
+ * The fibre sleeps; its processor runs others. With libloom-pthread (which
+ * runs a program's signal handlers on its threads' fibres), a handler that
+ * runs on the fibre during its sleep ends it, SA_RESTART or not, as the
+ * kernel ends nanosleep: -1/EINTR with what was left in *rem (nanosleep,
+ * usleep), EINTR returned (clock_nanosleep; *rem for a relative sleep),
+ * the whole seconds left (sleep). A signal that runs no handler there
+ * (ignored, blocked by the thread) does not end it. Without
+ * libloom-pthread no signal interrupts a fibre's sleep: loom_sleep
+ * returns 0, and *rem is set to zero.
  * nanosleep: -1/EINVAL for tv_nsec outside [0, 1e9) or a negative tv_sec;
  * clock_nanosleep returns the error (EINVAL, ENOTSUP for clocks other than
  * CLOCK_REALTIME and CLOCK_MONOTONIC) and takes TIMER_ABSTIME. */

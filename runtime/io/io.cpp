@@ -386,7 +386,7 @@ long wait_and_retry(int fd, FdEntry& e, std::uint32_t gen, Side side, Op& op, De
     if (!handler_due) return r;
     if (!restartable) return -EINTR;
     auto interrupted = parking_lot::signal_hooks.interrupted.load(std::memory_order_acquire);
-    if (!interrupted || !interrupted()) return -EINTR;
+    if (!interrupted || interrupted() == parking_lot::Handled::interrupt) return -EINTR;
     // signal(7): a socket call with a timeout (SO_RCVTIMEO, SO_SNDTIMEO)
     // is never restarted.
     if ((side == kIn ? e.in : e.out).timeout_ns.load(std::memory_order_relaxed) != 0) return -EINTR;

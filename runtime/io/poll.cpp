@@ -42,8 +42,9 @@
 // Signal masks (ppoll, pselect, epoll_pwait). The kernel knows no fibre's
 // mask (libloom-pthread keeps one per thread: capi/pthread/sigthread.cpp):
 // signals go to whichever processor's kernel thread does not block them,
-// and a fibre's wait is never interrupted (loom invents no EINTR; under
-// libloom-pthread a handler sent to the fibre runs when the call returns).
+// and a fibre's wait ends with EINTR only for a handler that runs on it
+// (libloom-pthread's, through parking_lot::SignalHooks: io_waiting for a
+// set, the parking lot's for a poll with nothing to watch, a sleep).
 // The mask is passed to every look — the kernel applies it for that
 // zero-timeout call, so a signal the mask unblocks that is pending at a look
 // is delivered then and the call fails with EINTR, as the system's would —
@@ -287,8 +288,15 @@ long wait_many(Processor& p, Deadline d, Look&& look, Watch&& watch, Blocking&& 
     long r = look();
     if (r != 0) return r;
     if (d != kForever && now_ns() >= d) return 0;
-    if (set.empty()) {  // nothing to watch: a sleep (in day-long steps if forever)
-      if (!sleep_until_cancellable(d != kForever ? d : now_ns() + 86'400'000'000'000)) return -ECANCELED;
+    if (set.empty()) {  // nothing to watch: a sleep (in day-long steps if forever), which a handler ends
+      switch (sleep_until_interruptible(d != kForever ? d : now_ns() + 86'400'000'000'000, true)) {
+        case SleepEnd::cancelled:
+          return -ECANCELED;
+        case SleepEnd::interrupted:
+          return -EINTR;
+        case SleepEnd::reached:
+          break;
+      }
     } else if (int rc = set.wait(d); rc == ECANCELED || rc == EINTR) {  // else 0 or ETIMEDOUT: look either way
       return -rc;
     }

@@ -68,6 +68,15 @@ void request_cancel(Fibre* f) noexcept;
 bool sleep_until_cancellable(Deadline d);
 // A sleep no request ends: the runtime's own (retry loops, slices).
 void sleep_until_ns(Deadline d);
+// The program's sleep (the C API's nanosleep family, and a poll with
+// nothing to watch): until the monotonic deadline d; a cancellation point
+// when `cancellable`; and ended by a signal handler that runs on the fibre
+// during it (libloom-pthread's, through the parking lot's signal hooks),
+// SA_RESTART or not, as the kernel never restarts a sleep (signal(7)).
+// Without those hooks (no libloom-pthread, or no handler installed) it is
+// sleep_until_cancellable's, and costs no more.
+enum class SleepEnd { reached, cancelled, interrupted };
+SleepEnd sleep_until_interruptible(Deadline d, bool cancellable);
 
 // The io layer's part of request(), and of a signal handler due on a fibre
 // (sync/parking_lot.hpp, SignalHooks::io_waiting): wakes a fibre noted as

@@ -178,7 +178,7 @@ Parked park_once(const void* key, const ParkOps& ops, Deadline deadline) {
     // Resumed, perhaps on another processor: unparked, timed out and
     // already unqueued by timer_complete, cancelled (cancel below), or
     // interrupted (then it will most likely park again: the signal side
-    // still counts it parked).
+    // still counts it parked until park() says the wait is over).
     if (!w.interrupted)
       if (auto h = signal_hooks.parking.load(std::memory_order_relaxed)) h(nullptr, self);  // no longer parked
     int st = w.state.load(std::memory_order_acquire);
@@ -284,10 +284,18 @@ Parked park(const void* key, const ParkOps& ops, Deadline deadline) {
     if (r.result != ParkResult::Interrupted) return r;
     // The handlers due run here, on the fibre, no lock held; then the wait
     // goes on (validate again) unless the primitive can fail with EINTR
-    // and a handler without SA_RESTART ran.
+    // and a handler that ends it ran (Interruptible).
     auto h = signal_hooks.interrupted.load(std::memory_order_acquire);
-    bool go_on = !h || h();
-    if (!go_on && ops.interruptible) return r;
+    Handled ran = h ? h() : Handled::none;
+    if ((ops.interruptible == Interruptible::always && ran != Handled::none) ||
+        (ops.interruptible == Interruptible::unless_restart && ran == Handled::interrupt)) {
+      // Over (EINTR): no longer parked for the signal side, which would
+      // otherwise post a handler routed to the fibre now for its next
+      // delivery point, as to a fibre still waiting. (Only a fibre's park
+      // is interrupted.)
+      if (auto p = signal_hooks.parking.load(std::memory_order_relaxed)) p(nullptr, this_processor()->current());
+      return r;
+    }
   }
 }
 

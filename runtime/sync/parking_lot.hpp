@@ -106,8 +106,9 @@ using ParkToken = std::uintptr_t;
 // request for its fibre was pending when it came or woke it (sched/cancel.hpp).
 // Interrupted: interrupt() ended the wait of a waiter that parked with
 // ParkOps::interruptible for a signal handler, which ran on it before park
-// returned, and had no SA_RESTART. Any other interrupted wait goes on (park
-// validates again) once the handler ran: the primitive never sees it.
+// returned (and, unless_restart, had no SA_RESTART). Any other interrupted
+// wait goes on (park validates again) once the handler ran: the primitive
+// never sees it.
 enum class ParkResult { Unparked, Invalid, TimedOut, Cancelled, Interrupted };
 
 struct Parked {
@@ -122,6 +123,19 @@ struct UnparkResult {
 };
 
 namespace parking_lot {
+
+// Whether a handler run on a parked fibre ends its wait (ParkOps::interruptible):
+//   no              never: the wait goes on, unseen (a mutex, a condition
+//                   variable: glibc's end with no EINTR either);
+//   unless_restart  unless every handler that ran had SA_RESTART (sem_wait);
+//   always          whenever a handler ran, SA_RESTART or not: a sleep, which
+//                   the kernel never restarts after a handler (signal(7)).
+// A signal that ran no handler (ignored, or blocked meanwhile) ends none.
+enum class Interruptible : unsigned char { no, unless_restart, always };
+
+// What the handlers run for an interrupted wait were (SignalHooks::
+// interrupted): none ran, every one had SA_RESTART, or one had not.
+enum class Handled : unsigned char { none, restart, interrupt };
 
 // validate runs under the bucket lock; timed_out (may be null) runs under the bucket lock after a timed-out
 // waiter left the queue, with `was_last` = no waiter on key with the same
@@ -138,9 +152,9 @@ struct ParkOps {
   // not wait (Cancelled), and one that waits is woken by the request
   // (cancel below). Kernel threads that are not fibres ignore it.
   bool cancellable = false;
-  // The primitive can fail with EINTR (sem_wait): a handler without
-  // SA_RESTART run by interrupt() ends the wait (ParkResult::Interrupted).
-  bool interruptible = false;
+  // The primitive can fail with EINTR (sem_wait, a sleep): a handler run by
+  // interrupt() ends the wait (ParkResult::Interrupted) as the enum says.
+  Interruptible interruptible = Interruptible::no;
 };
 
 // unpark_some's choice: the oldest `limit` waiters whose park token & mask.
@@ -207,22 +221,24 @@ extern std::atomic<bool (*)()> kernel_cancel_due;
 //       then returns true if a handler is already due on it (the fibre
 //       then does not sleep: park runs `interrupted` and returns). Called
 //       again with a null key when the fibre resumes (no lock held),
-//       unless interrupt() woke it.
+//       unless interrupt() woke it — then only if the wait ends there
+//       (ParkResult::Interrupted), not when it goes on.
 //   interrupted()  runs on the fibre, outside any lock, when its wait was
-//       cut short for a handler: it runs the handlers due, and returns true
-//       if an interruptible wait is to go on (every one had SA_RESTART).
+//       cut short for a handler: it runs the handlers due, and says what
+//       they were (Handled): park() then waits again or returns
+//       Interrupted, as the wait's ParkOps::interruptible says.
 //   io_waiting(kind, object)  the io layer's form of `parking`, for a
 //       fibre about to sleep on a descriptor or a poll set (runtime/io: the
 //       kind and object it noted, note_wait): the signal side notes them
 //       (a handler due later posts that wait's word: wake_io_wait), then
 //       returns true if a handler is already due (the call then does not
 //       sleep: it runs `interrupted` outside the descriptor's turn, and
-//       waits again or fails with EINTR; a poll-family call always fails
-//       with EINTR, as the kernel's). Called with WaitKind::none when the
-//       fibre wakes.
+//       waits again (Handled::none, restart) or fails with EINTR; a
+//       poll-family call always fails with EINTR, as the kernel's). Called
+//       with WaitKind::none when the fibre wakes.
 struct SignalHooks {
   std::atomic<bool (*)(const void* key, const Fibre* f)> parking{nullptr};
-  std::atomic<bool (*)()> interrupted{nullptr};
+  std::atomic<Handled (*)()> interrupted{nullptr};
   std::atomic<bool (*)(WaitKind kind, const void* object)> io_waiting{nullptr};
 };
 extern SignalHooks signal_hooks;

@@ -2,8 +2,11 @@
 // timed wait: a fibre parks (sync/parking_lot) on its own block's address,
 // which nobody unparks, so only its timer wakes it — or, for the C API's
 // sleeps (sleep_until_cancellable), a cancellation request
-// (sched/cancel.hpp). The runtime's own sleeps (pauses between looks) are
-// not cancellation points: they would spin once a request is pending.
+// (sched/cancel.hpp), and, for the program's (sleep_until_interruptible), a
+// signal handler that runs on it (parking_lot::interrupt: the wait parks
+// Interruptible::always). The runtime's own sleeps (pauses between looks)
+// are neither: they would spin once a request is pending, and a program's
+// handler has nothing to say to them.
 #include <time.h>
 
 #include <cerrno>
@@ -32,29 +35,40 @@ Deadline deadline_after(std::chrono::nanoseconds d) {
 namespace rt {
 
 namespace {
-// False: a cancellation request ended it (cancellable only).
+// Cancelled only if cancellable, interrupted only if interruptible (a
+// fibre's: a kernel thread sleeps on through its signals, as before).
 // With no deadline a cancellable sleep of a fibre lasts until a request
 // (this_fibre::sleep_until(time_point::max())); any other returns at once.
-bool sleep_parked(Deadline d, bool cancellable) {
+SleepEnd sleep_parked(Deadline d, bool cancellable, bool interruptible) {
   Processor* p = this_processor();
-  if (d == kForever ? !(cancellable && p) : now_ns() >= d) return true;
+  if (d == kForever ? !(cancellable && p) : now_ns() >= d) return SleepEnd::reached;
   if (p) {
     parking_lot::ParkOps ops;
     ops.wait_kind = WaitKind::sleep;
     ops.cancellable = cancellable;
-    return parking_lot::park(p->current(), ops, d).result != ParkResult::Cancelled;
+    if (interruptible) ops.interruptible = parking_lot::Interruptible::always;
+    switch (parking_lot::park(p->current(), ops, d).result) {
+      case ParkResult::Cancelled:
+        return SleepEnd::cancelled;
+      case ParkResult::Interrupted:
+        return SleepEnd::interrupted;
+      default:
+        return SleepEnd::reached;
+    }
   }
   timespec ts{time_t(d / 1000000000), long(d % 1000000000)};
   while (sys::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
   }
-  return true;
+  return SleepEnd::reached;
 }
 }  // namespace
 
 // Sleeps the caller until the monotonic deadline d.
-void sleep_until_ns(Deadline d) { sleep_parked(d, false); }
+void sleep_until_ns(Deadline d) { sleep_parked(d, false, false); }
 
-bool sleep_until_cancellable(Deadline d) { return sleep_parked(d, true); }
+bool sleep_until_cancellable(Deadline d) { return sleep_parked(d, true, false) != SleepEnd::cancelled; }
+
+SleepEnd sleep_until_interruptible(Deadline d, bool cancellable) { return sleep_parked(d, cancellable, true); }
 
 }  // namespace rt
 

@@ -49,8 +49,16 @@
 //               as fast as a sigwaitinfo loop takes them, all, in order,
 //               once each; a thread's own instances before the process's;
 //               a finished thread's own are gone with it
+//   sleepintr   a handler that runs on a sleeping thread ends its sleep at
+//               once, as the kernel ends it, SA_RESTART or not: nanosleep
+//               and usleep -1/EINTR, clock_nanosleep EINTR (relative and
+//               TIMER_ABSTIME), sleep the seconds left, poll with nothing
+//               to watch EINTR; what is left in *rem; sent by kill (every
+//               other thread blocks it) or pthread_kill. One ignored, or
+//               blocked by the sleeper, leaves the sleep whole
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -912,6 +920,151 @@ static int rtqueue(void) {
   return 0;
 }
 
+// ---- sleepintr: a handler ends a sleep -----------------------------------------------------------
+//
+// Each round: main blocks SIGUSR1 (so a kill reaches the sleeper, the one
+// thread that may not block it), starts a sleeper, waits until it sleeps
+// and sends the signal. Printed: what the call returned, whether it ended
+// well before its time (a 3 s sleep ended within 2 s, *rem in (1 s, 3 s]),
+// or slept whole (a 0.5 s sleep, the signal ignored or blocked), and
+// whether the handler ran, on the sleeper.
+enum sl_kind { SL_NANO, SL_CLOCK_REL, SL_CLOCK_ABS, SL_CLOCK_ABS_RT, SL_USLEEP, SL_SLEEP, SL_POLL };
+enum sl_disp { SL_HANDLER, SL_IGNORED, SL_BLOCKED };
+struct sl_round {
+  const char* what;
+  enum sl_kind kind;
+  int to_thread;  // pthread_kill, else kill to the process
+  int flags;      // the handler's sa_flags (SA_RESTART)
+  enum sl_disp disp;
+};
+static volatile sig_atomic_t sl_got, sl_on_sleeper;
+static pthread_t sl_thread;
+static atomic_int sl_ready;
+static void sl_handler(int sig) {
+  (void)sig;
+  sl_got++;
+  sl_on_sleeper = pthread_equal(pthread_self(), sl_thread);
+}
+static struct timespec sl_after(clockid_t c, time_t s) {
+  struct timespec t;
+  clock_gettime(c, &t);
+  t.tv_sec += s;
+  return t;
+}
+static void* sl_sleeper(void* a) {
+  const struct sl_round* r = a;
+  if (r->disp != SL_BLOCKED) unblock_usr1();
+  int whole = r->disp != SL_HANDLER;  // a 0.5 s sleep that must run to its end; else 3 s
+  struct timespec req = {whole ? 0 : 3, whole ? 500000000 : 0}, rem = {-1, -1};
+  struct timespec abs = sl_after(r->kind == SL_CLOCK_ABS_RT ? CLOCK_REALTIME : CLOCK_MONOTONIC, 0);
+  abs.tv_sec += req.tv_sec;
+  abs.tv_nsec += req.tv_nsec;
+  if (abs.tv_nsec >= 1000000000) abs.tv_sec++, abs.tv_nsec -= 1000000000;
+  sl_ready = 1;
+  double t0 = now();
+  char ret[64];
+  long r_val;
+  int err;
+  errno = 0;
+  switch (r->kind) {
+    case SL_NANO:
+      r_val = nanosleep(&req, &rem);
+      break;
+    case SL_CLOCK_REL:
+      r_val = clock_nanosleep(CLOCK_MONOTONIC, 0, &req, &rem);
+      break;
+    case SL_CLOCK_ABS:
+      r_val = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &abs, &rem);
+      break;
+    case SL_CLOCK_ABS_RT:
+      r_val = clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &abs, &rem);
+      break;
+    case SL_USLEEP:
+      r_val = usleep(req.tv_sec * 1000000 + req.tv_nsec / 1000);
+      break;
+    case SL_SLEEP:
+      r_val = whole ? (long)usleep(500000) : (long)sleep(3);  // (sleep takes whole seconds)
+      break;
+    default:
+      r_val = poll(NULL, 0, req.tv_sec * 1000 + req.tv_nsec / 1000000);
+      break;
+  }
+  err = errno;
+  double took = now() - t0;
+  int clock_call = r->kind == SL_CLOCK_REL || r->kind == SL_CLOCK_ABS || r->kind == SL_CLOCK_ABS_RT;
+  if (clock_call)
+    snprintf(ret, sizeof ret, "%s", r_val == 0 ? "0" : r_val == EINTR ? "EINTR" : strerror((int)r_val));
+  else if (r->kind == SL_SLEEP && !whole)
+    snprintf(ret, sizeof ret, "left %s", r_val >= 1 && r_val <= 3 ? "1..3 s" : r_val == 0 ? "0" : "?");
+  else
+    snprintf(ret, sizeof ret, "%ld%s%s", r_val, r_val < 0 ? " " : "", r_val < 0 ? strerror(err) : "");
+  printf("%s: %s", r->what, ret);
+  if (whole) {
+    printf(", slept whole %d", took >= 0.45);
+  } else {
+    printf(", ended within 2 s of 3 %d", took < 2.0);
+    if (r->kind == SL_NANO || r->kind == SL_CLOCK_REL) {
+      double left = rem.tv_sec + rem.tv_nsec / 1e9;
+      printf(", rem in (1 s, 3 s] %d", left > 1.0 && left <= 3.0);
+    }
+    if (r->kind == SL_CLOCK_ABS || r->kind == SL_CLOCK_ABS_RT) printf(", rem untouched %d", rem.tv_sec == -1);
+  }
+  printf(", handler ran %d on the sleeper %d", (int)sl_got, (int)sl_on_sleeper);
+  if (r->disp == SL_BLOCKED) {
+    printf(", pending %d", pending(SIGUSR1));
+    sigset_t w;
+    sigemptyset(&w);
+    sigaddset(&w, SIGUSR1);
+    int sig = 0;
+    sigwait(&w, &sig);  // taken here: the next round starts clean
+  }
+  printf("\n");
+  return NULL;
+}
+static int sleepintr(void) {
+  static const struct sl_round rounds[] = {
+      {"nanosleep, kill", SL_NANO, 0, 0, SL_HANDLER},
+      {"nanosleep, pthread_kill", SL_NANO, 1, 0, SL_HANDLER},
+      {"nanosleep, kill, SA_RESTART", SL_NANO, 0, SA_RESTART, SL_HANDLER},
+      {"nanosleep, pthread_kill, SA_RESTART", SL_NANO, 1, SA_RESTART, SL_HANDLER},
+      {"clock_nanosleep relative, pthread_kill", SL_CLOCK_REL, 1, 0, SL_HANDLER},
+      {"clock_nanosleep TIMER_ABSTIME, pthread_kill", SL_CLOCK_ABS, 1, 0, SL_HANDLER},
+      {"clock_nanosleep TIMER_ABSTIME realtime, kill, SA_RESTART", SL_CLOCK_ABS_RT, 0, SA_RESTART, SL_HANDLER},
+      {"usleep, pthread_kill", SL_USLEEP, 1, 0, SL_HANDLER},
+      {"usleep, kill, SA_RESTART", SL_USLEEP, 0, SA_RESTART, SL_HANDLER},
+      {"sleep, kill", SL_SLEEP, 0, 0, SL_HANDLER},
+      {"sleep, pthread_kill, SA_RESTART", SL_SLEEP, 1, SA_RESTART, SL_HANDLER},
+      {"poll(NULL, 0), pthread_kill, SA_RESTART", SL_POLL, 1, SA_RESTART, SL_HANDLER},
+      {"nanosleep, SIG_IGN, kill", SL_NANO, 0, 0, SL_IGNORED},
+      {"nanosleep, SIG_IGN, pthread_kill", SL_NANO, 1, 0, SL_IGNORED},
+      {"nanosleep, blocked by the sleeper, pthread_kill", SL_NANO, 1, 0, SL_BLOCKED},
+      {"usleep, blocked by every thread, kill", SL_USLEEP, 0, 0, SL_BLOCKED},
+  };
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &s, NULL);  // the sleepers start with it blocked
+  for (size_t i = 0; i < sizeof rounds / sizeof *rounds; i++) {
+    const struct sl_round* r = &rounds[i];
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = r->disp == SL_IGNORED ? SIG_IGN : sl_handler;
+    sa.sa_flags = r->flags;
+    sigaction(SIGUSR1, &sa, NULL);
+    sl_got = sl_on_sleeper = 0;
+    sl_ready = 0;
+    pthread_create(&sl_thread, NULL, sl_sleeper, (void*)r);
+    while (!sl_ready) usleep(1000);
+    usleep(200 * 1000);  // asleep by now
+    if (r->to_thread)
+      pthread_kill(sl_thread, SIGUSR1);
+    else
+      kill(getpid(), SIGUSR1);
+    pthread_join(sl_thread, NULL);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   alarm(60);
@@ -934,6 +1087,7 @@ int main(int argc, char** argv) {
   if (strcmp(c, "rtqueue") == 0) return rtqueue();
   if (strcmp(c, "killgroup") == 0) return killgroup();
   if (strcmp(c, "rtwake") == 0) return rtwake();
-  fprintf(stderr, "usage: signal_review killexited|flush|forksig|exitlost|inherit|siginfo|names|killself|rtqueue|killgroup|rtwake\n");
+  if (strcmp(c, "sleepintr") == 0) return sleepintr();
+  fprintf(stderr, "usage: signal_review killexited|flush|forksig|exitlost|inherit|siginfo|names|killself|rtqueue|killgroup|rtwake|sleepintr\n");
   return 2;
 }
