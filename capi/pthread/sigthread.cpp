@@ -507,12 +507,12 @@ void thread_ended(SignalState& s) {
 }
 
 // Realtime instances pending at exec (of `open`, about to be unblocked),
-// routed one by one in the order they came. Unblocked, the kernel would
-// deliver each pending instance of a guarded signal on top of the one
-// before (the guard's SA_NODEFER), and the innermost runs first: the
-// trampoline routed them last first (an exec'd image took 3, 2, 1 of
-// values sent 1, 2, 3). One that route leaves to this kernel thread goes
-// back to the kernel, for the unblock that follows, as before.
+// routed one by one in the order they came, here rather than by the
+// unblock that follows. (With the guard's SA_NODEFER, since dropped, the
+// kernel delivered each pending instance on top of the one before and the
+// innermost ran first: an exec'd image took 3, 2, 1 of values sent 1, 2,
+// 3.) One that route leaves to this kernel thread goes back to the kernel,
+// for the unblock that follows, as before.
 void adopt_queued(std::uint64_t open) {
   const int rtmin = SIGRTMIN;
   std::uint64_t queued = 0;

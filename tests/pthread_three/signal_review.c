@@ -44,6 +44,10 @@
 //               rounds); a fork child of a process whose threads queue a
 //               storm starts with nothing pending, and its own sigqueue to
 //               itself is taken (20 forks, none may hang)
+//   rtextern    another process sigqueues 1,400 instances of a realtime
+//               signal every thread here blocks, its disposition SIG_DFL:
+//               all are taken, the process lives (the guard's trampoline
+//               once nested per instance and overflowed a stack)
 //   rtqueue     realtime instances queue as the kernel queues them: 300
 //               sigqueued to the process come back in order; 20,000 sent
 //               as fast as a sigwaitinfo loop takes them, all, in order,
@@ -813,6 +817,42 @@ static int rtwake(void) {
   return 0;
 }
 
+// ---- rtextern ----
+static int rtextern(void) {
+  sigemptyset(&rt_set);
+  sigaddset(&rt_set, SIGRTMIN);
+  pthread_sigmask(SIG_BLOCK, &rt_set, NULL);  // SIG_DFL, blocked everywhere
+  pthread_t t;
+  pthread_create(&t, NULL, idle, NULL);  // a second thread, also blocking it
+  int go[2];
+  if (pipe(go) != 0) return 1;
+  const pid_t parent = getpid();
+  pid_t c = fork();
+  if (c == 0) {
+    char b;
+    if (read(go[0], &b, 1) != 1) _exit(1);
+    int sent = 0;
+    for (int k = 0; k < 1400; k++) {
+      union sigval v = {.sival_int = k};
+      while (sigqueue(parent, SIGRTMIN, v) != 0)
+        if (errno != EAGAIN) _exit(2);
+      sent++;
+    }
+    _exit(sent == 1400 ? 0 : 3);
+  }
+  if (write(go[1], "g", 1) != 1) return 1;
+  int st = 0;
+  waitpid(c, &st, 0);
+  usleep(200000);  // the last ones routed
+  struct timespec z = {0, 100000000};
+  siginfo_t si;
+  int got = 0;
+  while (sigtimedwait(&rt_set, &si, &z) == SIGRTMIN) got++;
+  pthread_join(t, NULL);
+  printf("another process sent 1400 (status %d): taken %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1, got);
+  return 0;
+}
+
 // ---- rtqueue ----
 static int rt_total;
 static int rt_got, rt_order_bad, rt_dups;
@@ -1088,6 +1128,7 @@ int main(int argc, char** argv) {
   if (strcmp(c, "killgroup") == 0) return killgroup();
   if (strcmp(c, "rtwake") == 0) return rtwake();
   if (strcmp(c, "sleepintr") == 0) return sleepintr();
-  fprintf(stderr, "usage: signal_review killexited|flush|forksig|exitlost|inherit|siginfo|names|killself|rtqueue|killgroup|rtwake|sleepintr\n");
+  if (strcmp(c, "rtextern") == 0) return rtextern();
+  fprintf(stderr, "usage: signal_review killexited|flush|forksig|exitlost|inherit|siginfo|names|killself|rtqueue|killgroup|rtwake|sleepintr|rtextern\n");
   return 2;
 }
