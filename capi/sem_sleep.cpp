@@ -199,8 +199,8 @@ int loom_nanosleep(const struct timespec* req, struct timespec* rem) {
 
 int loom_clock_nanosleep(clockid_t clock, int flags, const struct timespec* req, struct timespec* rem) {
   if (!supported_clock(clock)) return valid_clock(clock) ? ENOTSUP : EINVAL;
-  if (!valid(req) || (flags & ~TIMER_ABSTIME)) return EINVAL;
-  if (!(flags & TIMER_ABSTIME) && req->tv_sec < 0) return EINVAL;
+  // A negative time is refused, absolute too, as the kernel's.
+  if (!valid(req) || (flags & ~TIMER_ABSTIME) || req->tv_sec < 0) return EINVAL;
   ErrnoKeeper k;
   timespec left{0, 0};
   bool slept = (flags & TIMER_ABSTIME) ? sleep_until(clock, *req) : sleep_for(*req, &left);

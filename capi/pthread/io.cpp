@@ -561,8 +561,10 @@ int nanosleep(const struct timespec* req, struct timespec* rem) {
 int clock_nanosleep(clockid_t clock, int flags, const struct timespec* req, struct timespec* rem) {
   // loom sleeps on the realtime and monotonic clocks; other clocks (boot
   // time, CPU time) sleep in the kernel even on a fibre.
+  // The kernel reads TIMER_ABSTIME of the flags and ignores the rest (loom's
+  // C API refuses them).
   if (fibre() && (clock == CLOCK_REALTIME || clock == CLOCK_MONOTONIC))
-    return slept([&] { return loom_clock_nanosleep(clock, flags, req, rem); });
+    return slept([&] { return loom_clock_nanosleep(clock, flags & TIMER_ABSTIME, req, rem); });
   return k::clock_nanosleep(clock, flags, req, rem);
 }
 int usleep(useconds_t usec) {

@@ -112,9 +112,10 @@ namespace {
 // (the kernel's dequeue_signal: the thread's private queue, then the
 // shared one). A FIFO a signal for the process and one a signal for each
 // thread (SignalState::rt_head), of nodes from one pool sized by the
-// process's RLIMIT_SIGPENDING as it first queues (at least 1,024, at most
-// 2^20; mapped, touched only as used; a static pool of 1,024 where the
-// mapping fails). Beyond that an instance is dropped, where the kernel
+// process's RLIMIT_SIGPENDING as it first queues (at least 16, at most
+// 2^20; mapped, touched only as used; a static pool of up to 1,024 where
+// the mapping fails): so a sigqueue to itself is refused near where the
+// kernel would refuse it, and what exec hands the kernel fits. Beyond that an instance is dropped, where the kernel
 // would have refused the sender with EAGAIN (a sigqueue to this process
 // from a fibre gets EAGAIN: queue_failed). A thread's pending bit of a
 // realtime signal is set while an instance sent to it is queued, the
@@ -176,12 +177,10 @@ std::uint32_t rt_alloc() {
   if (!rt_pool) {
     rlimit l{};
     std::uint64_t n = ::syscall(SYS_prlimit64, 0, RLIMIT_SIGPENDING, nullptr, &l) == 0 ? l.rlim_cur : 0;
-    n = n < kFallback ? kFallback : n > (1u << 20) ? (1u << 20) : n;
-    void* m = n == kFallback ? MAP_FAILED
-                             : reinterpret_cast<void*>(::syscall(SYS_mmap, nullptr, n * sizeof(RtItem),
-                                                                 PROT_READ | PROT_WRITE,
-                                                                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
-    if (m == MAP_FAILED) m = rt_fallback, n = kFallback;  // (an address-space limit, say)
+    n = n < 16 ? 16 : n > (1u << 20) ? (1u << 20) : n;
+    void* m = reinterpret_cast<void*>(::syscall(SYS_mmap, nullptr, n * sizeof(RtItem), PROT_READ | PROT_WRITE,
+                                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+    if (m == MAP_FAILED) m = rt_fallback, n = n < kFallback ? n : kFallback;  // (an address-space limit, say)
     rt_pool = static_cast<RtItem*>(m);
     rt_capacity = std::uint32_t(n);
   }
