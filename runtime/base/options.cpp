@@ -62,6 +62,8 @@ constexpr EnvVar kVars[] = {
     {"LOOM_PTHREAD_STATS", EnvKind::flag, "on|off", "off", "libloom-pthread: print how many threads ran as fibres"},
     {"LOOM_HOOK_IO", EnvKind::flag, "on|off", "on", "libloom-pthread: glibc's I/O calls block fibres"},
     {"LOOM_TLS", EnvKind::flag, "on|off", "on", "libloom-pthread: each thread its own thread-locals (glibc 2.36)"},
+    {"LOOM_TLS_LIST", EnvKind::flag, "on|off", "on",
+     "libloom-pthread: each thread's block on glibc's list of threads (a module's static TLS set up in every thread)"},
     {"LOOM_CHAOS", EnvKind::text, "SEED|off", "the clock", "chaos build: the perturbation seed (make chaos)"},
     {"LOOM_CHAOS_RATE", EnvKind::count, "N", "4", "chaos build: one pass in N at a point is perturbed"},
     {"LOOM_CHAOS_ONLY", EnvKind::text, "POINT,...", "all points", "chaos build: perturb only these points"},
