@@ -115,9 +115,10 @@ namespace {
 // process's RLIMIT_SIGPENDING as it first queues (at least 16, at most
 // 2^20; mapped, touched only as used; a static pool of up to 1,024 where
 // the mapping fails): so a sigqueue to itself is refused near where the
-// kernel would refuse it, and what exec hands the kernel fits. Beyond that an instance is dropped, where the kernel
-// would have refused the sender with EAGAIN (a sigqueue to this process
-// from a fibre gets EAGAIN: queue_failed). A thread's pending bit of a
+// kernel would refuse it, and what exec hands the kernel fits. Beyond that
+// an instance is dropped, where the kernel would have refused the sender
+// with EAGAIN (a sigqueue to this process from a fibre gets EAGAIN:
+// queue_failed). A thread's pending bit of a
 // realtime signal is set while an instance sent to it is queued, the
 // process's while one sent to the process is: both under the lock. An
 // instance sent to a thread that has ended is dropped under the lock, so
@@ -153,9 +154,11 @@ RtList list_of(int sig, SignalState* to) {
   return to ? RtList{&to->rt_head[k], &to->rt_tail[k]} : RtList{&process_head[k], &process_tail[k]};
 }
 
+// (Keeps errno: its system calls, from a handler too, must not change the
+// program's.)
 class RtLocked {
  public:
-  RtLocked() noexcept {
+  RtLocked() noexcept : errno_(*errno_slot()) {
     sigset_t all;
     sigfillset(&all);
     ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &saved_, _NSIG / 8);
@@ -165,9 +168,11 @@ class RtLocked {
   ~RtLocked() {
     rt_lock.clear(std::memory_order_release);
     ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &saved_, nullptr, _NSIG / 8);
+    *errno_slot() = errno_;
   }
 
  private:
+  int errno_;
   sigset_t saved_;
 };
 
@@ -251,12 +256,8 @@ void post_process(int sig, const SignalInfo& i) {
     process_pending.fetch_or(bit(sig), std::memory_order_seq_cst);
     return;
   }
-  int e = *errno_slot();
-  {
-    RtLocked l;
-    rt_push(sig, nullptr, i);
-  }
-  *errno_slot() = e;
+  RtLocked l;
+  rt_push(sig, nullptr, i);
 }
 
 bool drop_one(SignalState& s, void* arg) {  // under the realtime lock
@@ -273,12 +274,8 @@ bool discard_one(SignalState& s, void* arg) {
 
 void post(SignalState& s, int sig, const SignalInfo& i) {
   if (queued(sig)) {  // queued for s (rt_push sets its bit)
-    int e = *errno_slot();
-    {
-      RtLocked l;
-      rt_push(sig, &s, i);
-    }
-    *errno_slot() = e;
+    RtLocked l;
+    rt_push(sig, &s, i);
   } else {
     if (SignalInfo* a = s.info.load(std::memory_order_acquire)) a[sig - 1] = i;
     s.pending.fetch_or(bit(sig), std::memory_order_seq_cst);
@@ -294,14 +291,8 @@ bool take_process(int sig, SignalInfo* out) {
     *out = process_info[sig - 1];
     return true;
   }
-  int e = *errno_slot();
-  bool got;
-  {
-    RtLocked l;
-    got = rt_pop(sig, nullptr, out);
-  }
-  *errno_slot() = e;
-  return got;
+  RtLocked l;
+  return rt_pop(sig, nullptr, out);
 }
 
 // Takes sig out of s's pending set, or the process's: its info, or false
@@ -310,14 +301,8 @@ bool take(SignalState& s, int sig, SignalInfo* out) {
   std::uint64_t b = bit(sig);
   if (queued(sig)) {
     if (!(pending_for(s) & b)) return false;
-    int e = *errno_slot();
-    bool got;
-    {
-      RtLocked l;
-      got = rt_pop(sig, &s, out) || rt_pop(sig, nullptr, out);
-    }
-    *errno_slot() = e;
-    return got;
+    RtLocked l;
+    return rt_pop(sig, &s, out) || rt_pop(sig, nullptr, out);
   }
   if (s.pending.fetch_and(~b, std::memory_order_acq_rel) & b) {
     s.routed.fetch_and(~b, std::memory_order_relaxed);
@@ -374,14 +359,8 @@ bool hand_back(int sig, const SignalInfo& i) {
 }
 
 bool queue_full() {
-  int e = *errno_slot();
-  bool full;
-  {
-    RtLocked l;
-    full = rt_pool && !rt_free && rt_used == rt_capacity;
-  }
-  *errno_slot() = e;
-  return full;
+  RtLocked l;
+  return rt_pool && !rt_free && rt_used == rt_capacity;
 }
 
 bool queue_failed() {
@@ -405,12 +384,8 @@ bool claim_queued(int sig) {
 }
 
 void drop_queued(SignalState& s, std::uint64_t sigs) {
-  int e = *errno_slot();
-  {
-    RtLocked l;
-    for (sigs &= ~(bit(SIGRTMIN) - 1); sigs; sigs &= sigs - 1) rt_drop(lowest(sigs), &s);
-  }
-  *errno_slot() = e;
+  RtLocked l;
+  for (sigs &= ~(bit(SIGRTMIN) - 1); sigs; sigs &= sigs - 1) rt_drop(lowest(sigs), &s);
 }
 
 namespace {
@@ -585,16 +560,14 @@ bool hurried(int sig, siginfo_t* si, void* context) noexcept {
 void discard_pending(int sig) noexcept {
   if (sig <= 0 || sig > 64) return;
   std::uint64_t b = bit(sig);
-  int e = *errno_slot();
   if (queued(sig)) {
-    RtLocked l;
+    RtLocked l;  // (keeps errno)
     rt_drop(sig, nullptr);
     any_signal_state(&drop_one, &sig);
   } else {
     process_pending.fetch_and(~b, std::memory_order_acq_rel);
   }
   any_signal_state(&discard_one, &b);
-  *errno_slot() = e;
 }
 
 }  // namespace loom::capi::pthread_signal
